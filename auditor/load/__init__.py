@@ -1,0 +1,1 @@
+"""Safe checkpoint loading: format sniffing, static pickle inspection, model materialisation."""

@@ -1,0 +1,37 @@
+"""The plugin author's API: the only module a plugin imports from auditor."""
+
+from __future__ import annotations
+
+from auditor.plugin.api import (
+    PLUGIN_API_VERSION as PLUGIN_API_VERSION,
+    Applicability as Applicability,
+    NoConfig as NoConfig,
+    Plugin as Plugin,
+    PluginResult as PluginResult,
+    Requirements as Requirements,
+    Rule as Rule,
+    RunContext as RunContext,
+)
+from auditor.report.model import (
+    ArchitectureProfile as ArchitectureProfile,
+    Artifact as Artifact,
+    Finding as Finding,
+    Reference as Reference,
+    Severity as Severity,
+)
+
+__all__ = [
+    "PLUGIN_API_VERSION",
+    "Applicability",
+    "ArchitectureProfile",
+    "Artifact",
+    "Finding",
+    "NoConfig",
+    "Plugin",
+    "PluginResult",
+    "Reference",
+    "Requirements",
+    "Rule",
+    "RunContext",
+    "Severity",
+]

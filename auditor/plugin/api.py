@@ -1,0 +1,158 @@
+"""The contract between auditor and its attack plugins.
+
+A plugin is one object (conventionally named ``plugin`` in its package) exposed through the
+``auditor.plugins`` entry-point group. It declares what it is and what it needs; auditor decides
+whether it applies, builds a :class:`RunContext` and calls :meth:`Plugin.run` under an exception
+guard and a time budget.
+
+Example:
+    >>> from auditor.plugin import Applicability, PluginResult, Requirements
+    >>> class Hello:
+    ...     name = "hello"; family = "demo"; summary = "says hello"
+    ...     requires = Requirements(); rules = (); Config = NoConfig
+    ...     def applicable(self, profile): return Applicability(True, "always")
+    ...     def run(self, ctx): return PluginResult(metrics={"greeting": 1})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from auditor.errors import PluginTimeout
+from auditor.report.model import Artifact, ArchitectureProfile, Finding, Reference, Severity
+
+PLUGIN_API_VERSION = 1
+
+
+class NoConfig(BaseModel):
+    """Configuration of a plugin that has no settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a plugin needs before it can run; unmet needs make it ``skipped`` with the reason."""
+
+    data: bool = False
+    labels: bool = False
+    split_point: bool = False
+    gradients: bool = False
+    budget_s: float | None = 600.0
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """Whether a plugin applies to a profiled model, and why (or why not)."""
+
+    applicable: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A catalogue entry: a stable rule id with its default severity, citations and remedies."""
+
+    id: str
+    title: str
+    severity: Severity
+    references: tuple[Reference, ...] = ()
+    remediation: tuple[str, ...] = ()
+    description: str = ""
+
+    def finding(
+        self,
+        *,
+        message: str,
+        location: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """Return a :class:`Finding` for this rule, optionally at another severity."""
+        return Finding(
+            rule_id=self.id,
+            severity=severity or self.severity,
+            title=self.title,
+            message=message,
+            location=location,
+            evidence=dict(evidence or {}),
+            references=list(self.references),
+            remediation=list(self.remediation),
+        )
+
+
+@dataclass
+class PluginResult:
+    """What a plugin returns: findings, metrics (with provenance) and artifacts."""
+
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    artifacts: list[Artifact] = field(default_factory=list)
+
+
+@dataclass
+class RunContext:
+    """Everything a plugin may use while it runs."""
+
+    model: torch.nn.Module
+    profile: ArchitectureProfile
+    config: BaseModel
+    device: torch.device
+    seed: int = 0
+    budget_s: float | None = None
+    data: Any = None
+    started_at: float = field(default_factory=time.monotonic)
+    plugin_name: str = ""
+
+    def example_input(self, batch: int = 1) -> torch.Tensor:
+        """Return a seeded random input of the profiled shape on the run's device."""
+        gen = torch.Generator().manual_seed(self.seed)
+        return torch.rand((batch, *self.profile.input_shape), generator=gen).to(self.device)
+
+    def remaining_s(self) -> float | None:
+        """Return the seconds left in the budget, or None when there is no budget."""
+        if self.budget_s is None:
+            return None
+        return self.budget_s - (time.monotonic() - self.started_at)
+
+    def check_budget(self) -> None:
+        """Raise :class:`PluginTimeout` when the budget is spent; call it in long loops."""
+        left = self.remaining_s()
+        if left is not None and left <= 0:
+            raise PluginTimeout(self.plugin_name, self.budget_s or 0.0)
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    """The protocol every plugin object satisfies.
+
+    Attributes:
+        name: kebab-case, equal to the entry-point name.
+        family: the threat family (``static``, ``model-inversion``, ``gradient-inversion`` …).
+        summary: one line for ``auditor plugins``.
+        requires: what the plugin needs (:class:`Requirements`).
+        Config: a pydantic model whose defaults are the plugin's defaults.
+        rules: the plugin's rule catalogue (:class:`Rule` records with stable ids).
+    """
+
+    name: str
+    family: str
+    summary: str
+    requires: Requirements
+    Config: ClassVar[type[BaseModel]]
+    rules: Sequence[Rule]
+
+    def applicable(self, profile: ArchitectureProfile) -> Applicability:
+        """Say whether the plugin applies to this profile, with a reason either way."""
+        ...
+
+    def run(self, ctx: RunContext) -> PluginResult:
+        """Run the plugin and return its findings, metrics and artifacts."""
+        ...

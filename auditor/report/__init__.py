@@ -1,0 +1,1 @@
+"""Report data model and renderers (JSON, HTML, SARIF)."""

@@ -1,0 +1,317 @@
+"""The report data model: the published, versioned JSON contract.
+
+Every record here is serialised as-is into ``report.json``; the JSON Schema in
+``auditor/report/schema/report.schema.json`` is generated from these models
+(``python -m auditor.report.schema``) and validated in the tests. HTML and SARIF are
+rendered from the same :class:`Report`.
+
+Bump ``SCHEMA_VERSION``'s minor for added optional keys and its major for anything that
+removes or changes the meaning of a key.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0.0"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Severity(str, Enum):
+    """Finding severity, ordered from ``info`` to ``critical``."""
+
+    INFO = "info"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """Return 0 for ``info`` up to 4 for ``critical``."""
+        return _SEVERITY_ORDER.index(self)
+
+    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank >= other.rank
+
+    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __le__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+
+_SEVERITY_ORDER = [Severity.INFO, Severity.LOW, Severity.MEDIUM, Severity.HIGH, Severity.CRITICAL]
+
+
+# Stable categories for plugin outcomes that are not ``ok`` (never change their meaning).
+CATEGORY_EXCEPTION = "plugin.exception"
+CATEGORY_TIMEOUT = "plugin.timeout"
+CATEGORY_LOAD_FAILED = "plugin.load-failed"
+CATEGORY_NOT_APPLICABLE = "not-applicable"
+CATEGORY_MISSING_DATA = "missing-data"
+CATEGORY_MISSING_DEPENDENCY = "missing-dependency"
+CATEGORY_NOT_SELECTED = "not-selected"
+CATEGORY_NO_MODEL = "no-model"
+PLUGIN_CATEGORIES = (
+    CATEGORY_EXCEPTION,
+    CATEGORY_TIMEOUT,
+    CATEGORY_LOAD_FAILED,
+    CATEGORY_NOT_APPLICABLE,
+    CATEGORY_MISSING_DATA,
+    CATEGORY_MISSING_DEPENDENCY,
+    CATEGORY_NOT_SELECTED,
+    CATEGORY_NO_MODEL,
+)
+
+
+class Reference(_Record):
+    """A citation: which paper, where in it, and how strong the evidence is."""
+
+    source: str = Field(description="Short id of the source, e.g. 'seed-000' or 'lit:Geiping2020'.")
+    title: str
+    locator: str = Field(description="Section, table or figure, e.g. 'Table 6'.")
+    grade: str | None = Field(default=None, description="Evidence grade (A, A-, B, B-, C) where the note gives one.")
+
+
+class Finding(_Record):
+    """One result a reviewer should read: a rule that fired, with its evidence."""
+
+    rule_id: str = Field(pattern=r"^[a-z0-9]+(\.[a-z0-9-]+)+$")
+    severity: Severity
+    title: str
+    message: str = ""
+    location: str | None = Field(default=None, description="Node or module path the finding is about.")
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    references: list[Reference] = Field(default_factory=list)
+    remediation: list[str] = Field(default_factory=list, description="Rewrite ids that would address it.")
+    source: str = Field(default="core", description="'core' or the name of the plugin that produced it.")
+
+
+# --- model and load safety -------------------------------------------------------------------
+
+
+class LoadIssue(_Record):
+    """One import found in a pickle opcode stream that is not on the allowlist."""
+
+    pickle: str = Field(description="Archive member (or file) holding the pickle.")
+    module: str
+    name: str
+    opcode: str
+    position: int = Field(description="Byte offset of the opcode in that pickle.")
+    reason: str
+
+
+class LoadSafety(_Record):
+    """The verdict of the static pickle inspection done before anything was unpickled."""
+
+    verdict: Literal["safe", "unsafe"]
+    issues: list[LoadIssue] = Field(default_factory=list)
+    pickles_checked: list[str] = Field(default_factory=list)
+    globals_seen: list[str] = Field(default_factory=list, description="Every module.name the pickles import.")
+    loader: str = Field(default="", description="How the model was materialised, e.g. 'torch.load(weights_only=True)'.")
+    trusted_imports: list[str] = Field(default_factory=list)
+    trust_all: bool = False
+
+
+class ModelInfo(_Record):
+    """What was loaded and how."""
+
+    path: str
+    format: str
+    sha256: str
+    size_bytes: int
+    params: int | None = None
+    arch: str | None = None
+    model_class: str | None = None
+    input_shape: list[int] | None = None
+    input_shape_source: str | None = None
+    load_safety: LoadSafety
+
+
+# --- architecture profile --------------------------------------------------------------------
+
+
+class SkipConnection(_Record):
+    """An additive or concatenative skip connection found in the graph."""
+
+    kind: Literal["additive", "concatenative"]
+    shortcut: Literal["identity", "projection"] | None
+    stage: int | None
+    node: str
+    module: str
+    source: str = Field(description="Node the shortcut leaves from.")
+    scale: float | None = Field(default=None, description="Constant k when the shortcut is scaled (SSF style).")
+    branch_activations: int = Field(description="Activation call sites on the residual branch.")
+    post_activation: str | None = Field(description="Activation applied right after the add, if any.")
+    resolution: list[int] | None = None
+
+
+class Stage(_Record):
+    """A group of layers working at one spatial resolution (or a labelled depth bucket)."""
+
+    index: int
+    resolution: list[int] | None
+    skip_count: int
+    modules: list[str] = Field(default_factory=list, description="Top-level module paths in the stage.")
+
+
+class Attention(_Record):
+    """A self-attention site."""
+
+    node: str
+    module: str
+    kind: Literal["multihead-attention", "sdpa", "matmul-softmax", "module"]
+
+
+class Stem(_Record):
+    """The first parametric operation on the input and what follows it."""
+
+    kind: Literal["patchify", "overlapping-conv", "linear", "conv", "none", "unknown"]
+    node: str | None = None
+    module: str | None = None
+    kernel: list[int] | None = None
+    stride: list[int] | None = None
+    padding: list[int] | None = None
+    activation_after: str | None = None
+    pool_after: str | None = None
+    out_shape: list[int] | None = None
+
+
+class PositionalEmbedding(_Record):
+    """A tensor parameter added to the token sequence."""
+
+    node: str
+    param: str
+    shape: list[int]
+    learnable: bool
+
+
+class SplitPoint(_Record):
+    """A node through which one tensor carries everything from input to output."""
+
+    id: str
+    node: str
+    module: str
+    depth: int = Field(description="Number of conv/linear/attention layers up to and including this node.")
+    shape: list[int]
+    numel_ratio: float
+
+
+class LinearBias(_Record):
+    """The first fully connected layer after a flatten, and whether it has a bias."""
+
+    node: str
+    module: str
+    in_features: int
+    bias: bool
+
+
+class ArchitectureProfile(_Record):
+    """Everything the graph layer found, with node names and owning module paths."""
+
+    traced_with: Literal["fx", "export", "hooks"]
+    trace_notes: list[str] = Field(default_factory=list)
+    traced_in_mode: Literal["eval", "train"] = "eval"
+    input_shape: list[int]
+    family: str | None = Field(default=None, description="Best guess of the model family from module classes.")
+    node_count: int
+    skip_connections: list[SkipConnection] = Field(default_factory=list)
+    stage_rule: str = Field(description="How stages were assigned: 'resolution' or a labelled depth fallback.")
+    stages: list[Stage] = Field(default_factory=list)
+    last_stage: int | None = None
+    norms: dict[str, int] = Field(default_factory=dict)
+    batchnorm_in_eval: bool | None = None
+    activations: dict[str, int] = Field(default_factory=dict)
+    attention: list[Attention] = Field(default_factory=list)
+    stem: Stem
+    positional_embedding: PositionalEmbedding | None = None
+    split_points: list[SplitPoint] = Field(default_factory=list)
+    first_linear_after_flatten: LinearBias | None = None
+    layers_with_bias: int = 0
+    layers_without_bias: int = 0
+    fused_conv_hints: list[str] = Field(
+        default_factory=list, description="Module names that suggest a reparameterised (fused) deploy form."
+    )
+
+
+# --- plugins, summary, report ----------------------------------------------------------------
+
+
+class Artifact(_Record):
+    """A file-like result of a plugin (an image grid, a table), embedded in the report."""
+
+    name: str
+    media_type: str
+    description: str = ""
+    data_base64: str | None = None
+    text: str | None = None
+
+
+class PluginRun(_Record):
+    """One plugin's outcome; ``ok`` with no findings is never merged with ``skipped``/``error``."""
+
+    name: str
+    status: Literal["ok", "skipped", "error"]
+    category: str | None = None
+    reason: str = ""
+    family: str | None = None
+    distribution: str | None = None
+    version: str | None = None
+    duration_s: float | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    artifacts: list[Artifact] = Field(default_factory=list)
+    finding_count: int = 0
+
+
+class Summary(_Record):
+    """The gate's decision and how it was reached."""
+
+    max_severity: Severity | None
+    verdict: Literal["pass", "fail"]
+    exit_code: int
+    fail_on: Severity
+    counts: dict[str, int] = Field(default_factory=dict)
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ToolInfo(_Record):
+    """The auditor build that wrote the report."""
+
+    name: str = "auditor"
+    version: str
+    torch: str
+    device: str
+    command: list[str] = Field(default_factory=list)
+
+
+class Report(_Record):
+    """The full audit report."""
+
+    schema_version: str = SCHEMA_VERSION
+    tool: ToolInfo
+    created_at: str
+    model: ModelInfo
+    architecture: ArchitectureProfile | None
+    findings: list[Finding] = Field(default_factory=list)
+    plugins: list[PluginRun] = Field(default_factory=list)
+    summary: Summary
+    notes: list[str] = Field(default_factory=list)
