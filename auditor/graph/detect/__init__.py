@@ -1,0 +1,1 @@
+"""Pure detectors: each reads a DataFlowGraph and returns frozen report facts."""

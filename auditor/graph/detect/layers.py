@@ -1,0 +1,128 @@
+"""Detect norms, activations, attention sites, the stem, positional embeddings and biases."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from auditor.graph import dataflow as df
+from auditor.report.model import Attention, LinearBias, PositionalEmbedding, Stem
+
+_STEM_SKIP = {df.NORM, df.PASS, df.OTHER, df.FLATTEN}
+
+
+def count_norms(g: df.DataFlowGraph) -> dict[str, int]:
+    """Count normalisation call sites by canonical kind."""
+    return dict(Counter(n.sub for n in g.nodes if n.data and n.kind == df.NORM))
+
+
+def count_activations(g: df.DataFlowGraph) -> dict[str, int]:
+    """Count activation call sites (a module called three times counts three)."""
+    return dict(Counter(n.sub for n in g.nodes if n.data and n.kind == df.ACT))
+
+
+def detect_attention(g: df.DataFlowGraph) -> list[Attention]:
+    """Return attention sites: MHA modules, SDPA calls and matmul -> softmax -> matmul patterns."""
+    sites: list[Attention] = []
+    for n in g.nodes:
+        if not n.data:
+            continue
+        if n.kind == df.ATTENTION:
+            sites.append(Attention(node=n.name, module=n.module, kind=n.sub or "module"))  # type: ignore[arg-type]
+        elif n.kind == df.SOFTMAX and _is_attention_softmax(g, n):
+            sites.append(Attention(node=n.name, module=n.module, kind="matmul-softmax"))
+    return sites
+
+
+def _is_attention_softmax(g: df.DataFlowGraph, n: df.NodeInfo, hops: int = 4) -> bool:
+    """Tell whether a softmax sits between two matmuls (scores in, weighted values out)."""
+
+    def reaches(start: list[int], step: str) -> bool:
+        frontier = start
+        for _ in range(hops):
+            nxt: list[int] = []
+            for i in frontier:
+                if g.nodes[i].kind == df.MATMUL:
+                    return True
+                nxt.extend(g.nodes[i].inputs if step == "up" else g.users[i])
+            frontier = nxt
+        return False
+
+    return reaches(list(n.inputs), "up") and reaches(list(g.users[n.idx]), "down")
+
+
+def detect_stem(g: df.DataFlowGraph) -> tuple[Stem, set[int]]:
+    """Return the stem (first weight layer on the input and what follows) and its node set."""
+    first = next((n for n in g.nodes if n.data and n.kind in (df.CONV, df.LINEAR, df.ATTENTION, df.EMBED)), None)
+    if first is None:
+        return Stem(kind="none"), set()
+    kind = _stem_kind(first)
+    members = {first.idx}
+    activation = pool = None
+    users = g.users[first.idx]
+    while len(users) == 1:
+        nxt = g.nodes[users[0]]
+        if nxt.kind == df.ACT and activation is None and pool is None:
+            activation = nxt.sub
+        elif nxt.kind == df.POOL and pool is None:
+            pool = nxt.sub
+        elif nxt.kind not in _STEM_SKIP:
+            break
+        members.add(nxt.idx)
+        users = g.users[nxt.idx]
+    a = first.attrs
+    return Stem(
+        kind=kind, node=first.name, module=first.module, kernel=a.get("kernel"), stride=a.get("stride"),
+        padding=a.get("padding") if isinstance(a.get("padding"), list) else None,
+        activation_after=activation, pool_after=pool, out_shape=list(first.shape) if first.shape else None,
+    ), members
+
+
+def _stem_kind(first: df.NodeInfo) -> str:
+    if first.kind == df.LINEAR:
+        return "linear"
+    if first.kind != df.CONV:
+        return "unknown"
+    kernel, stride = first.attrs.get("kernel") or [], first.attrs.get("stride") or []
+    padding = first.attrs.get("padding")
+    if not kernel or not stride:
+        return "unknown"
+    no_pad = isinstance(padding, list) and not any(padding)
+    if kernel == stride and min(stride) >= 2 and no_pad:
+        return "patchify"
+    if min(stride) >= 2:
+        return "overlapping-conv"
+    return "conv"
+
+
+def detect_positional_embedding(g: df.DataFlowGraph) -> PositionalEmbedding | None:
+    """Return the first add of a rank >= 2 parameter to the token/feature stream."""
+    for n in g.nodes:
+        if not (n.data and n.kind == df.ADD and len(n.inputs) == 1 and n.param_inputs):
+            continue
+        param = g.nodes[n.param_inputs[0]]
+        shape = param.shape or ()
+        if len(shape) >= 2 and shape[0] == 1:
+            return PositionalEmbedding(
+                node=n.name, param=str(param.attrs.get("target", param.name)), shape=list(shape),
+                learnable=bool(param.attrs.get("learnable")),
+            )
+    return None
+
+
+def detect_first_linear_after_flatten(g: df.DataFlowGraph) -> LinearBias | None:
+    """Return the first fully connected layer fed by a flattened (2-D) feature."""
+    flat = g.mask_of([df.FLATTEN])
+    for n in g.nodes:
+        if n.data and n.kind == df.LINEAR and g.anc[n.idx] & flat:
+            src = g.nodes[n.inputs[0]] if n.inputs else None
+            if src is not None and src.shape is not None and len(src.shape) == 2:
+                return LinearBias(node=n.name, module=n.module, in_features=int(src.shape[1]),
+                                  bias=bool(n.attrs.get("bias")))
+    return None
+
+
+def count_biases(g: df.DataFlowGraph) -> tuple[int, int]:
+    """Return how many conv/linear call sites have a bias and how many do not."""
+    layers = [n for n in g.nodes if n.data and n.kind in (df.CONV, df.LINEAR) and "bias" in n.attrs]
+    with_bias = sum(1 for n in layers if n.attrs["bias"])
+    return with_bias, len(layers) - with_bias

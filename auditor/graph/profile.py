@@ -1,0 +1,132 @@
+"""Profile a model's architecture: the single entry point of the graph layer."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+
+from auditor.graph import dataflow as df
+from auditor.graph.detect import layers, skips, splits, stages
+from auditor.graph.trace import TraceResult, trace_model
+from auditor.report.model import ArchitectureProfile, Attention, SkipConnection, Stem
+
+_FUSED_NAME = re.compile(r"(rbr_reparam|reparam_conv|conv_reparam|reparam)")
+
+
+def profile_model(model: torch.nn.Module, input_shape: Sequence[int]) -> ArchitectureProfile:
+    """Trace ``model`` on a batch of one input of ``input_shape`` and return its profile.
+
+    Example:
+        >>> import torchvision
+        >>> p = profile_model(torchvision.models.resnet18(), (3, 224, 224))
+        >>> len(p.skip_connections), p.last_stage
+        (8, 4)
+
+    Raises:
+        TraceError: when the model does not run on the example input at all.
+    """
+    example = torch.rand((1, *input_shape), generator=torch.Generator().manual_seed(0))
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    result = trace_model(model, example.to(device))
+    common = {
+        "input_shape": list(input_shape),
+        "family": type(model).__name__,
+        "trace_notes": result.notes,
+        "batchnorm_in_eval": _bn_saved_in_eval(model),
+        "fused_conv_hints": _fused_hints(model),
+    }
+    if result.graph is None:
+        return _profile_from_hooks(result, common)
+    return _profile_from_graph(result.graph, result.method, common)
+
+
+def _profile_from_graph(g: df.DataFlowGraph, method: str, common: dict) -> ArchitectureProfile:
+    stem, stem_nodes = layers.detect_stem(g)
+    raw = skips.detect_skips(g)
+    rule, stage_list, skip_stage = stages.assign_stages(g, raw, stem_nodes)
+    with_bias, without_bias = layers.count_biases(g)
+    resolution = stages.resolution_map(g)
+    skip_records = [
+        SkipConnection(
+            kind=s.kind,  # type: ignore[arg-type]
+            shortcut=s.shortcut,  # type: ignore[arg-type]
+            stage=skip_stage.get(s.node),
+            node=g.nodes[s.node].name,
+            module=g.nodes[s.node].module,
+            source=g.nodes[s.source].name,
+            scale=s.scale,
+            branch_activations=s.branch_activations,
+            post_activation=s.post_activation,
+            resolution=list(resolution[s.node]) if resolution[s.node] else None,
+        )
+        for s in raw
+    ]
+    return ArchitectureProfile(
+        traced_with=method,  # type: ignore[arg-type]
+        node_count=len(g.nodes),
+        skip_connections=skip_records,
+        stage_rule=rule,
+        stages=stage_list,
+        last_stage=stages.last_stage(stage_list),
+        norms=layers.count_norms(g),
+        activations=layers.count_activations(g),
+        attention=layers.detect_attention(g),
+        stem=stem,
+        positional_embedding=layers.detect_positional_embedding(g),
+        split_points=splits.detect_split_points(g),
+        first_linear_after_flatten=layers.detect_first_linear_after_flatten(g),
+        layers_with_bias=with_bias,
+        layers_without_bias=without_bias,
+        **common,
+    )
+
+
+def _profile_from_hooks(result: TraceResult, common: dict) -> ArchitectureProfile:
+    """Build the partial profile the module-tree fallback can give (no edges, so no skips)."""
+    norms: Counter[str] = Counter()
+    acts: Counter[str] = Counter()
+    attention: list[Attention] = []
+    stem = Stem(kind="unknown")
+    with_bias = without_bias = 0
+    for path, mod, shape in result.hook_modules:
+        kind, sub, attrs = df.classify_module(mod)
+        if kind == df.NORM:
+            norms[sub] += 1
+        elif kind == df.ACT:
+            acts[sub] += 1
+        elif kind == df.ATTENTION:
+            attention.append(Attention(node=path, module=path, kind="module" if sub == "module" else sub))  # type: ignore[arg-type]
+        if kind in (df.CONV, df.LINEAR):
+            with_bias += bool(attrs.get("bias"))
+            without_bias += not attrs.get("bias")
+            if stem.kind == "unknown":
+                info = df.NodeInfo(idx=0, name=path, kind=kind, attrs=attrs)
+                stem = Stem(kind=layers._stem_kind(info), node=path, module=path, kernel=attrs.get("kernel"),  # type: ignore[arg-type]
+                            stride=attrs.get("stride"), out_shape=list(shape) if shape else None)
+    return ArchitectureProfile(
+        traced_with="hooks",
+        node_count=len(result.hook_modules),
+        stage_rule="unavailable (hooks fallback sees no data-flow edges)",
+        norms=dict(norms),
+        activations=dict(acts),
+        attention=attention,
+        stem=stem,
+        layers_with_bias=with_bias,
+        layers_without_bias=without_bias,
+        **common,
+    )
+
+
+def _bn_saved_in_eval(model: torch.nn.Module) -> bool | None:
+    """Tell whether every BatchNorm was saved in eval mode (None when there is no BatchNorm)."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    return all(not m.training for m in bns) if bns else None
+
+
+def _fused_hints(model: torch.nn.Module, limit: int = 20) -> list[str]:
+    """Return module names that suggest a fused (reparameterised) deploy form."""
+    names = [name for name, _ in model.named_modules() if name and _FUSED_NAME.search(name.split(".")[-1])]
+    return names[:limit] + ([f"... (+{len(names) - limit})"] if len(names) > limit else [])
