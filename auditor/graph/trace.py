@@ -60,7 +60,8 @@ class TraceResult:
 def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Put every submodule in eval mode and restore each one's flag afterwards."""
     flags = [(m, m.training) for m in model.modules()]
-    model.eval()
+    for m, _ in flags:  # not model.eval(): unlifted torch.export modules refuse it
+        m.training = False
     try:
         yield
     finally:

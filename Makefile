@@ -1,0 +1,24 @@
+# Two entry points: `make demo` (build example checkpoints, audit one) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/build_checkpoints.py --out examples/out
+	$(BIN)/auditor scan examples/out/resnet18.pt --json audit-report.json --html audit-report.html; \
+	  code=$$?; echo "auditor exit code: $$code (0 pass, 1 findings at/above --fail-on)"; test $$code -le 1
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,191 @@
+"""The ``auditor`` command line: the only place that prints or exits.
+
+Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
+or an unsafe checkpoint; 2 tool or input error; 4 usage error.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from auditor._version import __version__
+from auditor.config import build_config, load_config_file, parse_input_shape
+from auditor.errors import AuditorError, ConfigError, InputError, TraceError
+from auditor.gate import ExitCode
+from auditor.plugin.registry import discover_plugins
+from auditor.report.model import Report, Severity
+
+app = typer.Typer(
+    name="auditor", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Privacy-risk auditor for PyTorch checkpoints.",
+)
+_err = Console(stderr=True, highlight=False)
+_out = Console(highlight=False)
+
+_SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
+                   "info": "dim"}
+
+
+@app.command()
+def scan(
+    model: Annotated[Path, typer.Argument(help="Checkpoint: torch.save file, state_dict, TorchScript, "
+                                               ".safetensors or torch.export .pt2.")],
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
+                                                     "name, or package.module:factory.")] = None,
+    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W "
+                                                       "(default: from the model, else 3,224,224).")] = None,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+                                                         "prefix to be unpickled (repeatable).")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
+                                                        "(warned in the report).")] = False,
+    json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON report.")] = Path(
+        "audit-report.json"),
+    html_path: Annotated[Path, typer.Option("--html", help="Where to write the HTML report.")] = Path(
+        "audit-report.html"),
+    sarif_path: Annotated[Optional[Path], typer.Option("--sarif", help="Also write SARIF 2.1.0 here.")] = None,
+    fail_on: Annotated[Optional[Severity], typer.Option(help="Fail (exit 1) on findings at or above this "
+                                                             "severity [default: high].")] = None,
+    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run (default: all).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
+    budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
+                                                         "(default: each plugin's own).")] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
+                                                                         "[plugins.NAME] tables.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+) -> int:
+    """Audit a checkpoint and write JSON + HTML reports; the exit code is the gate's verdict."""
+    from auditor.report.render_html import write_html
+    from auditor.report.render_json import write_json
+    from auditor.report.render_sarif import write_sarif
+    from auditor.scan import scan as run_scan
+
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
+    file_values = load_config_file(config_file) if config_file else {}
+    cli_values = {
+        "arch": arch, "imports": imports or None, "trust": trust or None,
+        "input_shape": parse_input_shape(input_shape) if input_shape else None, "fail_on": fail_on,
+        "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
+        "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
+        "strict": strict or None,
+    }
+    config = build_config(file_values, cli_values)
+    with _err.status("auditing", spinner="dots") as status:
+        report = run_scan(model, config, progress=lambda msg: status.update(msg))
+    write_json(report, json_path)
+    write_html(report, html_path)
+    written = [json_path, html_path]
+    if sarif_path is not None:
+        write_sarif(report, sarif_path)
+        written.append(sarif_path)
+    if not quiet:
+        _print_report(report)
+    _print_verdict(report, written)
+    return report.summary.exit_code
+
+
+@app.command("plugins")
+def list_plugins() -> int:
+    """List installed plugins, where each comes from and what it needs."""
+    entries = discover_plugins()
+    table = Table(title="auditor plugins (entry-point group auditor.plugins)")
+    for col in ("name", "family", "distribution", "requires", "status / summary"):
+        table.add_column(col)
+    for e in entries:
+        if e.plugin is None:
+            table.add_row(e.name, "-", f"{e.distribution} {e.version}", "-", f"[red]load failed:[/] {e.error}")
+            continue
+        req = e.plugin.requires
+        needs = [k for k in ("data", "labels", "split_point", "gradients") if getattr(req, k)]
+        budget = f"budget {req.budget_s:g}s" if req.budget_s is not None else "no budget"
+        table.add_row(e.name, e.plugin.family, f"{e.distribution} {e.version}", ", ".join(needs + [budget]),
+                      e.plugin.summary)
+    _out.print(table)
+    _out.print("Applicability is decided per model from its profile; `auditor scan` reports why a plugin "
+               "was skipped (not-applicable, missing-data, not-selected).")
+    return ExitCode.PASS
+
+
+@app.command()
+def version() -> int:
+    """Print the auditor version."""
+    _out.print(f"auditor {__version__}")
+    return ExitCode.PASS
+
+
+def _print_report(report: Report) -> None:
+    m = report.model
+    _out.print(f"[bold]model[/] {m.path}  format={m.format}  params={m.params}  sha256={m.sha256[:12]}…  "
+               f"load={m.load_safety.verdict} ({m.load_safety.loader or 'not loaded'})")
+    a = report.architecture
+    if a is not None:
+        _out.print(f"[bold]profile[/] traced_with={a.traced_with}  skips={len(a.skip_connections)}  "
+                   f"stages={len(a.stages)}  last_stage={a.last_stage}  attention={len(a.attention)}  "
+                   f"stem={a.stem.kind}  split_points={len(a.split_points)}")
+    if report.findings:
+        table = Table(show_header=True, header_style="bold")
+        for col in ("severity", "rule", "title", "location"):
+            table.add_column(col, overflow="fold")
+        for f in report.findings:
+            table.add_row(f"[{_SEVERITY_STYLE[f.severity.value]}]{f.severity.value}[/]", f.rule_id, f.title,
+                          f.location or "")
+        _out.print(table)
+    for p in report.plugins:
+        extra = f" [{p.category}]" if p.category else ""
+        _out.print(f"[bold]plugin[/] {p.name}: {p.status}{extra} {p.reason}")
+
+
+def _print_verdict(report: Report, written: list[Path]) -> None:
+    s = report.summary
+    style = "bold green" if s.verdict == "pass" else "bold red"
+    _out.print(f"[{style}]{s.verdict.upper()}[/] (exit {s.exit_code}): {'; '.join(s.reasons)}")
+    _out.print("reports: " + ", ".join(str(p) for p in written))
+
+
+def run_cli(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv`` and return the exit code instead of exiting."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="auditor", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.UsageError as exc:
+        _err.print(f"auditor: usage error: {exc.format_message()}", markup=False)
+        return ExitCode.USAGE
+    except click.exceptions.Abort:
+        _err.print("auditor: aborted", markup=False)
+        return ExitCode.ERROR
+    except ConfigError as exc:
+        _err.print(f"auditor: configuration error: {exc}", markup=False)
+        return ExitCode.USAGE
+    except (InputError, TraceError, AuditorError) as exc:
+        if debug:
+            _err.print_exception()
+        _err.print(f"auditor: error: {exc}", markup=False)
+        return ExitCode.ERROR
+    except Exception as exc:  # noqa: BLE001 - a bug: one line unless --debug
+        if debug:
+            _err.print_exception()
+        _err.print(f"auditor: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+                   markup=False)
+        return ExitCode.ERROR
+    return int(result) if isinstance(result, int) else ExitCode.PASS
+
+
+def main() -> None:
+    """Entry point of the ``auditor`` console script."""
+    sys.exit(run_cli())

@@ -1,0 +1,132 @@
+"""Scan configuration: one validated pydantic tree, declared defaults, CLI over file over defaults."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from auditor.errors import ConfigError, InvalidInputShape
+from auditor.plugin.registry import PluginEntry
+from auditor.report.model import Severity
+
+DEFAULT_FAIL_ON = Severity.HIGH
+DEFAULT_INPUT_SHAPE = (3, 224, 224)
+DEFAULT_SEED = 0
+
+
+class ScanConfig(BaseModel):
+    """Everything ``auditor scan`` needs besides the checkpoint path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # loading
+    arch: str | None = None
+    imports: list[str] = Field(default_factory=list)
+    trust: bool = False
+    input_shape: tuple[int, ...] | None = None
+    # running
+    device: str = "auto"
+    seed: int = DEFAULT_SEED
+    plugins: list[str] | None = None
+    disable_plugins: list[str] = Field(default_factory=list)
+    budget_s: float | None = None
+    plugin_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # gate
+    fail_on: Severity = DEFAULT_FAIL_ON
+    strict: bool = False
+
+
+def parse_input_shape(text: str) -> tuple[int, ...]:
+    """Parse ``C,H,W`` (or ``C,H``/``L``) into a tuple of positive ints.
+
+    Raises:
+        InvalidInputShape: when the text is not a comma-separated list of positive integers.
+    """
+    try:
+        dims = tuple(int(part) for part in text.replace("x", ",").split(","))
+    except ValueError as exc:
+        raise InvalidInputShape(f"--input-shape must look like 3,224,224, got {text!r}") from exc
+    if not dims or any(d <= 0 for d in dims) or len(dims) > 4:
+        raise InvalidInputShape(f"--input-shape must be 1 to 4 positive integers, got {text!r}")
+    return dims
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read the ``[scan]`` table (and ``[plugins.NAME]`` tables) of a TOML file.
+
+    Raises:
+        ConfigError: when the file is missing or is not valid TOML.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    unknown = set(data) - {"scan", "plugins"}
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown table(s) {sorted(unknown)}; expected [scan], [plugins.NAME]")
+    merged = dict(data.get("scan", {}))
+    if "plugins" in data:
+        merged["plugin_config"] = data["plugins"]
+    return merged
+
+
+def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) -> ScanConfig:
+    """Merge file values under CLI values (unset CLI options are dropped) and validate.
+
+    Raises:
+        ConfigError: naming the first invalid key.
+    """
+    merged = {**file_values, **{k: v for k, v in cli_values.items() if v is not None}}
+    try:
+        return ScanConfig(**merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"invalid configuration {where}: {err['msg']}") from exc
+
+
+def build_plugin_configs(entries: Sequence[PluginEntry], config: ScanConfig) -> dict[str, BaseModel]:
+    """Validate each plugin's settings before any expensive work.
+
+    Raises:
+        ConfigError: for settings of an unknown plugin or an invalid key or value.
+    """
+    by_name = {e.name: e for e in entries}
+    for name in [*(config.plugins or []), *config.disable_plugins, *config.plugin_config]:
+        if name not in by_name:
+            raise ConfigError(f"unknown plugin {name!r}; installed: {', '.join(sorted(by_name)) or 'none'}")
+    configs: dict[str, BaseModel] = {}
+    for entry in entries:
+        if entry.plugin is None:
+            continue
+        try:
+            configs[entry.name] = entry.plugin.Config(**config.plugin_config.get(entry.name, {}))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"plugin {entry.name!r} setting {where}: {err['msg']}") from exc
+    return configs
+
+
+def resolve_device(name: str) -> torch.device:
+    """Turn ``auto``/``cpu``/``cuda[:N]`` into a device, preferring a GPU for ``auto``.
+
+    Raises:
+        ConfigError: for an unknown device or a GPU that is not there.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {name!r}; use auto, cpu or cuda[:N]") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available here (use --device auto or cpu)")
+    return device

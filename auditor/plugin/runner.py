@@ -1,0 +1,152 @@
+"""Run plugins one by one, each isolated: an exception or an overrun never loses the report."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from auditor.errors import PluginTimeout
+from auditor.plugin.api import PluginResult, RunContext
+from auditor.plugin.registry import PluginEntry
+from auditor.report.model import (
+    CATEGORY_EXCEPTION,
+    CATEGORY_LOAD_FAILED,
+    CATEGORY_MISSING_DATA,
+    CATEGORY_NOT_APPLICABLE,
+    CATEGORY_NOT_SELECTED,
+    CATEGORY_TIMEOUT,
+    ArchitectureProfile,
+    Finding,
+    PluginRun,
+)
+
+log = logging.getLogger(__name__)
+
+_TIMED_OUT = object()
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Scan-wide settings every plugin run shares."""
+
+    device: torch.device
+    seed: int = 0
+    selected: tuple[str, ...] | None = None
+    budget_s: float | None = None
+    data: Any = None
+
+
+def run_plugins(
+    entries: Sequence[PluginEntry],
+    *,
+    model: torch.nn.Module,
+    profile: ArchitectureProfile,
+    configs: Mapping[str, BaseModel],
+    settings: RunSettings,
+    on_start: Callable[[str], None] | None = None,
+) -> tuple[list[PluginRun], list[Finding]]:
+    """Run every entry that is selected, applicable and satisfied; return runs and findings."""
+    runs: list[PluginRun] = []
+    findings: list[Finding] = []
+    for entry in entries:
+        run, new = _run_one(entry, model=model, profile=profile, config=configs.get(entry.name),
+                            settings=settings, on_start=on_start)
+        runs.append(run)
+        findings.extend(new)
+    return runs, findings
+
+
+def _run_one(
+    entry: PluginEntry,
+    *,
+    model: torch.nn.Module,
+    profile: ArchitectureProfile,
+    config: BaseModel | None,
+    settings: RunSettings,
+    on_start: Callable[[str], None] | None,
+) -> tuple[PluginRun, list[Finding]]:
+    base = {"name": entry.name, "distribution": entry.distribution, "version": entry.version}
+    plugin = entry.plugin
+    if plugin is None:
+        return PluginRun(status="error", category=CATEGORY_LOAD_FAILED, reason=entry.error or "", **base), []
+    base["family"] = plugin.family
+    if settings.selected is not None and entry.name not in settings.selected:
+        return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED, reason="not in --plugins", **base), []
+    try:
+        verdict = plugin.applicable(profile)
+    except Exception as exc:  # noqa: BLE001 - isolation: a plugin bug is report data
+        return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
+                         **base), []
+    if not verdict.applicable:
+        return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE, reason=verdict.reason, **base), []
+    if plugin.requires.data and settings.data is None:
+        return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
+                         reason="needs --data; nothing is run on made-up data", **base), []
+    budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
+    ctx = RunContext(
+        model=_isolated_copy(model), profile=profile, config=config or plugin.Config(), device=settings.device,
+        seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
+    )
+    if on_start is not None:
+        on_start(entry.name)
+    started = time.monotonic()
+    outcome = _call_with_budget(lambda: plugin.run(ctx), budget)
+    duration = round(time.monotonic() - started, 3)
+    if outcome is _TIMED_OUT or isinstance(outcome, PluginTimeout):
+        reason = str(PluginTimeout(entry.name, budget or 0.0))
+        return PluginRun(status="error", category=CATEGORY_TIMEOUT, reason=reason, duration_s=duration, **base), []
+    if isinstance(outcome, BaseException):
+        return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=_describe(outcome),
+                         duration_s=duration, **base), []
+    if not isinstance(outcome, PluginResult):
+        return PluginRun(status="error", category=CATEGORY_EXCEPTION,
+                         reason=f"run() returned {type(outcome).__name__}, not PluginResult", duration_s=duration,
+                         **base), []
+    findings = [f.model_copy(update={"source": entry.name}) for f in outcome.findings]
+    provenance = {"seed": settings.seed, "device": str(settings.device), "budget_s": budget,
+                  "config": ctx.config.model_dump(mode="json"), **outcome.provenance}
+    return PluginRun(
+        status="ok", reason=verdict.reason, duration_s=duration, metrics=outcome.metrics, provenance=provenance,
+        artifacts=outcome.artifacts, finding_count=len(findings), **base,
+    ), findings
+
+
+def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:
+    """Run ``fn`` in a worker thread; return its result, its exception or ``_TIMED_OUT``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the runner
+            box["value"] = exc
+
+    worker = threading.Thread(target=target, name="auditor-plugin", daemon=True)
+    worker.start()
+    worker.join(timeout=budget_s)
+    if worker.is_alive():
+        # The thread cannot be killed; it works on its own copy of the model and is abandoned.
+        return _TIMED_OUT
+    return box.get("value")
+
+
+def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """Give each plugin its own copy so that no plugin can change what the next one sees."""
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # noqa: BLE001 - some ScriptModules cannot be copied; share them read-only
+        log.debug("model could not be deep-copied; sharing it", exc_info=True)
+        return model
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__

@@ -1,0 +1,156 @@
+"""Audit one checkpoint end to end: load safely, profile, run plugins, decide."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from auditor._version import __version__
+from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
+from auditor.gate import summarize
+from auditor.graph.profile import profile_model
+from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.plugin.registry import PluginEntry, discover_plugins
+from auditor.plugin.runner import RunSettings, run_plugins
+from auditor.report.model import (
+    CATEGORY_NO_MODEL,
+    Finding,
+    PluginRun,
+    Reference,
+    Report,
+    Severity,
+    ToolInfo,
+)
+
+_PICKLE_REFS = [
+    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
+              locator="'Warning: the pickle module is not secure'"),
+    Reference(source="lit:torch.load", title="torch.load documentation", locator="weights_only"),
+]
+
+
+def scan(
+    path: str | Path,
+    config: ScanConfig | None = None,
+    *,
+    entries: list[PluginEntry] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Audit the checkpoint at ``path`` and return the report.
+
+    Example:
+        >>> report = scan("resnet18.pt")
+        >>> report.summary.verdict
+        'fail'
+
+    Raises:
+        InputError: the checkpoint or the flags cannot be used (exit code 2).
+        ConfigError: the configuration is invalid (exit code 4).
+        TraceError: the model does not run on the example input (exit code 2).
+    """
+    config = config or ScanConfig()
+    say = progress or (lambda _msg: None)
+    entries = discover_plugins() if entries is None else entries
+    plugin_configs = build_plugin_configs(entries, config)
+    device = resolve_device(config.device)
+    entries = [e for e in entries if e.name not in config.disable_plugins]
+
+    say("checking pickles and loading the checkpoint")
+    loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust)
+    info = loaded.info
+    notes = list(loaded.notes)
+    findings = _load_findings(loaded, config)
+    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    if loaded.model is None:
+        plugins = [PluginRun(name=e.name, status="skipped", category=CATEGORY_NO_MODEL,
+                             reason="the checkpoint was refused before loading") for e in entries]
+        summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=True, strict=config.strict)
+        return Report(tool=tool, created_at=created, model=info, architecture=None, findings=findings,
+                      plugins=plugins, summary=summary, notes=notes)
+
+    shape, source = _input_shape(config, loaded)
+    info = info.model_copy(update={"input_shape": list(shape), "input_shape_source": source})
+    model = loaded.model.to(device)
+
+    say(f"tracing the model on a 1x{'x'.join(map(str, shape))} input")
+    profile = profile_model(model, shape)
+    findings.extend(_profile_findings(profile.traced_with, profile.trace_notes))
+
+    plugins, plugin_findings = run_plugins(
+        entries, model=model, profile=profile, configs=plugin_configs,
+        settings=RunSettings(device=device, seed=config.seed, selected=_selected(config), budget_s=config.budget_s),
+        on_start=lambda name: say(f"running plugin {name}"),
+    )
+    findings.extend(plugin_findings)
+    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
+    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=False, strict=config.strict)
+    return Report(tool=tool, created_at=created, model=info, architecture=profile, findings=findings,
+                  plugins=plugins, summary=summary, notes=notes)
+
+
+def _selected(config: ScanConfig) -> tuple[str, ...] | None:
+    return tuple(config.plugins) if config.plugins is not None else None
+
+
+def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...], str]:
+    """Pick the example input shape: the flag, then what the model says, then the default."""
+    if config.input_shape is not None:
+        return tuple(config.input_shape), "--input-shape"
+    if loaded.info.input_shape:
+        return tuple(loaded.info.input_shape), loaded.info.input_shape_source or "checkpoint"
+    return DEFAULT_INPUT_SHAPE, "default (3,224,224); set --input-shape if the model expects another size"
+
+
+def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:
+    """Turn the load-safety verdict and trust flags into core findings."""
+    safety = loaded.info.load_safety
+    findings = [
+        Finding(
+            rule_id="load.unsafe-pickle", severity=Severity.CRITICAL,
+            title="Checkpoint pickle imports a name outside the allowlist; load refused",
+            message=(f"{issue.module}.{issue.name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: "
+                     f"{issue.reason}. Nothing was unpickled or executed."),
+            location=issue.pickle,
+            evidence={"import": f"{issue.module}.{issue.name}", "opcode": issue.opcode, "position": issue.position,
+                      "pickle": issue.pickle},
+            references=_PICKLE_REFS, remediation=["resave-as-safetensors"],
+        )
+        for issue in safety.issues
+    ]
+    if config.trust and safety.verdict == "safe":
+        findings.append(Finding(
+            rule_id="load.trust-all", severity=Severity.MEDIUM,
+            title="--trust was used: classes outside the allowlist were unpickled",
+            message=("The static check passed (no denylisted import), but the user allowed every module to be "
+                     "imported during unpickling. Only use --trust on checkpoints from a source you trust."),
+            evidence={"globals_seen": safety.globals_seen[:30]}, references=_PICKLE_REFS,
+            remediation=["resave-as-safetensors"],
+        ))
+    return findings
+
+
+def _profile_findings(traced_with: str, notes: list[str]) -> list[Finding]:
+    """Explain what a fallback profile cannot see, so 'no skips found' is never silent."""
+    if traced_with == "fx":
+        return []
+    if traced_with == "export":
+        return [Finding(
+            rule_id="graph.export-fallback", severity=Severity.INFO,
+            title="Profiled from a torch.export (ATen) graph instead of torch.fx",
+            message="Module-level facts come from ATen operators; " + "; ".join(notes),
+            evidence={"notes": notes},
+        )]
+    return [Finding(
+        rule_id="graph.profile-incomplete", severity=Severity.MEDIUM,
+        title="Architecture profile is incomplete: the model could not be traced",
+        message=("Neither torch.fx nor torch.export could trace the model, so only module types were seen; "
+                 "skip connections, split points and positional embeddings are unknown, not absent. "
+                 + "; ".join(notes)),
+        evidence={"notes": notes},
+    )]

@@ -1,0 +1,73 @@
+"""Entry-point discovery with fake distributions: provenance, duplicates, broken plugins."""
+
+from __future__ import annotations
+
+import sys
+import types
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from auditor.errors import PluginValidationError
+from auditor.plugin.registry import discover_plugins, validate_plugin
+from tests.plugin._fakes import FakePlugin
+
+
+class _Dist:
+    def __init__(self, name: str, version: str) -> None:
+        self.name, self.version = name, version
+
+
+def _ep(name: str, value: str, dist: str = "fake-dist") -> EntryPoint:
+    ep = EntryPoint(name=name, value=value, group="auditor.plugins")
+    return ep._for(_Dist(dist, "1.2.3"))  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def fake_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    mod = types.ModuleType("fake_auditor_plugins")
+    mod.good = FakePlugin("good")  # type: ignore[attr-defined]
+    mod.misnamed = FakePlugin("other-name")  # type: ignore[attr-defined]
+    mod.not_a_plugin = object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_auditor_plugins", mod)
+    return mod
+
+
+def test_discovery_records_distribution(fake_module: types.ModuleType) -> None:
+    (entry,) = discover_plugins(load_entry_points=lambda: [_ep("good", "fake_auditor_plugins:good")])
+    assert entry.plugin is fake_module.good and entry.distribution == "fake-dist" and entry.version == "1.2.3"
+
+
+def test_broken_and_invalid_plugins_become_data(fake_module: types.ModuleType) -> None:
+    entries = discover_plugins(load_entry_points=lambda: [
+        _ep("good", "fake_auditor_plugins:good"),
+        _ep("missing", "no_such_module_xyz:plugin"),
+        _ep("misnamed", "fake_auditor_plugins:misnamed"),
+        _ep("bare", "fake_auditor_plugins:not_a_plugin"),
+    ])
+    by_name = {e.name: e for e in entries}
+    assert by_name["good"].error is None
+    assert "import failed" in (by_name["missing"].error or "")
+    assert "entry point is 'misnamed'" in (by_name["misnamed"].error or "")
+    assert "missing attribute" in (by_name["bare"].error or "")
+
+
+def test_duplicate_names_are_an_error(fake_module: types.ModuleType) -> None:
+    with pytest.raises(PluginValidationError, match="registered twice"):
+        discover_plugins(load_entry_points=lambda: [
+            _ep("good", "fake_auditor_plugins:good", "a"), _ep("good", "fake_auditor_plugins:good", "b")])
+
+
+def test_bad_rule_ids_are_rejected() -> None:
+    from auditor.plugin import Rule, Severity
+
+    plugin = FakePlugin("bad-rules")
+    plugin.rules = (Rule(id="NoArea", title="t", severity=Severity.LOW),)  # type: ignore[misc]
+    with pytest.raises(PluginValidationError, match="rule ids"):
+        validate_plugin("bad-rules", plugin)
+
+
+def test_first_party_plugin_is_registered_through_its_entry_point() -> None:
+    entries = {e.name: e for e in discover_plugins()}
+    assert entries["architecture-risk"].plugin is not None
+    assert entries["architecture-risk"].distribution == "auditor"

@@ -1,0 +1,63 @@
+"""Plugin isolation: errors, timeouts, skips and model copies never lose the report."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from auditor.graph.profile import profile_model
+from auditor.plugin import Requirements
+from auditor.plugin.registry import PluginEntry
+from auditor.plugin.runner import RunSettings, run_plugins
+from tests.plugin._fakes import FakePlugin
+
+_MODEL = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+_PROFILE = profile_model(_MODEL, (3, 8, 8))
+
+
+def _run(*plugins: FakePlugin, **settings: object):  # type: ignore[no-untyped-def]
+    entries = [PluginEntry(p.name, p, "test", "0") for p in plugins]
+    return run_plugins(entries, model=_MODEL, profile=_PROFILE, configs={},
+                       settings=RunSettings(device=torch.device("cpu"), **settings))  # type: ignore[arg-type]
+
+
+def test_a_raising_plugin_does_not_break_the_others() -> None:
+    runs, findings = _run(FakePlugin("first", "raise"), FakePlugin("second"))
+    assert [(r.name, r.status, r.category) for r in runs] == [
+        ("first", "error", "plugin.exception"), ("second", "ok", None)]
+    assert "RuntimeError: boom" in runs[0].reason
+    assert [f.source for f in findings] == ["second"]
+    assert runs[1].metrics == {"value": 1.0} and runs[1].provenance["seed"] == 0
+
+
+def test_overrun_becomes_timeout_error() -> None:
+    runs, _ = _run(FakePlugin("slow", "sleep", requires=Requirements(budget_s=0.2)), FakePlugin("after"))
+    assert (runs[0].status, runs[0].category) == ("error", "plugin.timeout")
+    assert "0.2 s" in runs[0].reason and runs[1].status == "ok"
+
+
+def test_cooperative_budget_check_is_a_timeout() -> None:
+    runs, _ = _run(FakePlugin("coop", "cooperative-timeout"), budget_s=0.1)
+    assert runs[0].category == "plugin.timeout"
+
+
+def test_skips_carry_categories() -> None:
+    runs, _ = _run(FakePlugin("na", "not-applicable"), FakePlugin("needs-data", requires=Requirements(data=True)),
+                   FakePlugin("unselected"), selected=("na", "needs-data"))
+    assert [(r.status, r.category) for r in runs] == [
+        ("skipped", "not-applicable"), ("skipped", "missing-data"), ("skipped", "not-selected")]
+    assert runs[0].reason == "no attention in this model"
+
+
+def test_plugins_work_on_a_copy_of_the_model() -> None:
+    before = [p.clone() for p in _MODEL.parameters()]
+    _run(FakePlugin("mutator", "mutate"))
+    assert all(torch.equal(a, b) for a, b in zip(before, _MODEL.parameters()))
+
+
+def test_load_failures_are_reported() -> None:
+    runs, _ = run_plugins([PluginEntry("broken", None, "x", "1", "import failed: ImportError: nope")],
+                          model=_MODEL, profile=_PROFILE, configs={},
+                          settings=RunSettings(device=torch.device("cpu")))
+    assert (runs[0].status, runs[0].category, runs[0].reason) == ("error", "plugin.load-failed",
+                                                                  "import failed: ImportError: nope")
