@@ -33,6 +33,7 @@ class RawSkip:
 def detect_skips(g: df.DataFlowGraph) -> list[RawSkip]:
     """Return every skip connection of ``g`` in topological order."""
     found: list[RawSkip] = []
+    source_of: dict[int, int] = {}
     for n in g.nodes:
         if not n.data:
             continue
@@ -42,9 +43,25 @@ def detect_skips(g: df.DataFlowGraph) -> list[RawSkip]:
             skip = _concatenative(g, n)
         else:
             continue
-        if skip is not None:
-            found.append(skip)
+        if skip is None:
+            continue
+        if any(source_of.get(i) == skip.source for i in _through_passthrough(g, n.inputs)):
+            # ``a + b + c`` over one source (a RepVGG block) is one multi-branch skip, not two.
+            source_of[n.idx] = skip.source
+            continue
+        source_of[n.idx] = skip.source
+        found.append(skip)
     return found
+
+
+def _through_passthrough(g: df.DataFlowGraph, inputs: tuple[int, ...]) -> list[int]:
+    """Return ``inputs`` with dropout/drop-path/identity nodes replaced by what they pass on."""
+    out = []
+    for i in inputs:
+        while g.nodes[i].kind == df.PASS and len(g.nodes[i].inputs) == 1:
+            i = g.nodes[i].inputs[0]
+        out.append(i)
+    return out
 
 
 def _unscaled(g: df.DataFlowGraph, idx: int) -> tuple[int, float | None]:
