@@ -11,12 +11,16 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from auditor._version import __version__
+
+try:  # typer >= 0.20 vendors its own copy of click
+    from typer._click import exceptions as _click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as _click_exc  # type: ignore[no-redef]
 from auditor.config import build_config, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
@@ -27,7 +31,7 @@ app = typer.Typer(
     name="auditor", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Privacy-risk auditor for PyTorch checkpoints.",
 )
-_err = Console(stderr=True, highlight=False)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
 _out = Console(highlight=False)
 
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
@@ -161,12 +165,12 @@ def run_cli(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="auditor", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.UsageError as exc:
+    except _click_exc.UsageError as exc:
         _err.print(f"auditor: usage error: {exc.format_message()}", markup=False)
         return ExitCode.USAGE
-    except click.exceptions.Abort:
+    except typer.Abort:
         _err.print("auditor: aborted", markup=False)
         return ExitCode.ERROR
     except ConfigError as exc:

@@ -79,7 +79,8 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
     with eval_mode(model), torch.no_grad():
         if not isinstance(model, torch.jit.ScriptModule):
             try:
-                return TraceResult(_fx_graph(model, example), "fx", notes)
+                with _quiet_torch():
+                    return TraceResult(_fx_graph(model, example), "fx", notes)
             except Exception as exc:  # noqa: BLE001 - any tracing failure means: try the next method
                 notes.append(f"torch.fx could not trace the model ({type(exc).__name__}: {_first_line(exc)})")
                 log.debug("fx trace failed", exc_info=True)
@@ -101,7 +102,7 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
 
 @contextmanager
 def _quiet_torch() -> Iterator[None]:
-    """Silence torch's own warnings and log dumps while a fallback tracer runs."""
+    """Silence torch's own warnings, log dumps and printed tracebacks while a tracer runs."""
     loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
