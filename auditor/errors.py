@@ -7,6 +7,7 @@
     │   ├── TruncatedArchive
     │   ├── UnknownFormat
     │   ├── MissingArchitecture
+    │   ├── UnknownArchitecture
     │   ├── ArchitectureMismatch
     │   ├── ClassNotImportable
     │   └── InvalidInputShape
@@ -78,6 +79,17 @@ class MissingArchitecture(InputError):
         super().__init__(
             f"{path} holds weights only ({fmt}); pass --arch NAME (a timm or torchvision model name, "
             "or package.module:factory)"
+        )
+
+
+class UnknownArchitecture(InputError):
+    """``--arch`` names no torchvision model, timm model or ``package.module:factory``."""
+
+    def __init__(self, arch: str) -> None:
+        self.arch = arch
+        super().__init__(
+            f"unknown --arch {arch!r}: expected a torchvision classification model name, a timm model name "
+            "or package.module:factory"
         )
 
 

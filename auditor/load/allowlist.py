@@ -1,0 +1,314 @@
+"""Decide whether a global imported by a checkpoint pickle (or an exported graph's call) is safe.
+
+The order of the checks is the policy: malformed names, then the denylist (never overridden, not
+even by ``--trust``), then the user's ``--import`` prefixes, then the built-in allowlist and the
+model-zoo class check, then ``--trust``. Anything left is refused as not on the allowlist.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+import logging
+import math
+import re
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from auditor.errors import ClassNotImportable
+
+logger = logging.getLogger(__name__)
+
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_EXPR = 10_000
+_QUOTED = re.compile(r"'[A-Za-z0-9_.+-]*'|\"[A-Za-z0-9_.+-]*\"")
+_EXPR_CHARS = re.compile(r"^[A-Za-z0-9_\s+\-*/%(),.<>=!&|~^]*$")
+_ATTRIBUTE = re.compile(r"\.\s*[A-Za-z_]|__")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SYMBOL_NAME = re.compile(r"^[a-z]+[0-9]+$")
+_KWARG = re.compile(r"\s*=(?!=)")
+
+_OS = "gives operating-system access (processes, files, environment)"
+_NET = "opens network connections"
+_FILES = "reads or writes files"
+_CODE = "runs or compiles arbitrary code"
+_IMPORTS = "imports arbitrary modules"
+_NESTED = "unpickles nested data that was never checked"
+_PROCS = "starts processes or threads"
+_NATIVE = "calls native code directly"
+_ATTRS = "reaches arbitrary attributes of other objects"
+
+# fmt: off
+DENIED_MODULES: dict[str, str] = {
+    "os": _OS, "posix": _OS, "nt": _OS, "subprocess": _OS, "sys": "exposes interpreter internals",
+    "runpy": _CODE, "code": _CODE, "codeop": _CODE, "types": "builds code and function objects",
+    "pty": _OS, "bdb": _CODE, "pdb": _CODE, "trace": _CODE, "timeit": _CODE, "doctest": _CODE,
+    "importlib": _IMPORTS, "imp": _IMPORTS, "pkgutil": _IMPORTS, "zipimport": _IMPORTS, "site": _IMPORTS,
+    "pickle": _NESTED, "_pickle": _NESTED, "cPickle": _NESTED, "dill": _NESTED, "cloudpickle": _NESTED,
+    "joblib": _NESTED, "shelve": _NESTED, "marshal": "loads raw code objects",
+    "shutil": _FILES, "io": _FILES, "_io": _FILES, "pathlib": _FILES, "tempfile": _FILES, "glob": _FILES,
+    "fileinput": _FILES, "zipfile": _FILES, "tarfile": _FILES, "dbm": _FILES,
+    "socket": _NET, "ssl": _NET, "requests": _NET, "urllib": _NET, "urllib3": _NET, "http": _NET,
+    "httpx": _NET, "ftplib": _NET, "smtplib": _NET, "webbrowser": "opens a web browser",
+    "ctypes": _NATIVE, "_ctypes": _NATIVE, "cffi": _NATIVE,
+    "multiprocessing": _PROCS, "threading": _PROCS, "_thread": _PROCS, "asyncio": _PROCS,
+    "concurrent": _PROCS, "signal": _PROCS,
+    "operator": _ATTRS, "gc": _ATTRS, "inspect": _ATTRS,
+    "torch.hub": "downloads and runs code from the internet",
+    "torch.utils.cpp_extension": "compiles and loads native extensions",
+    "torch.utils.model_zoo": "downloads files",
+    "torch.jit": "loads or compiles TorchScript",
+    "torch.package": "imports code packaged in an archive",
+    "torch.serialization": "loads other checkpoints without the static check",
+    "torch._dynamo": _CODE, "torch._inductor": _CODE, "torch.compiler": _CODE, "torch.fx": _CODE,
+    "torch.export": "loads exported programs", "torch._export": "loads exported programs",
+    "torch.ops": "calls arbitrary registered operators", "torch._ops": "calls arbitrary registered operators",
+    "torch.library": "registers operators", "torch.classes": "calls arbitrary registered classes",
+    "torch._C": "calls torch internals directly", "torch.distributed": _NET,
+    "torch.multiprocessing": _PROCS, "torch.utils.data": _PROCS, "torch.onnx": _FILES,
+    "torch.utils.tensorboard": _FILES,
+    "numpy.f2py": _CODE, "numpy.distutils": _CODE, "numpy.ctypeslib": _NATIVE, "numpy.testing": _CODE,
+    "numpy.lib.npyio": _NESTED,
+}
+DENIED_GLOBALS: dict[str, str] = {
+    "builtins.eval": "evaluates arbitrary Python code", "builtins.exec": "executes arbitrary Python code",
+    "builtins.compile": "compiles arbitrary Python code", "builtins.open": "opens files",
+    "builtins.getattr": _ATTRS, "builtins.setattr": "overwrites attributes of other objects",
+    "builtins.delattr": "deletes attributes of other objects", "builtins.__import__": _IMPORTS,
+    "builtins.globals": _ATTRS, "builtins.locals": _ATTRS, "builtins.vars": _ATTRS,
+    "builtins.breakpoint": "starts a debugger", "builtins.input": "reads from the terminal",
+    "builtins.exit": "exits the process", "builtins.quit": "exits the process", "builtins.help": _CODE,
+    "builtins.type": "builds new classes", "builtins.super": _ATTRS, "builtins.memoryview": _ATTRS,
+    "torch.load": "loads another checkpoint without the static check",
+    "torch.save": "writes files", "torch.compile": _CODE,
+    "torch.storage._load_from_bytes": "calls torch.load on embedded bytes without the static check",
+    "numpy.load": _NESTED, "numpy.fromfile": _FILES, "numpy.memmap": _FILES, "numpy.save": _FILES,
+}
+SAFE_BUILTINS = frozenset({
+    "dict", "list", "tuple", "set", "frozenset", "slice", "bool", "int", "float", "complex", "str", "bytes",
+    "bytearray", "object", "range",
+})
+SAFE_GLOBALS = frozenset({
+    "collections.OrderedDict", "functools.partial", "copyreg._reconstructor", "_codecs.encode",
+    "torch.Size", "torch.device", "torch.Tensor", "torch.serialization._get_layout",
+    "torch._tensor._rebuild_from_type_v2",
+    "numpy.core.multiarray._reconstruct", "numpy.core.multiarray.scalar",
+    "numpy._core.multiarray._reconstruct", "numpy._core.multiarray.scalar", "numpy.dtype", "numpy.ndarray",
+})
+# What a torch.export graph (models/*.json) may call, and the names its sympy expressions may use.
+GRAPH_OPERATOR_CALLS = frozenset({
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "getitem", "eq", "ne",
+    "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift", "rshift", "matmul", "truth",
+})
+GRAPH_TORCH_CALLS = frozenset({
+    "sym_int", "sym_float", "sym_max", "sym_min", "sym_not", "sym_ite", "sym_sqrt", "sym_sum", "_sym_sqrt",
+    "_C._set_grad_enabled", "amp.autocast_mode._enter_autocast", "amp.autocast_mode._exit_autocast",
+})
+GRAPH_DENIED_OPS = frozenset({"from_file"})
+SYMPY_NAMES = frozenset({
+    "Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Mod", "Max", "Min", "Abs", "floor",
+    "ceiling", "sqrt", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "StrictLessThan", "StrictGreaterThan", "LessThan",
+    "GreaterThan", "Equality", "Unequality", "And", "Or", "Not", "Xor", "Piecewise", "ExprCondPair",
+    "BooleanTrue", "BooleanFalse", "true", "false", "True", "False", "None", "oo", "zoo", "nan", "int_oo",
+    "Infinity", "NegativeInfinity", "IntInfinity", "NegativeIntInfinity", "One", "Zero", "NegativeOne",
+    "Half",
+    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv",
+    "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv", "TruncToFloat",
+    "IsNonOverlappingAndDenseIndicator", "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat", "Identity",
+})
+# fmt: on
+MODEL_ZOO_PACKAGES = ("torchvision", "timm", "transformers")
+_TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
+_FUNCTIONAL_HOMES = frozenset({"torch.nn.functional", "torch._C._nn", "torch"})
+
+
+@dataclass(frozen=True)
+class ImportPolicy:
+    """The user's extensions to the allowlist."""
+
+    trusted_imports: tuple[str, ...] = ()
+    trust_all: bool = False
+
+
+def refusal_reason(module: str, name: str, policy: ImportPolicy) -> str | None:
+    """Return why ``module.name`` must not be resolved, or None when it is safe."""
+    if not _MODULE_RE.match(module):
+        return f"{module!r} is not a valid module name"
+    if not _NAME_RE.match(name):
+        return f"{name!r} is an attribute path or not a plain name; it can reach objects outside {module}"
+    denied = _denied(module, name)
+    if denied:
+        return f"denied: {module}.{name} {denied}"
+    if any(_under(module, prefix) for prefix in policy.trusted_imports):
+        return None
+    if _allowed(module, name):
+        return None
+    zoo = next((pkg for pkg in MODEL_ZOO_PACKAGES if _under(module, pkg)), None)
+    if zoo is not None:
+        return _zoo_reason(module, name)
+    if policy.trust_all:
+        return None
+    top = module.split(".")[0]
+    return f"module {module} is not on the allowlist (pass --import {top} to trust it)"
+
+
+def graph_target_reason(target: str) -> str | None:
+    """Return why an exported graph node may not call ``target``, or None when it is safe.
+
+    Mirrors torch's deserializer: a target starting with ``_operator``, ``torch`` or ``math`` is
+    resolved by getattr on that module along the remaining dotted parts; anything else stays a string.
+    """
+    prefix = next((p for p in ("_operator", "torch", "math") if target.startswith(p)), None)
+    if prefix is None:
+        return None
+    path = target.split(".")[1:]
+    dotted = ".".join(path)
+    if prefix == "torch" and path[:1] == ["ops"]:
+        denied = GRAPH_DENIED_OPS.intersection(path)
+        return f"graph calls {target}, which reads files" if denied else None
+    if prefix == "torch" and dotted in GRAPH_TORCH_CALLS:
+        return None
+    if prefix == "_operator" and dotted in GRAPH_OPERATOR_CALLS:
+        return None
+    if prefix == "math" and _NAME_RE.match(dotted) and not dotted.startswith("_") and hasattr(math, dotted):
+        return None
+    return f"graph calls {target!r}, which resolves to {prefix}.{dotted}, not an operator"
+
+
+def sym_expr_reason(expr: str) -> str | None:
+    """Return why torch.export must not ``sympy.sympify`` this expression (it is ``eval``), or None.
+
+    Only sympy constructor names, symbol names (``s0``, ``u3``), keyword arguments, numbers, quoted
+    plain names and operators are accepted: no attribute access, subscripts or other names.
+    """
+    if len(expr) > _MAX_EXPR:
+        return "symbolic expression is too long to check"
+    bare = _QUOTED.sub(" 0 ", expr)
+    if not _EXPR_CHARS.match(bare):
+        return "symbolic expression contains characters outside arithmetic and sympy constructors"
+    if _ATTRIBUTE.search(bare):
+        return "symbolic expression uses attribute access"
+    for match in _IDENT.finditer(bare):
+        word = match.group()
+        keyword = _KWARG.match(bare, match.end()) is not None
+        if not (word in SYMPY_NAMES or _SYMBOL_NAME.match(word) or (keyword and word.isidentifier())):
+            return f"symbolic expression uses the name {word!r}, which is not a sympy constructor or symbol"
+    return None
+
+
+def resolve_global(module: str, name: str) -> object:
+    """Import ``module`` and return its attribute ``name``.
+
+    Raises:
+        ClassNotImportable: the module cannot be imported or lacks the attribute.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # numpy.core is a deprecated alias
+            return getattr(importlib.import_module(module), name)
+    except Exception as exc:  # importing user code can raise anything
+        raise ClassNotImportable(f"{module}.{name}", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _denied(module: str, name: str) -> str | None:
+    """Return the denylist reason for ``module.name``, if any."""
+    full = f"{module}.{name}"
+    if full in DENIED_GLOBALS:
+        return DENIED_GLOBALS[full]
+    if "__main__" in module.split("."):
+        return "runs a program's main module"
+    if module == "builtins" and name not in SAFE_BUILTINS:
+        return "is a builtin other than a plain container type"
+    if full in SAFE_GLOBALS or module == "torch.jit._pickle":
+        return None
+    for prefix, reason in DENIED_MODULES.items():
+        if _under(module, prefix):
+            return reason
+    return None
+
+
+def _allowed(module: str, name: str) -> bool:
+    """Return True if the built-in allowlist covers ``module.name``."""
+    if f"{module}.{name}" in SAFE_GLOBALS or module == "torch.jit._pickle" or _under(module, "__torch__"):
+        return True
+    if module == "builtins":
+        return name in SAFE_BUILTINS
+    if module == "torch._utils":
+        return name.startswith("_rebuild_")
+    if module in ("torch", "torch.storage", "torch.cuda") and name.endswith("Storage"):
+        return _is_class(module, name, object)
+    if module == "torch":
+        value = vars(torch).get(name)  # no getattr: torch.__getattr__ imports heavy submodules
+        return isinstance(value, _TORCH_VALUE_TYPES) or (name.endswith("Tensor") and isinstance(value, type))
+    if module == "torch.nn.parameter":
+        return _is_class(module, name, torch.Tensor)
+    if _under(module, "torch.nn.modules"):
+        return _is_class(module, name, torch.nn.Module)
+    if module == "torch.nn.functional":
+        return _is_functional(name)
+    if module in ("numpy", "numpy.dtypes"):
+        return _is_numpy_type(module, name)
+    return False
+
+
+def _is_class(module: str, name: str, base: type) -> bool:
+    obj = _try_resolve(module, name)
+    return isinstance(obj, type) and issubclass(obj, base)
+
+
+def _is_functional(name: str) -> bool:
+    """Return True for public ``torch.nn.functional`` functions implemented by torch itself."""
+    obj = _try_resolve("torch.nn.functional", name)
+    return (
+        not name.startswith("_")
+        and (inspect.isfunction(obj) or inspect.isbuiltin(obj))
+        and getattr(obj, "__module__", None) in _FUNCTIONAL_HOMES
+    )
+
+
+def _is_numpy_type(module: str, name: str) -> bool:
+    """Return True for numpy dtype classes and scalar types."""
+    try:
+        import numpy as np
+    except ImportError:
+        return False
+    obj = _try_resolve(module, name)
+    return isinstance(obj, type) and issubclass(obj, (np.dtype, np.generic))
+
+
+def _zoo_reason(module: str, name: str) -> str | None:
+    """Allow model-zoo names only when they are nn.Module (or enum/config) classes."""
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except AttributeError:
+        return f"{module}.{name} does not exist in the installed {module.split('.')[0]}"
+    except Exception as exc:  # noqa: BLE001 - a broken optional package can raise anything on import
+        logger.debug("%s not importable for the check (%s); the loader will report it", module, exc)
+        return None
+    if isinstance(obj, type) and issubclass(obj, (torch.nn.Module, enum.Enum)):
+        return None
+    if isinstance(obj, type) and any(
+        base.__name__ == "PretrainedConfig" and base.__module__.startswith("transformers.")
+        for base in obj.__mro__
+    ):
+        return None
+    kind = "a class" if isinstance(obj, type) else "a function" if callable(obj) else "not a class"
+    return (
+        f"{module}.{name} is {kind}, not a torch.nn.Module class; only model classes are allowed from "
+        f"{module.split('.')[0]} because calling other names could download or load files"
+    )
+
+
+def _try_resolve(module: str, name: str) -> object:
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None

@@ -1,0 +1,114 @@
+"""Identify a checkpoint's container format from its bytes, never from its file extension."""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import zipfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
+
+logger = logging.getLogger(__name__)
+
+ZIP_MAGIC = b"PK\x03\x04"
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"
+PICKLE_PROTOCOLS = range(2, 6)
+SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+
+
+class Container(str, Enum):
+    """How the checkpoint's bytes are laid out on disk."""
+
+    TORCH_ZIP = "torch-zip"
+    TORCHSCRIPT = "torchscript"
+    TORCH_EXPORT = "torch-export"
+    LEGACY_PICKLE = "legacy-pickle"
+    SAFETENSORS = "safetensors"
+
+
+@dataclass(frozen=True)
+class Sniffed:
+    """The result of sniffing one file."""
+
+    path: Path
+    container: Container
+    size_bytes: int
+
+
+def sniff(path: Path) -> Sniffed:
+    """Return the container format of ``path``, read from its leading bytes.
+
+    Raises:
+        CheckpointNotFound: the path does not exist.
+        EmptyCheckpoint: the file has no bytes.
+        TruncatedArchive: the file starts like a zip or safetensors file but is cut short or corrupt.
+        UnknownFormat: the bytes match no format auditor reads.
+    """
+    if not path.exists():
+        raise CheckpointNotFound(path)
+    if not path.is_file():
+        raise UnknownFormat(path, "not a regular file")
+    size = path.stat().st_size
+    if size == 0:
+        raise EmptyCheckpoint(path)
+    with path.open("rb") as fh:
+        head = fh.read(16)
+    if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
+        return _sniff_zip(path, size)
+    if len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS:
+        return Sniffed(path, Container.LEGACY_PICKLE, size)
+    if _looks_like_safetensors(path, head, size):
+        return Sniffed(path, Container.SAFETENSORS, size)
+    raise UnknownFormat(path, f"leading bytes {head[:8].hex(' ')}")
+
+
+def classify_zip_members(names: list[str]) -> Container | None:
+    """Return the container a zip with these member names is, or None if it is no torch archive."""
+    if any(_basename(n) in ("archive_format", "serialized_exported_program.json") for n in names):
+        return Container.TORCH_EXPORT
+    if any("/code/" in f"/{n}" or _basename(n) == "constants.pkl" for n in names):
+        return Container.TORCHSCRIPT
+    if any(_basename(n) == "data.pkl" for n in names):
+        return Container.TORCH_ZIP
+    return None
+
+
+def _sniff_zip(path: Path, size: int) -> Sniffed:
+    """Open ``path`` as a zip and tell torch.save, TorchScript and torch.export archives apart."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise TruncatedArchive(path, str(exc) or type(exc).__name__) from exc
+    container = classify_zip_members(names)
+    if container is None:
+        raise UnknownFormat(path, "zip archive without data.pkl, TorchScript code or a torch.export layout")
+    logger.debug("%s: %s with %d members", path, container.value, len(names))
+    return Sniffed(path, container, size)
+
+
+def _looks_like_safetensors(path: Path, head: bytes, size: int) -> bool:
+    """Return True if the file has a safetensors header: u64 little-endian length, then a JSON object."""
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    (header_len,) = struct.unpack("<Q", head[:8])
+    if header_len > SAFETENSORS_MAX_HEADER:
+        return False
+    if 8 + header_len > size:
+        raise TruncatedArchive(path, f"safetensors header claims {header_len} bytes, file has {size - 8}")
+    with path.open("rb") as fh:
+        fh.seek(8)
+        raw = fh.read(header_len)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TruncatedArchive(path, f"safetensors header is not valid JSON: {exc}") from exc
+    return isinstance(header, dict)
+
+
+def _basename(name: str) -> str:
+    return name.rstrip("/").rsplit("/", 1)[-1]

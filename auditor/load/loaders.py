@@ -1,0 +1,369 @@
+"""Load a checkpoint safely: sniff, statically check every pickle, and only then materialise it.
+
+This module is the one boundary where third-party loading errors become :class:`InputError`
+subclasses with a one-line message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import re
+import warnings
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from auditor.errors import (
+    ClassNotImportable,
+    InputError,
+    MissingArchitecture,
+    TruncatedArchive,
+    UnknownFormat,
+)
+from auditor.load.allowlist import ImportPolicy, refusal_reason, resolve_global
+from auditor.load.arch import fit_state_dict
+from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
+
+logger = logging.getLogger(__name__)
+
+FORMAT_PICKLED_MODULE = "pickled-module"
+FORMAT_STATE_DICT = "state-dict"
+FORMAT_CHECKPOINT_DICT = "checkpoint-dict"
+FORMAT_TORCHSCRIPT = "torchscript"
+FORMAT_SAFETENSORS = "safetensors"
+FORMAT_TORCH_EXPORT = "torch-export"
+FORMAT_LEGACY_PICKLE = "legacy-pickle"
+FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
+CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
+WEIGHTS_ONLY_LOADER = "torch.load(weights_only=True)"
+_CHUNK = 1 << 20
+_TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model (None when refused as unsafe), what was loaded, and notes for the report."""
+
+    model: torch.nn.Module | None
+    info: ModelInfo
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Materialised:
+    model: torch.nn.Module
+    format: str
+    loader: str
+    arch: str | None = None
+
+
+def load_checkpoint(
+    path: str | Path, *, arch: str | None = None, imports: Sequence[str] = (), trust: bool = False
+) -> LoadedModel:
+    """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
+
+    Nothing is unpickled when any import is refused: the result then has ``model=None`` and
+    ``info.load_safety.verdict == "unsafe"``.
+
+    Args:
+        path: the checkpoint file.
+        arch: ``--arch`` (needed for state_dicts and safetensors).
+        imports: module prefixes the user trusts (``--import``).
+        trust: allow modules outside the allowlist, still refusing the denylist (``--trust``).
+
+    Raises:
+        InputError: the file or the flags cannot be used (a subclass says why).
+    """
+    path = Path(path)
+    sniffed = sniff(path)
+    policy = ImportPolicy(tuple(imports), trust)
+    scans = scan_checkpoint(sniffed)
+    safety, allowed = _judge(scans, policy)
+    notes = _policy_notes(policy)
+    common = {"path": str(path), "sha256": _sha256(path), "size_bytes": sniffed.size_bytes}
+    if safety.verdict == "unsafe":
+        logger.warning(
+            "%s: refused, %d disallowed import(s); nothing was unpickled", path, len(safety.issues)
+        )
+        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, **common)
+        return LoadedModel(None, info, notes)
+
+    done = _materialise(sniffed, arch, allowed, notes)
+    safety.loader = done.loader
+    model = done.model
+    _to_eval(model, done.format, notes)
+    input_shape = _timm_input_size(model)
+    info = ModelInfo(
+        format=done.format,
+        params=sum(p.numel() for p in model.parameters()),
+        arch=done.arch or _timm_architecture(model),
+        model_class=_class_name(model),
+        input_shape=input_shape,
+        input_shape_source="timm pretrained_cfg" if input_shape else None,
+        load_safety=safety,
+        **common,
+    )
+    return LoadedModel(model, info, notes)
+
+
+def _judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
+    """Apply the allowlist to every import; return the verdict and the allowed globals."""
+    issues: list[LoadIssue] = []
+    allowed: dict[tuple[str, str], None] = {}
+    for scan in scans:
+        for problem in scan.problems:
+            issues.append(
+                LoadIssue(
+                    pickle=scan.name,
+                    module=problem.module,
+                    name=problem.name,
+                    opcode=problem.opcode,
+                    position=problem.position,
+                    reason=problem.reason,
+                )
+            )
+        for ref in scan.imports:
+            reason = refusal_reason(ref.module, ref.name, policy)
+            if reason is None:
+                allowed[(ref.module, ref.name)] = None
+            else:
+                issues.append(
+                    LoadIssue(
+                        pickle=scan.name,
+                        module=ref.module,
+                        name=ref.name,
+                        opcode=ref.opcode,
+                        position=ref.position,
+                        reason=reason,
+                    )
+                )
+    seen = sorted({f"{ref.module}.{ref.name}" for scan in scans for ref in scan.imports})
+    safety = LoadSafety(
+        verdict="unsafe" if issues else "safe",
+        issues=issues,
+        pickles_checked=[scan.name for scan in scans],
+        globals_seen=seen,
+        trusted_imports=list(policy.trusted_imports),
+        trust_all=policy.trust_all,
+    )
+    return safety, list(allowed)
+
+
+def _materialise(
+    sniffed: Sniffed, arch: str | None, allowed: list[tuple[str, str]], notes: list[str]
+) -> _Materialised:
+    """Run the loader that fits the container; only called once the static check passed."""
+    path = sniffed.path
+    if sniffed.container is Container.SAFETENSORS:
+        if arch is None:
+            raise MissingArchitecture(path, FORMAT_SAFETENSORS)
+        model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
+        notes.extend(arch_notes)
+        return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    if sniffed.container is Container.TORCHSCRIPT:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                model = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:  # translated at this boundary
+            raise _translate(exc, path, "torch.jit.load") from exc
+        return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
+    if sniffed.container is Container.TORCH_EXPORT:
+        try:
+            model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+        except Exception as exc:  # translated at this boundary
+            raise _translate(exc, path, "torch.export.load") from exc
+        return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
+    obj, loader = _torch_load(path, allowed, notes)
+    legacy = sniffed.container is Container.LEGACY_PICKLE
+    return _interpret(obj, path, arch, legacy, loader, notes)
+
+
+def _torch_load(path: Path, allowed: list[tuple[str, str]], notes: list[str]) -> tuple[object, str]:
+    """Run ``torch.load(weights_only=True)`` with the statically allowed globals registered.
+
+    The weights-only unpickler only knows protocol-2 opcodes; when it rejects a file that the
+    static check accepted, the full unpickler runs instead (every global it can reach was checked).
+    """
+    safe = [
+        (resolve_global(module, name), f"{module}.{name}")
+        for module, name in allowed
+        if not module.startswith("__torch__")
+    ]
+    try:
+        with torch.serialization.safe_globals(safe):
+            return torch.load(path, map_location="cpu", weights_only=True), WEIGHTS_ONLY_LOADER
+    except pickle.UnpicklingError as exc:
+        detail = _weights_only_reason(exc)
+    except Exception as exc:  # translated at this boundary
+        raise _translate(exc, path, "torch.load") from exc
+    logger.info("%s: weights-only unpickler refused (%s); using the full unpickler", path, detail)
+    notes.append(
+        f"torch.load(weights_only=True) could not read this file ({detail}); it was loaded with "
+        "weights_only=False after every import passed the static allowlist check"
+    )
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # translated at this boundary
+        raise _translate(exc, path, "torch.load") from exc
+    return obj, "torch.load(weights_only=False) after the static allowlist check"
+
+
+def _interpret(
+    obj: object, path: Path, arch: str | None, legacy: bool, loader: str, notes: list[str]
+) -> _Materialised:
+    """Turn what torch.load returned into a model: a module, a state_dict or a checkpoint dict."""
+    if isinstance(obj, torch.nn.Module):
+        _ignored_arch(arch, notes)
+        return _Materialised(obj, FORMAT_LEGACY_PICKLE if legacy else FORMAT_PICKLED_MODULE, loader)
+    if _is_state_dict(obj):
+        if arch is None:
+            raise MissingArchitecture(path, FORMAT_LEGACY_PICKLE if legacy else FORMAT_STATE_DICT)
+        model, arch_notes = fit_state_dict(arch, obj)  # type: ignore[arg-type]
+        notes.extend(arch_notes)
+        return _Materialised(model, FORMAT_LEGACY_PICKLE if legacy else FORMAT_STATE_DICT, loader, arch)
+    if isinstance(obj, Mapping):
+        key = next((k for k in CHECKPOINT_KEYS if k in obj), None)
+        if key is not None and (isinstance(obj[key], torch.nn.Module) or _is_state_dict(obj[key])):
+            fmt = FORMAT_LEGACY_PICKLE if legacy else FORMAT_CHECKPOINT_DICT
+            notes.append(f"the model was taken from the checkpoint's {key!r} entry")
+            if isinstance(obj[key], torch.nn.Module):
+                _ignored_arch(arch, notes)
+                return _Materialised(obj[key], fmt, loader)
+            if arch is None:
+                raise MissingArchitecture(path, f"{fmt}, {key!r} entry")
+            model, arch_notes = fit_state_dict(arch, obj[key])
+            notes.extend(arch_notes)
+            return _Materialised(model, fmt, loader, arch)
+        keys = ", ".join(map(repr, list(obj)[:5]))
+        raise UnknownFormat(
+            path, f"a dict without a module or state_dict under {CHECKPOINT_KEYS}; keys: {keys}"
+        )
+    raise UnknownFormat(path, f"torch.load returned a {type(obj).__name__}, not a module or a state_dict")
+
+
+def _is_state_dict(obj: object) -> bool:
+    return (
+        isinstance(obj, Mapping)
+        and len(obj) > 0
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    )
+
+
+def _ignored_arch(arch: str | None, notes: list[str]) -> None:
+    if arch is not None:
+        notes.append(f"--arch {arch} was ignored: the checkpoint holds a full module")
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Read every tensor of a safetensors file onto the CPU."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise TruncatedArchive(path, _one_line(exc)) from exc
+
+
+def _translate(exc: Exception, path: Path, what: str) -> InputError:
+    """Return the InputError that a third-party loader's exception means."""
+    detail = f"{what} failed: {_one_line(exc)}"
+    if isinstance(exc, (ImportError, AttributeError)):
+        return ClassNotImportable("a class named in the checkpoint", detail)
+    if isinstance(exc, (EOFError, zipfile.BadZipFile)) or "zip archive" in str(exc):
+        return TruncatedArchive(path, detail)
+    return UnknownFormat(path, detail)
+
+
+def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
+    """Put the model in eval mode; an exported graph keeps the mode it was exported in."""
+    if fmt == FORMAT_TORCH_EXPORT:
+        for override in ("train", "eval"):  # ExportedProgram.module() makes both raise
+            vars(model).pop(override, None)
+        notes.append("torch.export graph: train()/eval() do not change it; it runs as it was exported")
+    model.eval()
+
+
+def _static_format(sniffed: Sniffed) -> str:
+    """Name the format of a refused file from its container alone."""
+    return {
+        Container.TORCH_ZIP: FORMAT_TORCH_SAVE,
+        Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
+        Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
+        Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
+        Container.SAFETENSORS: FORMAT_SAFETENSORS,
+    }[sniffed.container]
+
+
+def _policy_notes(policy: ImportPolicy) -> list[str]:
+    notes = []
+    if policy.trust_all:
+        notes.append(
+            "--trust was used: modules outside the allowlist may be imported and their classes "
+            "instantiated while unpickling (the denylist still applied)"
+        )
+    if policy.trusted_imports:
+        notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))
+    return notes
+
+
+def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
+    for attr in ("pretrained_cfg", "default_cfg"):
+        cfg = getattr(model, attr, None)
+        if isinstance(cfg, Mapping):
+            return cfg
+    return {}
+
+
+def _timm_input_size(model: torch.nn.Module) -> list[int] | None:
+    size = _timm_cfg(model).get("input_size")
+    if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
+        return list(size)
+    return None
+
+
+def _timm_architecture(model: torch.nn.Module) -> str | None:
+    name = _timm_cfg(model).get("architecture")
+    return name if isinstance(name, str) else None
+
+
+def _class_name(model: torch.nn.Module) -> str:
+    if isinstance(model, torch.jit.ScriptModule):
+        return _TORCH_MANGLE.sub("", model._c._type().qualified_name())
+    if isinstance(model, torch.fx.GraphModule):
+        return "torch.fx.GraphModule"
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _weights_only_reason(exc: pickle.UnpicklingError) -> str:
+    """Return the specific reason from torch's verbose weights-only error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    marker = "WeightsUnpickler error:"
+    for index, line in enumerate(lines):
+        if marker in line:
+            rest = line.split(marker, 1)[1].strip() or (lines[index + 1] if index + 1 < len(lines) else "")
+            return rest[:200]
+    return _one_line(exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
