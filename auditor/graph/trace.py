@@ -161,6 +161,7 @@ def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph
         else:
             info.kind, info.sub = df.classify_function(_base_name_fx(node))
             _function_attrs(node, info)
+            _layer_attrs(node, info, nodes, index)
         info.inputs = tuple(index[n] for n in df.flatten_node_args(node.args, node.kwargs))
         index[node] = info.idx
         nodes.append(info)
@@ -227,17 +228,17 @@ def _export_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowG
         else:
             info.kind, info.sub = df.classify_function(_base_name_fx(node))
             _function_attrs(node, info)
-            _export_layer_attrs(node, info, nodes, index)
+            _layer_attrs(node, info, nodes, index)
         info.inputs = tuple(index[n] for n in df.flatten_node_args(node.args, node.kwargs))
         index[node] = info.idx
         nodes.append(info)
     return df.finalize(nodes, "export")
 
 
-def _export_layer_attrs(
+def _layer_attrs(
     node: torch.fx.Node, info: df.NodeInfo, nodes: list[df.NodeInfo], index: dict[torch.fx.Node, int]
 ) -> None:
-    """Fill conv/linear/norm attributes of an ATen node from its arguments."""
+    """Fill conv/linear/norm attributes of a functional or ATen node from its arguments."""
     args = list(node.args)
     if info.kind == df.CONV and len(args) >= 2 and isinstance(args[1], torch.fx.Node):
         wshape = nodes[index[args[1]]].shape or ()

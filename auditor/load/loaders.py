@@ -99,14 +99,14 @@ def load_checkpoint(
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
-    input_shape = _timm_input_size(model)
+    input_shape, shape_source = _declared_input_size(model)
     info = ModelInfo(
         format=done.format,
         params=sum(p.numel() for p in model.parameters()),
         arch=done.arch or _timm_architecture(model),
         model_class=_class_name(model),
         input_shape=input_shape,
-        input_shape_source="timm pretrained_cfg" if input_shape else None,
+        input_shape_source=shape_source,
         load_safety=safety,
         **common,
     )
@@ -323,11 +323,15 @@ def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
     return {}
 
 
-def _timm_input_size(model: torch.nn.Module) -> list[int] | None:
+def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str | None]:
+    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size)."""
     size = _timm_cfg(model).get("input_size")
     if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
-        return list(size)
-    return None
+        return list(size), "timm pretrained_cfg"
+    image_size = getattr(model, "image_size", None)
+    if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
+        return [3, image_size, image_size], f"{type(model).__name__}.image_size"
+    return None, None
 
 
 def _timm_architecture(model: torch.nn.Module) -> str | None:

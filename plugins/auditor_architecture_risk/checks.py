@@ -31,6 +31,13 @@ from auditor_architecture_risk.rules import (
 Check = Callable[[ArchitectureProfile, ArchitectureRiskConfig], list[Finding]]
 
 
+def _where(fact: object) -> str | None:
+    """Return 'module (node)' for a profile fact, the form a reviewer can find in the model."""
+    module, node = getattr(fact, "module", None), getattr(fact, "node", None)
+    if module and node:
+        return f"{module} ({node})"
+    return module or node
+
 def check_last_stage_skip(profile: ArchitectureProfile, config: ArchitectureRiskConfig) -> list[Finding]:
     """Flag skips in the last resolution stage (not for depth-staged token models)."""
     if facts.is_depth_staged(profile):
@@ -78,7 +85,7 @@ def check_last_stage_skip(profile: ArchitectureProfile, config: ArchitectureRisk
         "nodes": facts.nodes(skips, config.max_evidence_nodes),
     }
     return [
-        LAST_STAGE_SKIP.finding(message=message, location=skips[0].node, evidence=evidence, severity=severity)
+        LAST_STAGE_SKIP.finding(message=message, location=_where(skips[0]), evidence=evidence, severity=severity)
     ]
 
 
@@ -106,7 +113,7 @@ def check_transformer_residual_stream(
         "stages": len(profile.stages),
         "nodes": facts.nodes(skips, config.max_evidence_nodes),
     }
-    location = skips[0].node if skips else None
+    location = _where(skips[0]) if skips else None
     return [TRANSFORMER_RESIDUAL_STREAM.finding(message=message, location=location, evidence=evidence)]
 
 
@@ -138,7 +145,7 @@ def check_linear_stem_learnable_posemb(
         "embed_dim": dim,
         "closed_form_rank_condition": rank_ok,
     }
-    return [LINEAR_STEM_LEARNABLE_POSEMB.finding(message=message, location=pos.node, evidence=evidence)]
+    return [LINEAR_STEM_LEARNABLE_POSEMB.finding(message=message, location=f"{pos.param} ({pos.node})", evidence=evidence)]
 
 
 def check_residual_add_without_post_activation(
@@ -169,7 +176,7 @@ def check_residual_add_without_post_activation(
         "nodes": facts.nodes(bare, config.max_evidence_nodes),
     }
     rule = RESIDUAL_ADD_WITHOUT_POST_ACTIVATION
-    return [rule.finding(message=message, location=bare[0].node, evidence=evidence)]
+    return [rule.finding(message=message, location=_where(bare[0]), evidence=evidence)]
 
 
 def check_few_activations_per_block(
@@ -202,7 +209,7 @@ def check_few_activations_per_block(
     severity = None if step10 else Severity.LOW
     return [
         FEW_ACTIVATIONS_PER_BLOCK.finding(
-            message=message, location=(step10 or low)[0].node, evidence=evidence, severity=severity
+            message=message, location=_where((step10 or low)[0]), evidence=evidence, severity=severity
         )
     ]
 
@@ -261,7 +268,7 @@ def check_patchify_stem(profile: ArchitectureProfile, config: ArchitectureRiskCo
         "covered_by": LINEAR_STEM_LEARNABLE_POSEMB.id if covered else None,
     }
     severity = Severity.LOW if covered or not bare else None
-    return [PATCHIFY_STEM.finding(message=message, location=stem.node, evidence=evidence, severity=severity)]
+    return [PATCHIFY_STEM.finding(message=message, location=_where(stem), evidence=evidence, severity=severity)]
 
 
 def check_self_attention(profile: ArchitectureProfile, config: ArchitectureRiskConfig) -> list[Finding]:
@@ -278,7 +285,7 @@ def check_self_attention(profile: ArchitectureProfile, config: ArchitectureRiskC
         "kinds": facts.count_by(profile.attention, "kind"),
         "modules": [a.module for a in profile.attention][: config.max_evidence_nodes],
     }
-    return [SELF_ATTENTION.finding(message=message, location=profile.attention[0].node, evidence=evidence)]
+    return [SELF_ATTENTION.finding(message=message, location=_where(profile.attention[0]), evidence=evidence)]
 
 
 def check_transformer_like_cnn(profile: ArchitectureProfile, config: ArchitectureRiskConfig) -> list[Finding]:
@@ -328,7 +335,7 @@ def check_fc_bias_after_flatten(
     }
     severity = Severity.MEDIUM if on_input else None
     return [
-        FC_BIAS_AFTER_FLATTEN.finding(message=message, location=fc.node, evidence=evidence, severity=severity)
+        FC_BIAS_AFTER_FLATTEN.finding(message=message, location=_where(fc), evidence=evidence, severity=severity)
     ]
 
 
@@ -343,7 +350,8 @@ def check_fused_reparameterized_conv(
         "fused conv computes the same function as the multi-branch block it came from, so a "
         "skip-free deploy graph earns no credit: deploy and training RepVGG forms gave "
         "model-inversion attack accuracy within about 1 point of each other (seed 000, Tables 4 "
-        "and 7, e.g. A0: 85.19 vs 86.13). Audit the training form."
+        "and 7, e.g. A0: 85.19 vs 86.13). It is therefore gated like the training form's last-stage "
+        "skips (high); audit the training form to see where its skips are."
     )
     evidence = {
         "fused_hints": len(profile.fused_conv_hints),

@@ -149,7 +149,7 @@ FC_BIAS_AFTER_FLATTEN = Rule(
 FUSED_REPARAMETERIZED_CONV = Rule(
     id="arch.fused-reparameterized-conv",
     title="Re-parameterised (fused) deploy form: skip-free graph, same function",
-    severity=Severity.MEDIUM,
+    severity=Severity.HIGH,
     references=(
         _ref("seed-000", "Sec. 4 and Supp. 9 (Eqs. 4-7, RepVGG fusion)"),
         _ref("seed-000", "Tables 4 and 7 (RepVGG training-time vs inference-time)"),

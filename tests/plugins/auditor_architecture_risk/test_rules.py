@@ -50,7 +50,7 @@ def test_required_rules_and_default_severities() -> None:
         "arch.last-stage-skip": Severity.HIGH,
         "arch.linear-stem-learnable-posemb": Severity.HIGH,
         "arch.transformer-residual-stream": Severity.MEDIUM,
-        "arch.fused-reparameterized-conv": Severity.MEDIUM,
+        "arch.fused-reparameterized-conv": Severity.HIGH,
         "arch.residual-add-without-post-activation": Severity.MEDIUM,
         "arch.few-activations-per-block": Severity.MEDIUM,
         "arch.per-sample-norm": Severity.MEDIUM,
@@ -116,7 +116,7 @@ def test_resnet_like(resnet_profile: ArchitectureProfile) -> None:
         "stage_rule": "resolution",
         "nodes": ["layer4.0.add", "layer4.1.add"],
     }
-    assert last.location == "layer4.0.add"
+    assert last.location == "layer4.0 (layer4.0.add)"
     assert last.remediation == ["rolss", "rolss-plus", "ssf", "tts"]
     assert "83.00" in last.message and "58.68" in last.message
     few = fired(resnet_profile)["arch.few-activations-per-block"]
@@ -200,7 +200,7 @@ def test_convnext_like(convnext_profile: ArchitectureProfile) -> None:
 
 def test_fused_repvgg_deploy_gets_no_credit(repvgg_deploy_profile: ArchitectureProfile) -> None:
     assert severities(repvgg_deploy_profile) == {
-        "arch.fused-reparameterized-conv": Severity.MEDIUM,
+        "arch.fused-reparameterized-conv": Severity.HIGH,
         "arch.fc-bias-after-flatten": Severity.LOW,
         "arch.skip-inventory": Severity.INFO,
     }
