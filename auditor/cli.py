@@ -32,7 +32,7 @@ app = typer.Typer(
     help="Privacy-risk auditor for PyTorch checkpoints.",
 )
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-_out = Console(highlight=False)
+_out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # CI logs are not 80 wide
 
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
                    "info": "dim"}

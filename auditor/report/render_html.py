@@ -1,0 +1,168 @@
+"""Render a :class:`Report` as one self-contained HTML page for a human reviewer.
+
+The page inlines its CSS, embeds images as ``data:`` URIs, loads nothing from the network and
+runs no JavaScript. Every value from the report goes through Jinja2 autoescaping.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import shlex
+from collections import Counter
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FunctionLoader, StrictUndefined
+
+from auditor.report.model import Artifact, Finding, Report, Severity
+
+TEMPLATE = "report.html.j2"
+SEVERITIES_DESC = [Severity.CRITICAL, Severity.HIGH, Severity.MEDIUM, Severity.LOW, Severity.INFO]
+
+_IMAGE_TYPE = re.compile(r"^image/[a-z0-9][a-z0-9.+-]*$")
+_TEMPLATE_NAME = re.compile(r"^_?[a-z][a-z0-9_.]*\.(?:j2|css)$")
+
+
+def render_html(report: Report) -> str:
+    """Return the report as a complete, self-contained HTML document."""
+    template = _environment().get_template(TEMPLATE)
+    return template.render(
+        report=report,
+        findings=sort_findings(report.findings),
+        severity_counts=_severity_counts(report.findings),
+        plugin_counts=Counter(plugin.status for plugin in report.plugins),
+        command=shlex.join(report.tool.command),
+    )
+
+
+def write_html(report: Report, path: str | Path) -> None:
+    """Write the HTML report to ``path`` (UTF-8)."""
+    Path(path).write_text(render_html(report), encoding="utf-8")
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Return findings from the most to the least severe, then by rule id and location."""
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
+
+
+def compact(value: Any) -> str:
+    """Return a short one-line text form of a scalar, list or mapping (for evidence and metrics)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_number(value)
+    return _compact(value)
+
+
+def format_number(value: float | int | None) -> str:
+    """Format a number for reading: grouped integers, four significant digits for floats."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    magnitude = abs(value)
+    if magnitude >= 1e6 or (0 < magnitude < 1e-3):
+        return f"{value:.3e}"
+    if magnitude >= 1000:
+        return f"{value:,.1f}"
+    return f"{value:.4g}"
+
+
+def human_count(value: int | None) -> str:
+    """Return a count with an SI suffix, e.g. ``11.69 M``."""
+    if value is None:
+        return "—"
+    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {suffix}"
+    return str(value)
+
+
+def human_bytes(value: int) -> str:
+    """Return a byte size in binary units, e.g. ``44.7 MiB``."""
+    if abs(value) < 1024:
+        return f"{value} B"
+    size = value / 1024
+    for unit in ("KiB", "MiB"):
+        if abs(size) < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def image_data_uri(artifact: Artifact) -> str | None:
+    """Return a ``data:`` URI for an image artifact with valid base64 data, else None."""
+    if artifact.data_base64 is None or not _IMAGE_TYPE.match(artifact.media_type.lower()):
+        return None
+    payload = "".join(artifact.data_base64.split())
+    try:
+        base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return f"data:{artifact.media_type.lower()};base64,{payload}"
+
+
+def decoded_size(artifact: Artifact) -> int | None:
+    """Return the size in bytes of an artifact's base64 payload, or None when it has none."""
+    if artifact.data_base64 is None:
+        return None
+    payload = "".join(artifact.data_base64.split())
+    return len(payload) * 3 // 4 - payload[-2:].count("=")
+
+
+def slug(value: str) -> str:
+    """Return a lowercase id fragment made of ``a-z0-9-`` (for in-page anchors)."""
+    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-") or "x"
+
+
+def _compact(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format_number(value).replace(",", "")
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_compact(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "[" + ", ".join(_compact(item) for item in value) + "]"
+    return str(value)
+
+
+def _severity_counts(findings: list[Finding]) -> list[tuple[str, int]]:
+    counts = Counter(finding.severity for finding in findings)
+    return [(severity.value, counts.get(severity, 0)) for severity in SEVERITIES_DESC]
+
+
+def _load_template(name: str) -> str | None:
+    if not _TEMPLATE_NAME.match(name):
+        return None
+    resource = files("auditor.templates").joinpath(name)
+    return resource.read_text(encoding="utf-8") if resource.is_file() else None
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    env = Environment(
+        loader=FunctionLoader(_load_template),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        compact=compact,
+        num=format_number,
+        human_count=human_count,
+        human_bytes=human_bytes,
+        slug=slug,
+    )
+    env.globals.update(image_data_uri=image_data_uri, decoded_size=decoded_size)
+    return env
