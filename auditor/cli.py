@@ -101,11 +101,26 @@ def scan(
 
 
 @app.command("plugins")
-def list_plugins() -> int:
-    """List installed plugins, where each comes from and what it needs."""
+def list_plugins(
+    model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
+                                                         "applies to it, and why.")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
+    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+) -> int:
+    """List installed plugins, where each comes from, what it needs and (given a model) whether it applies."""
     entries = discover_plugins()
+    profile = None
+    if model is not None:
+        from auditor.graph.profile import profile_model
+        from auditor.load.loaders import load_checkpoint
+
+        loaded = load_checkpoint(model, arch=arch)
+        if loaded.model is None:
+            raise InputError(f"{model} was refused by the static pickle check; run `auditor scan` for details")
+        shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or (3, 224, 224))
+        profile = profile_model(loaded.model, shape)
     table = Table(title="auditor plugins (entry-point group auditor.plugins)")
-    for col in ("name", "family", "distribution", "requires", "status / summary"):
+    for col in ("name", "family", "distribution", "requires", "summary", *(["applies"] if profile else [])):
         table.add_column(col)
     for e in entries:
         if e.plugin is None:
@@ -114,11 +129,12 @@ def list_plugins() -> int:
         req = e.plugin.requires
         needs = [k for k in ("data", "labels", "split_point", "gradients") if getattr(req, k)]
         budget = f"budget {req.budget_s:g}s" if req.budget_s is not None else "no budget"
-        table.add_row(e.name, e.plugin.family, f"{e.distribution} {e.version}", ", ".join(needs + [budget]),
-                      e.plugin.summary)
+        row = [e.name, e.plugin.family, f"{e.distribution} {e.version}", ", ".join(needs + [budget]), e.plugin.summary]
+        if profile is not None:
+            verdict = e.plugin.applicable(profile)
+            row.append(f"{'yes' if verdict.applicable else 'no'}: {verdict.reason}")
+        table.add_row(*row)
     _out.print(table)
-    _out.print("Applicability is decided per model from its profile; `auditor scan` reports why a plugin "
-               "was skipped (not-applicable, missing-data, not-selected).")
     return ExitCode.PASS
 
 

@@ -127,3 +127,29 @@ def test_hostile_module_names_are_escaped_in_html(tmp_path: Path) -> None:
 def test_plugins_command_lists_first_party_plugin(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["plugins"]) == 0
     assert "architecture-risk" in capsys.readouterr().out
+
+
+def test_plugins_command_says_why_a_plugin_applies(resnet18_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["plugins", str(resnet18_file), "--input-shape", "3,64,64"]) == 0
+    out = capsys.readouterr().out
+    assert "applies" in out and "yes:" in out
+
+
+def test_config_file_values_apply_and_flags_win(resnet18_file: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "auditor.toml"
+    cfg.write_text('[scan]\nfail_on = "critical"\ninput_shape = [3, 64, 64]\n\n'
+                   '[plugins.architecture-risk]\nmax_evidence_nodes = 1\n')
+    code, report = _scan(tmp_path, str(resnet18_file), "--config", str(cfg))
+    assert code == 0 and report is not None
+    assert report["model"]["input_shape"] == [3, 64, 64] and report["summary"]["fail_on"] == "critical"
+    (run,) = report["plugins"]
+    assert run["provenance"]["config"]["max_evidence_nodes"] == 1
+    code, report = _scan(tmp_path, str(resnet18_file), "--config", str(cfg), "--fail-on", "high")
+    assert code == 1
+
+
+def test_invalid_config_file_is_a_usage_error(resnet18_file: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[scan]\nfail_onn = 'high'\n")
+    code, _ = _scan(tmp_path, str(resnet18_file), "--config", str(cfg))
+    assert code == 4
