@@ -63,6 +63,8 @@ def scan(
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
                                                          "(default: each plugin's own).")] = None,
+    data: Annotated[Optional[Path], typer.Option("--data", help="Your data: ImageFolder or manifest layout "
+                                                                "(train/, test/, public/, attributes.csv).")] = None,
     config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
                                                                          "[plugins.NAME] tables.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
@@ -83,6 +85,7 @@ def scan(
         "input_shape": parse_input_shape(input_shape) if input_shape else None, "fail_on": fail_on,
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
         "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
+        "data_dir": data,
         "strict": strict or None,
     }
     config = build_config(file_values, cli_values)

@@ -35,6 +35,7 @@ class ScanConfig(BaseModel):
     plugins: list[str] | None = None
     disable_plugins: list[str] = Field(default_factory=list)
     budget_s: float | None = None
+    data_dir: Path | None = None
     plugin_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON

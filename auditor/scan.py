@@ -11,6 +11,7 @@ import torch
 
 from auditor._version import __version__
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
+from auditor.data import load_data_dir
 from auditor.gate import summarize
 from auditor.graph.profile import profile_model
 from auditor.load.loaders import LoadedModel, load_checkpoint
@@ -58,6 +59,7 @@ def scan(
     plugin_configs = build_plugin_configs(entries, config)
     device = resolve_device(config.device)
     entries = [e for e in entries if e.name not in config.disable_plugins]
+    data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust)
@@ -84,7 +86,8 @@ def scan(
 
     plugins, plugin_findings = run_plugins(
         entries, model=model, profile=profile, configs=plugin_configs,
-        settings=RunSettings(device=device, seed=config.seed, selected=_selected(config), budget_s=config.budget_s),
+        settings=RunSettings(device=device, seed=config.seed, selected=_selected(config), budget_s=config.budget_s,
+                             data=data),
         on_start=lambda name: say(f"running plugin {name}"),
     )
     findings.extend(plugin_findings)

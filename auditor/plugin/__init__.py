@@ -12,6 +12,12 @@ from auditor.plugin.api import (
     Rule as Rule,
     RunContext as RunContext,
 )
+from auditor.data import (
+    DataBundle as DataBundle,
+    ImageSplit as ImageSplit,
+    default_probe_images as default_probe_images,
+    load_image as load_image,
+)
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -25,7 +31,9 @@ __all__ = [
     "Applicability",
     "ArchitectureProfile",
     "Artifact",
+    "DataBundle",
     "Finding",
+    "ImageSplit",
     "NoConfig",
     "Plugin",
     "PluginResult",
@@ -34,4 +42,6 @@ __all__ = [
     "Rule",
     "RunContext",
     "Severity",
+    "default_probe_images",
+    "load_image",
 ]
