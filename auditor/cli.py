@@ -57,7 +57,8 @@ def scan(
     sarif_path: Annotated[Optional[Path], typer.Option("--sarif", help="Also write SARIF 2.1.0 here.")] = None,
     fail_on: Annotated[Optional[Severity], typer.Option(help="Fail (exit 1) on findings at or above this "
                                                              "severity [default: high].")] = None,
-    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run (default: all).")] = None,
+    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every plugin not marked "
+                                                        "expensive).")] = None,
     disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,

@@ -100,7 +100,7 @@ def build_plugin_configs(entries: Sequence[PluginEntry], config: ScanConfig) -> 
         ConfigError: for settings of an unknown plugin or an invalid key or value.
     """
     by_name = {e.name: e for e in entries}
-    for name in [*(config.plugins or []), *config.disable_plugins, *config.plugin_config]:
+    for name in [*(p for p in config.plugins or [] if p != "all"), *config.disable_plugins, *config.plugin_config]:
         if name not in by_name:
             raise ConfigError(f"unknown plugin {name!r}; installed: {', '.join(sorted(by_name)) or 'none'}")
     configs: dict[str, BaseModel] = {}

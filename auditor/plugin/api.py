@@ -38,13 +38,18 @@ class NoConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Requirements:
-    """What a plugin needs before it can run; unmet needs make it ``skipped`` with the reason."""
+    """What a plugin needs before it can run; unmet needs make it ``skipped`` with the reason.
+
+    ``expensive`` plugins (attacks that optimise or train) run only when named in ``--plugins``
+    (or ``--plugins all``), so a plain ``auditor scan`` stays fast enough for a pre-merge gate.
+    """
 
     data: bool = False
     labels: bool = False
     split_point: bool = False
     gradients: bool = False
     budget_s: float | None = 600.0
+    expensive: bool = False
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,10 @@ def _run_one(
     if plugin is None:
         return PluginRun(status="error", category=CATEGORY_LOAD_FAILED, reason=entry.error or "", **base), []
     base["family"] = plugin.family
-    if settings.selected is not None and entry.name not in settings.selected:
+    if settings.selected is None and plugin.requires.expensive:
+        return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED,
+                         reason=f"expensive attack: run it with --plugins {entry.name} (or --plugins all)", **base), []
+    if settings.selected is not None and entry.name not in settings.selected and "all" not in settings.selected:
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED, reason="not in --plugins", **base), []
     try:
         verdict = plugin.applicable(profile)

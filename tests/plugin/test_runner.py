@@ -61,3 +61,12 @@ def test_load_failures_are_reported() -> None:
                           settings=RunSettings(device=torch.device("cpu")))
     assert (runs[0].status, runs[0].category, runs[0].reason) == ("error", "plugin.load-failed",
                                                                   "import failed: ImportError: nope")
+
+
+def test_expensive_plugins_run_only_when_selected() -> None:
+    heavy = FakePlugin("heavy", requires=Requirements(budget_s=5, expensive=True))
+    runs, _ = _run(heavy, FakePlugin("light"))
+    assert [(r.status, r.category) for r in runs] == [("skipped", "not-selected"), ("ok", None)]
+    assert "--plugins heavy" in runs[0].reason
+    assert [r.status for r in _run(heavy, selected=("heavy",))[0]] == ["ok"]
+    assert [r.status for r in _run(heavy, FakePlugin("light"), selected=("all",))[0]] == ["ok", "ok"]
