@@ -70,6 +70,21 @@ _SDPA_NAMES = {
 }
 
 
+_BY_NAME: dict[str, tuple[str, str]] = {
+    **{n: (ADD, "") for n in _ADD_NAMES},
+    **{n: (MUL, "") for n in _MUL_NAMES},
+    **{n: (CAT, "") for n in _CAT_NAMES},
+    **{n: (ATTENTION, "sdpa") for n in _SDPA_NAMES},
+    **{n: (SOFTMAX, "") for n in _SOFTMAX_NAMES},
+    **{n: (MATMUL, "") for n in _MATMUL_NAMES},
+    **{n: (NORM, kind) for n, kind in _NORM_FUNCTIONS.items()},
+    **{n: (CONV, "") for n in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d")},
+    **{n: (LINEAR, "") for n in ("linear", "addmm")},
+    "embedding": (EMBED, ""),
+    **{n: (FLATTEN, "") for n in _FLATTEN_NAMES},
+}
+
+
 @dataclass
 class NodeInfo:
     """One node of the normalised graph."""
@@ -150,31 +165,11 @@ def _base_name(target: Any) -> str:
 
 def classify_function(name: str) -> tuple[str, str]:
     """Map an operator name (function, method or ATen op) to a node kind and sub-kind."""
-    if name in _ADD_NAMES:
-        return ADD, ""
-    if name in _MUL_NAMES:
-        return MUL, ""
-    if name in _CAT_NAMES:
-        return CAT, ""
-    if name in _SDPA_NAMES:
-        return ATTENTION, "sdpa"
-    if name in _SOFTMAX_NAMES:
-        return SOFTMAX, ""
-    if name in _MATMUL_NAMES:
-        return MATMUL, ""
-    if name in _NORM_FUNCTIONS:
-        return NORM, _NORM_FUNCTIONS[name]
+    if name in _BY_NAME:
+        return _BY_NAME[name]
     act = ACTIVATIONS.get(name.rstrip("_"))
     if act:
         return ACT, act
-    if name in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d"):
-        return CONV, ""
-    if name in ("linear", "addmm"):
-        return LINEAR, ""
-    if name == "embedding":
-        return EMBED, ""
-    if name in _FLATTEN_NAMES:
-        return FLATTEN, ""
     if any(w in name for w in _POOL_WORDS):
         return POOL, name
     if name in _PASS_NAMES or name.rstrip("_") in _PASS_NAMES:

@@ -159,13 +159,27 @@ def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph
             info.kind, info.sub, info.attrs = df.classify_module(mod)
             info.module, info.module_class = str(node.target), type(mod).__name__
         else:
-            info.kind, info.sub = df.classify_function(_base_name_fx(node))
-            _function_attrs(node, info)
-            _layer_attrs(node, info, nodes, index)
-        info.inputs = tuple(index[n] for n in df.flatten_node_args(node.args, node.kwargs))
-        index[node] = info.idx
-        nodes.append(info)
+            _classify_call(node, info, nodes, index)
+        _append(node, info, nodes, index)
     return df.finalize(nodes, "fx")
+
+
+def _classify_call(
+    node: torch.fx.Node, info: df.NodeInfo, nodes: list[df.NodeInfo], index: dict[torch.fx.Node, int]
+) -> None:
+    """Classify a call_function/call_method node and fill its attributes."""
+    info.kind, info.sub = df.classify_function(_base_name_fx(node))
+    _function_attrs(node, info)
+    _layer_attrs(node, info, nodes, index)
+
+
+def _append(
+    node: torch.fx.Node, info: df.NodeInfo, nodes: list[df.NodeInfo], index: dict[torch.fx.Node, int]
+) -> None:
+    """Record the node's producers (all of them; finalize keeps the data edges) and append it."""
+    info.inputs = tuple(index[n] for n in df.flatten_node_args(node.args, node.kwargs))
+    index[node] = info.idx
+    nodes.append(info)
 
 
 def _base_name_fx(node: torch.fx.Node) -> str:
@@ -226,12 +240,8 @@ def _export_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowG
             info.kind = df.PARAM
             info.attrs = {"target": str(node.target), "learnable": False}
         else:
-            info.kind, info.sub = df.classify_function(_base_name_fx(node))
-            _function_attrs(node, info)
-            _layer_attrs(node, info, nodes, index)
-        info.inputs = tuple(index[n] for n in df.flatten_node_args(node.args, node.kwargs))
-        index[node] = info.idx
-        nodes.append(info)
+            _classify_call(node, info, nodes, index)
+        _append(node, info, nodes, index)
     return df.finalize(nodes, "export")
 
 
