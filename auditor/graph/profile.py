@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from auditor.graph import dataflow as df
-from auditor.graph.detect import layers, skips, splits, stages
+from auditor.graph.detect import fused, layers, skips, splits, stages
 from auditor.graph.trace import TraceResult, trace_model
-from auditor.report.model import ArchitectureProfile, Attention, SkipConnection, Stem
+from auditor.report.model import ArchitectureProfile, Attention, HiddenSkip, SkipConnection, Stem
 
 _FUSED_NAME = re.compile(r"(rbr_reparam|reparam_conv|conv_reparam|reparam)")
 
@@ -40,10 +40,13 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int]) -> Archite
     }
     if result.graph is None:
         return _profile_from_hooks(result, common)
-    return _profile_from_graph(result.graph, result.method, common)
+    weights = dict(model.named_parameters())
+    return _profile_from_graph(result.graph, result.method, common, weights)
 
 
-def _profile_from_graph(g: df.DataFlowGraph, method: str, common: dict) -> ArchitectureProfile:
+def _profile_from_graph(
+    g: df.DataFlowGraph, method: str, common: dict, weights: Mapping[str, torch.Tensor] | None = None
+) -> ArchitectureProfile:
     stem, stem_nodes = layers.detect_stem(g)
     raw = skips.detect_skips(g)
     rule, stage_list, skip_stage = stages.assign_stages(g, raw, stem_nodes)
@@ -64,6 +67,20 @@ def _profile_from_graph(g: df.DataFlowGraph, method: str, common: dict) -> Archi
         )
         for s in raw
     ]
+    stage_of_resolution = {tuple(st.resolution): st.index for st in stage_list if st.resolution}
+    hidden = [
+        HiddenSkip(
+            node=g.nodes[h.node].name,
+            module=g.nodes[h.node].module,
+            stage=stage_of_resolution.get(resolution[h.node]) if resolution[h.node] else None,
+            score=round(h.score, 3),
+            threshold=fused.Z_THRESHOLD,
+            mass_ratio=round(h.ratio, 3),
+            ratio_threshold=fused.RATIO_THRESHOLD,
+            depthwise=h.depthwise,
+        )
+        for h in fused.detect_hidden_skips(g, weights or {})
+    ]
     return ArchitectureProfile(
         traced_with=method,  # type: ignore[arg-type]
         node_count=len(g.nodes),
@@ -80,6 +97,7 @@ def _profile_from_graph(g: df.DataFlowGraph, method: str, common: dict) -> Archi
         first_linear_after_flatten=layers.detect_first_linear_after_flatten(g),
         layers_with_bias=with_bias,
         layers_without_bias=without_bias,
+        hidden_skips=hidden,
         **common,
     )
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 
 
 class _Record(BaseModel):
@@ -164,6 +164,22 @@ class SkipConnection(_Record):
     resolution: list[int] | None = None
 
 
+class HiddenSkip(_Record):
+    """A conv whose weights carry a fused identity branch (a re-parameterised skip, RepVGG style)."""
+
+    kind: Literal["fused-identity"] = "fused-identity"
+    node: str
+    module: str
+    stage: int | None
+    score: float = Field(description="z: standard errors by which the centre-tap diagonal's mean |w| exceeds the rest's.")
+    threshold: float = Field(description="The z a conv must reach to be reported.")
+    mass_ratio: float = Field(description="Mean |w| on the centre-tap diagonal over mean |w| elsewhere.")
+    ratio_threshold: float = Field(description="The mass ratio a conv must also reach.")
+    depthwise: bool = Field(
+        default=False, description="Depthwise conv: an identity branch and a 1x1 branch look alike there."
+    )
+
+
 class Stage(_Record):
     """A group of layers working at one spatial resolution (or a labelled depth bucket)."""
 
@@ -249,6 +265,10 @@ class ArchitectureProfile(_Record):
     layers_without_bias: int = 0
     fused_conv_hints: list[str] = Field(
         default_factory=list, description="Module names that suggest a reparameterised (fused) deploy form."
+    )
+    hidden_skips: list[HiddenSkip] = Field(
+        default_factory=list,
+        description="Convs whose weights carry a fused identity branch (weight-space skips the graph cannot show).",
     )
 
 

@@ -47,6 +47,12 @@ def last_stage_index(profile: ArchitectureProfile) -> int | None:
     return max(staged) if staged else None
 
 
+def last_hidden_skip_stage(profile: ArchitectureProfile) -> int | None:
+    """Return the highest stage index that holds a hidden (fused-identity) skip."""
+    staged = [h.stage for h in profile.hidden_skips if h.stage is not None]
+    return max(staged) if staged else None
+
+
 def first_stage_index(profile: ArchitectureProfile) -> int | None:
     """Return the lowest stage index of the profile (from its stages, else from its skips)."""
     indices = [s.index for s in profile.stages] or [
@@ -191,4 +197,6 @@ def profile_metrics(profile: ArchitectureProfile) -> dict[str, Any]:
             profile.first_linear_after_flatten and profile.first_linear_after_flatten.bias
         ),
         "fused_conv_hints": len(profile.fused_conv_hints),
+        "hidden_skips": len(profile.hidden_skips),
+        "last_hidden_skip_stage": last_hidden_skip_stage(profile),
     }

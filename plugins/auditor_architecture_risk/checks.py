@@ -342,23 +342,45 @@ def check_fc_bias_after_flatten(
 def check_fused_reparameterized_conv(
     profile: ArchitectureProfile, config: ArchitectureRiskConfig
 ) -> list[Finding]:
-    """Flag module names that suggest a fused (RepVGG-style) deploy form."""
-    if not profile.fused_conv_hints:
+    """Flag a fused (RepVGG-style) deploy form: identity branches in conv weights, or fused module names."""
+    hidden = profile.hidden_skips
+    hints = profile.fused_conv_hints
+    if not hidden and not hints:
         return []
-    message = (
-        f"{len(profile.fused_conv_hints)} module names suggest a re-parameterised (fused) form. A "
-        "fused conv computes the same function as the multi-branch block it came from, so a "
+    stage = facts.last_hidden_skip_stage(profile)
+    in_last = [h for h in hidden if h.stage is not None and h.stage == stage]
+    parts = []
+    if hidden:
+        parts.append(
+            f"{len(hidden)} convs carry a fused identity branch in their weights (hidden skips: the "
+            f"centre-tap diagonal stands {min(h.score for h in hidden):.1f} or more standard errors "
+            f"above the rest, threshold {hidden[0].threshold:g}); {len(in_last)} of them are in stage "
+            f"{stage}, the lowest-resolution stage that holds hidden skips."
+        )
+    if hints:
+        parts.append(f"{len(hints)} module names suggest a re-parameterised (fused) form.")
+    message = " ".join(parts) + (
+        " A fused conv computes the same function as the multi-branch block it came from, so a "
         "skip-free deploy graph earns no credit: deploy and training RepVGG forms gave "
         "model-inversion attack accuracy within about 1 point of each other (seed 000, Tables 4 "
         "and 7, e.g. A0: 85.19 vs 86.13). It is therefore gated like the training form's last-stage "
         "skips (high); audit the training form to see where its skips are."
     )
     evidence = {
-        "fused_hints": len(profile.fused_conv_hints),
+        "hidden_skips": len(hidden),
+        "hidden_skips_per_stage": facts.count_by(hidden, "stage"),
+        "last_hidden_skip_stage": stage,
+        "last_stage_hidden_skips": len(in_last),
+        "hidden_skip_scores": [
+            {"module": h.module, "stage": h.stage, "score": h.score, "mass_ratio": h.mass_ratio}
+            for h in hidden[: config.max_evidence_nodes]
+        ],
+        "thresholds": {"score": hidden[0].threshold, "mass_ratio": hidden[0].ratio_threshold} if hidden else None,
+        "fused_hints": len(hints),
         "skips_in_graph": len(profile.skip_connections),
-        "hints": profile.fused_conv_hints[: config.max_evidence_nodes],
+        "hints": hints[: config.max_evidence_nodes],
     }
-    location = profile.fused_conv_hints[0]
+    location = _where(in_last[0]) if in_last else _where(hidden[0]) if hidden else hints[0]
     return [FUSED_REPARAMETERIZED_CONV.finding(message=message, location=location, evidence=evidence)]
 
 
@@ -380,7 +402,12 @@ def check_skip_inventory(profile: ArchitectureProfile, config: ArchitectureRiskC
         )
     else:
         message = f"No skip connections found in the {profile.traced_with} profile."
-        if profile.fused_conv_hints:
+        if profile.hidden_skips:
+            message += (
+                f" {len(profile.hidden_skips)} convs carry fused identity branches (hidden skips), so "
+                "the model is re-parameterised and its training form had skips there."
+            )
+        elif profile.fused_conv_hints:
             message += " The model looks re-parameterised, so its training form may have had them."
     evidence = {
         "skips_total": len(skips),

@@ -5,16 +5,20 @@ Sec. 2.9, Eq. 6): the identity is a 1x1 kernel ``W0[o, o mod (C/g)] = 1`` scaled
 channel by ``gamma/sigma`` of its BatchNorm and zero-padded to the centre tap. So the fused kernel
 carries extra mass on the *centre-tap diagonal*: entry ``[o, o mod (C/g), k//2, k//2]``.
 
-The score of a conv is the ratio of mean absolute values::
+With ``D`` the absolute values on the centre-tap diagonal (``C_out`` of them) and ``R`` the
+absolute values of every other entry, a conv is scored by a z-score and a ratio::
 
-    score = mean |W[o, o mod (C/g), c, c]|  /  mean |every other entry of W|
+    z     = (mean D - mean R) / (std R / sqrt(C_out))     how sure: standard errors above the rest
+    ratio =  mean D / mean R                               how large: the effect size
 
+and reported when both pass their thresholds. Absolute values keep a negative BN scale from
+cancelling the identity.
 For a depthwise conv (one input channel per group) there is no off-diagonal, so the
 diagonal is the centre tap of each filter and the rest are its other taps; there an identity
 branch cannot be told from a 1x1 branch (both add a per-channel scalar at the centre), which the
 record says. Convs without a diagonal (stride != 1, C_in != C_out, a changed spatial size, a
-depthwise 1x1 conv) are not scored. At random init an unfused conv scores about 1; the fused
-identity of a deploy-form block scores far higher (measured in ``docs/hidden-skips.md``).
+depthwise 1x1 conv) are not scored. Without a fused identity ``z`` is about N(0, 1) and ``ratio``
+about 1 at random init; fused identities score far higher (measured in ``docs/hidden-skips.md``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import torch
 
 from auditor.graph import dataflow as df
 
-#: A conv whose score reaches this is reported (calibration: docs/hidden-skips.md).
-IDENTITY_THRESHOLD = 3.0
+#: A conv is reported when both its z-score and its mass ratio reach these (docs/hidden-skips.md).
+Z_THRESHOLD = 6.0
+RATIO_THRESHOLD = 1.5
 KIND = "fused-identity"
 
 
@@ -37,14 +42,17 @@ class RawHiddenSkip:
 
     node: int
     score: float
+    ratio: float
     depthwise: bool
 
 
-def identity_score(weight: torch.Tensor, groups: int) -> float | None:
-    """Return the centre-tap-diagonal score of a conv weight, or None when it has no diagonal.
+def identity_score(weight: torch.Tensor) -> tuple[float, float] | None:
+    """Return ``(z, ratio)`` for a conv weight's centre-tap diagonal, or None when it has none.
 
     ``weight`` is ``[C_out, C_in / groups, k, k]`` with odd ``k``; ``C_out`` must equal
-    ``C_in`` (the caller checks it from the layer's attributes).
+    ``C_in`` (the caller checks it from the layer's attributes). ``z`` is how many standard
+    errors the diagonal's mean absolute value lies above the rest's; ``ratio`` is the ratio of
+    the two means (the effect size).
     """
     if weight.dim() != 4 or weight.shape[2] != weight.shape[3] or weight.shape[2] % 2 == 0:
         return None
@@ -54,44 +62,49 @@ def identity_score(weight: torch.Tensor, groups: int) -> float | None:
     w = weight.detach().abs().to(torch.float64).reshape(c_out, -1)
     centre = (k // 2) * k + k // 2
     rows = torch.arange(c_out)
-    cols = (rows % per_group) * k * k + centre
-    diag = w[rows, cols]
-    rest_total = w.sum() - diag.sum()
-    rest_count = w.numel() - c_out
-    rest_mean = float(rest_total) / rest_count
-    if rest_mean == 0.0:
-        return float("inf") if float(diag.mean()) > 0 else None
-    return float(diag.mean()) / rest_mean
+    on_diag = torch.zeros_like(w, dtype=torch.bool)
+    on_diag[rows, (rows % per_group) * k * k + centre] = True
+    diag, rest = w[on_diag], w[~on_diag]
+    rest_mean, rest_std = float(rest.mean()), float(rest.std())
+    diag_mean = float(diag.mean())
+    if rest_mean == 0.0 or rest_std == 0.0:
+        return None  # a constant or all-zero kernel: no distribution to compare with
+    z = (diag_mean - rest_mean) / (rest_std / c_out**0.5)
+    return z, diag_mean / rest_mean
 
 
 def detect_hidden_skips(
-    g: df.DataFlowGraph, weights: Mapping[str, torch.Tensor], threshold: float = IDENTITY_THRESHOLD
+    g: df.DataFlowGraph,
+    weights: Mapping[str, torch.Tensor],
+    z_threshold: float = Z_THRESHOLD,
+    ratio_threshold: float = RATIO_THRESHOLD,
 ) -> list[RawHiddenSkip]:
     """Return every conv of ``g`` whose centre-tap diagonal carries a fused identity branch.
 
     ``weights`` maps parameter names (``layer.0.conv.weight``) to tensors, e.g.
     ``dict(model.named_parameters())``.
     """
-    found = []
-    for n in g.nodes:
-        weight = _square_stride1_weight(g, n, weights)
-        if weight is None:
-            continue
-        score = identity_score(weight, int(n.attrs.get("groups") or 1))
-        if score is not None and score >= threshold:
-            found.append(RawHiddenSkip(node=n.idx, score=score, depthwise=weight.shape[1] == 1))
-    return found
+    return [
+        RawHiddenSkip(node=n.idx, score=z, ratio=ratio, depthwise=depthwise)
+        for n, z, ratio, depthwise in _scored(g, weights)
+        if z >= z_threshold and ratio >= ratio_threshold
+    ]
 
 
-def scored_convs(g: df.DataFlowGraph, weights: Mapping[str, torch.Tensor]) -> list[tuple[str, float]]:
-    """Return ``(module, score)`` for every conv that has a diagonal (for calibration)."""
+def scored_convs(g: df.DataFlowGraph, weights: Mapping[str, torch.Tensor]) -> list[tuple[str, float, float, bool]]:
+    """Return ``(module, z, ratio, depthwise)`` for every conv that has a diagonal (for calibration)."""
+    return [(n.module or n.name, z, ratio, dw) for n, z, ratio, dw in _scored(g, weights)]
+
+
+def _scored(
+    g: df.DataFlowGraph, weights: Mapping[str, torch.Tensor]
+) -> list[tuple[df.NodeInfo, float, float, bool]]:
     out = []
     for n in g.nodes:
         weight = _square_stride1_weight(g, n, weights)
-        if weight is not None:
-            score = identity_score(weight, int(n.attrs.get("groups") or 1))
-            if score is not None:
-                out.append((n.module or n.name, score))
+        scored = identity_score(weight) if weight is not None else None
+        if weight is not None and scored is not None:
+            out.append((n, scored[0], scored[1], weight.shape[1] == 1))
     return out
 
 

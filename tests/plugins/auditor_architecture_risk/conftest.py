@@ -206,6 +206,11 @@ def repvgg_deploy_profile() -> ArchitectureProfile:
             "node": "head.fc", "module": "head.fc", "in_features": 1280, "bias": True
         },
         fused_conv_hints=["stem.reparam_conv", *hints],
+        hidden_skips=[
+            {"node": f"stages_{s}_{b}_reparam_conv", "module": f"stages.{s}.{b}.reparam_conv", "stage": s + 1,
+             "score": 250.0, "threshold": 6.0, "mass_ratio": 25.0, "ratio_threshold": 1.5}
+            for s, depth in enumerate((2, 4, 14, 1)) for b in range(1, depth)
+        ],
     )
 
 

@@ -209,7 +209,33 @@ def test_fused_repvgg_deploy_gets_no_credit(repvgg_deploy_profile: ArchitectureP
     assert fused.evidence["fused_hints"] == 22
     assert fused.evidence["skips_in_graph"] == 0
     assert len(fused.evidence["hints"]) == 20
+    assert fused.evidence["hidden_skips"] == 17
+    assert fused.evidence["hidden_skips_per_stage"] == {"1": 1, "2": 3, "3": 13}
+    assert fused.evidence["last_hidden_skip_stage"] == 3
+    assert fused.evidence["last_stage_hidden_skips"] == 13
+    assert fused.evidence["thresholds"] == {"score": 6.0, "mass_ratio": 1.5}
+    assert fused.location == "stages.2.1.reparam_conv (stages_2_1_reparam_conv)"
     assert "re-parameterised" in found["arch.skip-inventory"].message
+
+
+def test_hidden_skips_fire_without_fused_names(repvgg_deploy_profile: ArchitectureProfile) -> None:
+    """Renamed fused convs still carry the identity in their weights: the rule fires on those alone."""
+    profile = repvgg_deploy_profile.model_copy(update={"fused_conv_hints": []})
+    found = fired(profile)
+    fused = found["arch.fused-reparameterized-conv"]
+    assert fused.severity == Severity.HIGH
+    assert fused.evidence["fused_hints"] == 0
+    assert fused.evidence["hidden_skips"] == 17
+    assert fused.evidence["hidden_skip_scores"][0] == {
+        "module": "stages.0.1.reparam_conv", "stage": 1, "score": 250.0, "mass_ratio": 25.0
+    }
+    assert "hidden skips" in fused.message
+    assert "hidden skips" in found["arch.skip-inventory"].message
+
+
+def test_no_hidden_skips_no_names_no_finding(repvgg_deploy_profile: ArchitectureProfile) -> None:
+    profile = repvgg_deploy_profile.model_copy(update={"fused_conv_hints": [], "hidden_skips": []})
+    assert "arch.fused-reparameterized-conv" not in fired(profile)
 
 
 def test_repvgg_training_form(repvgg_train_profile: ArchitectureProfile) -> None:
