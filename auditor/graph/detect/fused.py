@@ -59,13 +59,15 @@ def identity_score(weight: torch.Tensor) -> tuple[float, float] | None:
     c_out, per_group, k, _ = weight.shape
     if per_group == 1 and k == 1:
         return None  # a depthwise 1x1 conv is a per-channel scale: nothing to compare with
-    w = weight.detach().abs().to(torch.float64).reshape(c_out, -1)
-    centre = (k // 2) * k + k // 2
+    w = weight.detach().reshape(c_out, -1)
     rows = torch.arange(c_out)
-    on_diag = torch.zeros_like(w, dtype=torch.bool)
-    on_diag[rows, (rows % per_group) * k * k + centre] = True
-    diag, rest = w[on_diag], w[~on_diag]
-    rest_mean, rest_std = float(rest.mean()), float(rest.std())
+    diag = w[rows, (rows % per_group) * k * k + (k // 2) * k + k // 2].abs().to(torch.float64)
+    # moments of "the rest" from whole-kernel norms minus the diagonal's: one pass, no copy of w
+    n_rest = w.numel() - c_out
+    rest_sum = float(torch.linalg.vector_norm(w, 1)) - float(diag.sum())
+    rest_sq = float(torch.linalg.vector_norm(w, 2)) ** 2 - float(diag.square().sum())
+    rest_mean = rest_sum / n_rest
+    rest_std = max(rest_sq / n_rest - rest_mean**2, 0.0) ** 0.5 * (n_rest / max(n_rest - 1, 1)) ** 0.5
     diag_mean = float(diag.mean())
     if rest_mean == 0.0 or rest_std == 0.0:
         return None  # a constant or all-zero kernel: no distribution to compare with
