@@ -19,6 +19,7 @@ import pstats
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -44,7 +45,8 @@ def scan(path: Path, out: Path) -> None:
         raise RuntimeError(f"auditor scan exited {code}")
 
 
-def timed(fn, *args) -> float:  # noqa: ANN001
+def timed(fn: Callable[..., object], *args: object) -> float:
+    """Return the wall-clock seconds of one call."""
     start = time.perf_counter()
     fn(*args)
     return time.perf_counter() - start
