@@ -8,6 +8,7 @@ from auditor.plugin.api import (
     NoConfig as NoConfig,
     Plugin as Plugin,
     PluginResult as PluginResult,
+    PluginSkipped as PluginSkipped,
     Requirements as Requirements,
     Rule as Rule,
     RunContext as RunContext,
@@ -18,6 +19,7 @@ from auditor.data import (
     default_probe_images as default_probe_images,
     load_image as load_image,
 )
+from auditor.graph.split import split_model as split_model, split_segments as split_segments
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -37,6 +39,7 @@ __all__ = [
     "NoConfig",
     "Plugin",
     "PluginResult",
+    "PluginSkipped",
     "Reference",
     "Requirements",
     "Rule",
@@ -44,4 +47,6 @@ __all__ = [
     "Severity",
     "default_probe_images",
     "load_image",
+    "split_model",
+    "split_segments",
 ]

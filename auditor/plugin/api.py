@@ -52,6 +52,19 @@ class Requirements:
     expensive: bool = False
 
 
+class PluginSkipped(Exception):  # noqa: N818 - a skip, not an error
+    """Raise from :meth:`Plugin.run` to be reported ``skipped`` with ``reason`` instead of run.
+
+    Use it when what the plugin needs turns out to be missing only at run time (a data split,
+    an attribute column), so that nothing is run on made-up data.
+    """
+
+    def __init__(self, reason: str, category: str = "missing-data") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.category = category
+
+
 @dataclass(frozen=True)
 class Applicability:
     """Whether a plugin applies to a profiled model, and why (or why not)."""

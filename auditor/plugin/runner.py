@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
-from auditor.plugin.api import PluginResult, RunContext
+from auditor.plugin.api import PluginResult, PluginSkipped, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
     CATEGORY_EXCEPTION,
@@ -106,6 +106,9 @@ def _run_one(
     if outcome is _TIMED_OUT or isinstance(outcome, PluginTimeout):
         reason = str(PluginTimeout(entry.name, budget or 0.0))
         return PluginRun(status="error", category=CATEGORY_TIMEOUT, reason=reason, duration_s=duration, **base), []
+    if isinstance(outcome, PluginSkipped):
+        return PluginRun(status="skipped", category=outcome.category, reason=outcome.reason,
+                         duration_s=duration, **base), []
     if isinstance(outcome, BaseException):
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=_describe(outcome),
                          duration_s=duration, **base), []

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from auditor.plugin import Applicability, NoConfig, PluginResult, Requirements, Rule, RunContext, Severity
+from auditor.plugin import (
+    Applicability, NoConfig, PluginResult, PluginSkipped, Requirements, Rule, RunContext, Severity,
+)
 from auditor.plugin.api import Plugin
 from auditor.report.model import ArchitectureProfile
 
@@ -35,6 +37,8 @@ class FakePlugin:
         if self.mode == "mutate":
             for p in ctx.model.parameters():
                 p.data.zero_()
+        if self.mode == "skip-at-run":
+            raise PluginSkipped("--data has no test split")
         if self.mode == "cooperative-timeout":
             while True:
                 ctx.check_budget()

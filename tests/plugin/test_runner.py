@@ -70,3 +70,10 @@ def test_expensive_plugins_run_only_when_selected() -> None:
     assert "--plugins heavy" in runs[0].reason
     assert [r.status for r in _run(heavy, selected=("heavy",))[0]] == ["ok"]
     assert [r.status for r in _run(heavy, FakePlugin("light"), selected=("all",))[0]] == ["ok", "ok"]
+
+
+def test_a_plugin_can_skip_itself_at_run_time() -> None:
+    runs, findings = _run(FakePlugin("picky", "skip-at-run"), FakePlugin("other"))
+    assert [(r.status, r.category, r.reason) for r in runs] == [
+        ("skipped", "missing-data", "--data has no test split"), ("ok", None, "always")]
+    assert [f.source for f in findings] == ["other"]
