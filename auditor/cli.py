@@ -142,6 +142,138 @@ def list_plugins(
     return ExitCode.PASS
 
 
+@app.command("reparam-check")
+def reparam_check(
+    train_model: Annotated[Path, typer.Argument(help="Training-form checkpoint (multi-branch blocks, conv+BN).")],
+    deploy_model: Annotated[Optional[Path], typer.Argument(help="Deploy-form checkpoint; fused here when omitted.")
+                            ] = None,
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
+    deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+                                                         "prefix to be unpickled (repeatable).")] = None,
+    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of the inputs and cotangents.")] = 0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the verdict as JSON here.")] = None,
+) -> int:
+    """Check a training form and its fused deploy form agree in outputs and input gradients (exit 0/1)."""
+    import json
+
+    from auditor.reparam.run import reparam_check as run_check
+
+    report = run_check(train_model, deploy_model, arch=arch, deploy_arch=deploy_arch, imports=imports or [],
+                       input_shape=parse_input_shape(input_shape) if input_shape else None, batch=batch, seed=seed)
+    r = report.result
+    table = Table(title=f"reparam-check ({r.fused_by})")
+    for col in ("block", "ok", "max |d out|", "max |d grad|", "fp64 out", "cause"):
+        table.add_column(col, overflow="fold")
+    for b in r.blocks:
+        table.add_row(b.name or "(root)", "yes" if b.equivalent else "[red]NO[/]", f"{b.max_abs_error_output:.2e}",
+                      f"{b.max_abs_error_input_grad:.2e}", f"{b.max_abs_error_output_fp64:.2e}", b.cause or "")
+    _out.print(table)
+    _out.print(f"end to end: max |d out| {r.max_abs_error_output:.2e} (rel {r.max_rel_error_output:.2e}), "
+               f"max |d input grad| {r.max_abs_error_input_grad:.2e}; fp64 {r.max_abs_error_output_fp64:.2e}")
+    _out.print(f"hidden skips in the training form: {len(report.hidden_skips)}; in the deploy graph: "
+               f"{report.deploy_skips}")
+    _out.print(report.finding, markup=False)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2))
+    style = "bold green" if r.equivalent else "bold red"
+    _out.print(f"[{style}]{'EQUIVALENT' if r.equivalent else 'NOT EQUIVALENT'}[/]")
+    return ExitCode.PASS if r.equivalent else ExitCode.FAIL
+
+
+def _rewrite_help() -> str:
+    from auditor.rewrite import REGISTRY
+
+    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+
+@app.command()
+def harden(
+    model: Annotated[Path, typer.Argument(help="Checkpoint to harden (any format `auditor scan` reads; fx-traceable).")],
+    rewrite: Annotated[str, typer.Option(help=_rewrite_help())],
+    out: Annotated[Path, typer.Option(help="Where to save the hardened model (a TorchScript archive).")],
+    k: Annotated[Optional[float], typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
+                                                    "(concatenative, default 0.01).")] = None,
+    after: Annotated[Optional[str], typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
+    before_head: Annotated[bool, typer.Option("--before-head", help="precode: insert on the head's input "
+                                                                    "(the default position).")] = False,
+    at: Annotated[Optional[str], typer.Option(help="split-noise: split point id/node; precode: node.")] = None,
+    sigma: Annotated[Optional[float], typer.Option(help="split-noise: noise scale.")] = None,
+    noise: Annotated[str, typer.Option(help="split-noise: gaussian or laplace.")] = "gaussian",
+    k_e: Annotated[Optional[int], typer.Option("--k-e", help="cvb: encoder kernel size (default 5).")] = None,
+    s_e: Annotated[Optional[float], typer.Option("--s-e", help="cvb: width relative to the input channels "
+                                                               "(default 0.5).")] = None,
+    width: Annotated[Optional[int], typer.Option(help="cvb/precode: bottleneck width K (overrides --s-e).")] = None,
+    beta: Annotated[Optional[float], typer.Option(help="cvb/precode: KL weight (defaults 0.1 / 1e-3).")] = None,
+    kl_mode: Annotated[str, typer.Option(help="cvb/precode: paper (true KL) or authors_code.")] = "paper",
+    sample_at_eval: Annotated[bool, typer.Option(help="cvb/precode: sample at inference (paper code).")] = True,
+    data: Annotated[Optional[Path], typer.Option(help="ImageFolder (DIR/<class>/...) or DIR/train + DIR/test "
+                                                      "to fine-tune and measure accuracy on.")] = None,
+    epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (tts: M + N).")] = 0,
+    m_epochs: Annotated[Optional[int], typer.Option(help="tts: epochs with skips before RoLSS (default 5 %).")
+                        ] = None,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
+    batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+                                                         "prefix to be unpickled (repeatable).")] = None,
+    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    plugins: Annotated[Optional[str], typer.Option(help="Plugins of both audits (default: as auditor scan).")
+                       ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the split, training and both audits.")] = 0,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
+    fail_on: Annotated[Optional[Severity], typer.Option(help="Gate of the after audit [default: high].")] = None,
+    json_path: Annotated[Path, typer.Option("--json", help="JSON report of the hardened model.")] = Path(
+        "harden-report.json"),
+    html_path: Annotated[Path, typer.Option("--html", help="HTML report with before/after.")] = Path(
+        "harden-report.html"),
+) -> int:
+    """Rewrite a model, fine-tune it on --data, save it and audit before/after; exit code of the after audit."""
+    from rich.progress import Progress
+
+    from auditor.harden import HardenOptions
+    from auditor.harden import harden as run_harden
+    from auditor.report.render_html import write_html
+    from auditor.report.render_json import write_json
+
+    options = {"k": k, "after": after, "at": at, "sigma": sigma, "kind": noise, "k_e": k_e, "s_e": s_e,
+               "width": width, "beta": beta, "kl_mode": kl_mode, "sample_at_eval": sample_at_eval}
+    config = build_config({}, {
+        "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,
+        "input_shape": parse_input_shape(input_shape) if input_shape else None,
+        "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
+    })
+    opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options={k_: v for k_, v in options.items() if v is not None},
+                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, scan=config)
+    with Progress(console=_err, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def show(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        result = run_harden(model, opts, progress=show)
+    write_json(result.after, json_path)
+    write_html(result.after, html_path)
+    c = result.after.comparison
+    assert c is not None
+    table = Table(title=f"harden --rewrite {c.rewrite}")
+    for col in ("", "before", "after"):
+        table.add_column(col)
+    for label, attr in (("params", "params"), ("accuracy", "accuracy"), ("skips", "skips"),
+                        ("last-stage skips", "last_stage_skips"), ("verdict", "verdict")):
+        table.add_row(label, str(getattr(c.before, attr)), str(getattr(c.after, attr)))
+    _out.print(table)
+    for note in c.notes:
+        _out.print(f"note: {note}", markup=False)
+    _out.print(f"saved {out}; reports: {json_path}, {html_path}")
+    _print_verdict(result.after, [json_path, html_path])
+    return result.after.summary.exit_code
+
+
 @app.command()
 def version() -> int:
     """Print the auditor version."""

@@ -323,6 +323,37 @@ class ToolInfo(_Record):
     command: list[str] = Field(default_factory=list)
 
 
+class ComparisonSide(_Record):
+    """One side (before or after a rewrite) of a before/after comparison."""
+
+    model_path: str
+    params: int | None = None
+    accuracy: float | None = Field(default=None, description="Natural accuracy on the held-out split, if measured.")
+    verdict: Literal["pass", "fail"] | None = None
+    max_severity: Severity | None = None
+    skips: int | None = None
+    last_stage_skips: int | None = None
+    stages: int | None = None
+    finding_ids: list[str] = Field(default_factory=list)
+    plugin_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Metrics per plugin that ran.")
+
+
+class Comparison(_Record):
+    """A before/after view written by ``auditor harden``."""
+
+    rewrite: str
+    command: str = ""
+    preserves_function: bool = False
+    trained: bool = Field(default=False, description="Whether the rewritten model was fine-tuned.")
+    epochs: int = 0
+    seed: int = 0
+    param_overhead: float | None = None
+    changed_nodes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    before: ComparisonSide
+    after: ComparisonSide
+
+
 class Report(_Record):
     """The full audit report."""
 
@@ -335,3 +366,4 @@ class Report(_Record):
     plugins: list[PluginRun] = Field(default_factory=list)
     summary: Summary
     notes: list[str] = Field(default_factory=list)
+    comparison: Comparison | None = Field(default=None, description="Before/after a rewrite (auditor harden).")

@@ -1,0 +1,202 @@
+"""``auditor harden``: rewrite a checkpoint, fine-tune it, save it and audit before and after.
+
+The rewrite runs on a copy (see :mod:`auditor.rewrite`). With ``--data`` the rewritten model is
+fine-tuned (Adam, cross-entropy plus the beta-weighted KL of any inserted variational bottleneck)
+on the training split and natural accuracy is measured before and after on a held-out split
+(``test/`` of the manifest layout, else a seeded 20 % of an ImageFolder). The result is saved as
+a TorchScript archive, which ``auditor scan`` loads safely, and both checkpoints are audited with
+the same configuration and seed; the after report carries the before/after comparison.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
+from auditor.data import DataBundle, load_data_dir
+from auditor.errors import InputError
+from auditor.load.loaders import load_checkpoint
+from auditor.report.model import Comparison, ComparisonSide, Report
+from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
+from auditor.rewrite.modules import bottleneck_kl
+from auditor.rewrite.tts import EXTRAPOLATION, tts_schedule
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class HardenOptions:
+    """What ``auditor harden`` was asked to do."""
+
+    rewrite: str
+    out: Path
+    rewrite_options: dict[str, Any] = field(default_factory=dict)
+    data_dir: Path | None = None
+    epochs: int = 0
+    m_epochs: int | None = None
+    lr: float = 1e-3
+    batch_size: int = 64
+    holdout: float = 0.2
+    scan: ScanConfig = field(default_factory=ScanConfig)
+
+
+@dataclass
+class HardenResult:
+    """The rewrite, the accuracies, the saved path and both audit reports."""
+
+    rewrite: RewriteResult
+    out: Path
+    accuracy_before: float | None
+    accuracy_after: float | None
+    before: Report
+    after: Report
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _splits(bundle: DataBundle, shape: tuple[int, ...], holdout: float, seed: int
+            ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Return (train, held-out) tensors: the manifest's train/test, else a seeded split of all images."""
+    if "train" in bundle.splits and "test" in bundle.splits:
+        return bundle.splits["train"].tensors(shape, seed=seed), bundle.splits["test"].tensors(shape, seed=seed)
+    split = bundle.splits.get("train") or bundle.splits["all"]
+    x, y = split.tensors(shape, seed=seed)
+    n_test = max(1, round(holdout * len(y)))
+    if len(y) - n_test < 1:
+        raise InputError(f"--data {bundle.root}: too few images to hold out {holdout:.0%} for accuracy")
+    return (x[n_test:], y[n_test:]), (x[:n_test], y[:n_test])
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256) -> float:
+    """Return the top-1 accuracy of ``model`` (eval mode, restored afterwards) on ``(x, y)``."""
+    was = model.training
+    model.eval()
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    correct = sum(int((model(x[i:i + batch_size].to(device)).argmax(1).cpu() == y[i:i + batch_size]).sum())
+                  for i in range(0, len(y), batch_size))
+    model.train(was)
+    return correct / max(1, len(y))
+
+
+def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *, lr: float, batch_size: int,
+              seed: int, label: str, progress: Progress | None = None) -> list[dict[str, float]]:
+    """Train ``model`` in place with Adam on cross-entropy plus any bottleneck KL; return per-epoch losses."""
+    if epochs <= 0:
+        return []
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    steps = epochs * ((len(y) + batch_size - 1) // batch_size)
+    history, step = [], 0
+    model.train()
+    for epoch in range(epochs):
+        order, total = torch.randperm(len(y), generator=gen), 0.0
+        for i in range(0, len(y), batch_size):
+            idx = order[i:i + batch_size]
+            loss = F.cross_entropy(model(x[idx].to(device)), y[idx].to(device))
+            kl = bottleneck_kl(model)
+            loss = loss + kl if kl is not None else loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+            step += 1
+            if progress:
+                progress(label, step, steps)
+        history.append({"epoch": float(epoch + 1), "loss": total / len(y)})
+    model.eval()
+    return history
+
+
+def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> None:
+    """Save ``model`` (eval mode) as a traced TorchScript archive that ``auditor scan`` loads."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    example = torch.rand((1, *shape), generator=torch.Generator().manual_seed(0)).to(device)
+    model.eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated but is what scan loads safely
+        torch.jit.save(torch.jit.trace(model, example, check_trace=False), str(path))
+
+
+def side(report: Report, accuracy_value: float | None) -> ComparisonSide:
+    """Summarise one report for the before/after comparison."""
+    arch = report.architecture
+    last = arch.last_stage if arch else None
+    return ComparisonSide(
+        model_path=report.model.path, params=report.model.params, accuracy=accuracy_value,
+        verdict=report.summary.verdict, max_severity=report.summary.max_severity,
+        skips=len(arch.skip_connections) if arch else None,
+        last_stage_skips=sum(1 for s in arch.skip_connections if s.stage == last) if arch and last else 0,
+        stages=len(arch.stages) if arch else None,
+        finding_ids=[f"{f.rule_id}@{f.location}" if f.location else f.rule_id for f in report.findings],
+        plugin_metrics={p.name: dict(p.metrics) for p in report.plugins if p.status == "ok" and p.metrics},
+    )
+
+
+def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = None) -> HardenResult:
+    """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
+
+    Raises:
+        InputError: unloadable checkpoint, unusable data, or a rewrite that does not apply.
+    """
+    from auditor.scan import scan
+
+    say = progress or (lambda *_: None)
+    rewrite = get_rewrite(opts.rewrite)
+    loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
+    if loaded.model is None:
+        raise InputError(f"{model_path} was refused by the static pickle check; run `auditor scan` for details")
+    shape = tuple(opts.scan.input_shape or loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
+    device = resolve_device(opts.scan.device)
+    model = copy.deepcopy(loaded.model).to(device).eval()
+    seed = opts.scan.seed
+    torch.manual_seed(seed)
+    train = held = None
+    if opts.data_dir is not None:
+        if opts.epochs < 1:
+            raise InputError("--data needs --epochs >= 1 (the rewritten model must be trained)")
+        train, held = _splits(load_data_dir(opts.data_dir), shape, opts.holdout, seed)
+    acc_before = accuracy(model, *held) if held else None
+    history: list[dict[str, float]] = []
+    epochs, notes = opts.epochs if train else 0, []
+    if rewrite.id == "tts":
+        m, n = tts_schedule(max(epochs, 1), opts.m_epochs)
+        notes.append(f"TTS schedule: M = {m} epoch(s) with skips, then N = {n} with RoLSS. {EXTRAPOLATION}")
+        if train:
+            history += fine_tune(model, *train, m, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
+                                 label="TTS stage 1 (with skips)", progress=say)
+        epochs = n if train else 0
+    say("rewriting", 0, 1)
+    result = apply_rewrite(model, rewrite.id, shape, **opts.rewrite_options)
+    hardened = result.model.to(device)
+    if train:
+        history += fine_tune(hardened, *train, epochs, lr=opts.lr, batch_size=opts.batch_size, seed=seed + 1,
+                             label=f"fine-tuning ({rewrite.id})", progress=say)
+    else:
+        notes.append("not fine-tuned (no --data): the rewritten model is untrained where layers changed; "
+                     "its accuracy and attack metrics say nothing yet about the trained rewrite")
+    acc_after = accuracy(hardened, *held) if held else None
+    save_torchscript(hardened, shape, opts.out)
+    config = opts.scan.model_copy(update={"input_shape": shape, "arch": None})
+    say("auditing the original", 0, 1)
+    before = scan(model_path, opts.scan.model_copy(update={"input_shape": shape}))
+    say("auditing the hardened model", 0, 1)
+    after = scan(opts.out, config)
+    after.comparison = Comparison(
+        rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
+        trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,
+        param_overhead=result.param_overhead, changed_nodes=result.changed_nodes,
+        notes=notes + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
+        before=side(before, acc_before), after=side(after, acc_after),
+    )
+    return HardenResult(result, opts.out, acc_before, acc_after, before, after, history)

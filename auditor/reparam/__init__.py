@@ -1,0 +1,1 @@
+"""Structural re-parameterisation: fuse training-time blocks and check the two forms agree."""
