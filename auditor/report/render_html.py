@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
+import math
 import re
 import shlex
 from collections import Counter
@@ -56,7 +58,7 @@ def compact(value: Any) -> str:
     return _compact(value)
 
 
-def format_number(value: float | int | None) -> str:
+def format_number(value: float | None) -> str:
     """Format a number for reading: grouped integers, four significant digits for floats."""
     if value is None:
         return "—"
@@ -64,7 +66,7 @@ def format_number(value: float | int | None) -> str:
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         return str(value)
     magnitude = abs(value)
     if magnitude >= 1e6 or (0 < magnitude < 1e-3):
@@ -116,6 +118,13 @@ def decoded_size(artifact: Artifact) -> int | None:
     return len(payload) * 3 // 4 - payload[-2:].count("=")
 
 
+def csv_rows(artifact: Artifact) -> list[list[str]] | None:
+    """Return the rows of a ``text/csv`` artifact (first row: header), else None."""
+    if artifact.text is None or artifact.media_type.lower() != "text/csv":
+        return None
+    return [row for row in csv.reader(artifact.text.splitlines()) if row] or None
+
+
 def slug(value: str) -> str:
     """Return a lowercase id fragment made of ``a-z0-9-`` (for in-page anchors)."""
     return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-") or "x"
@@ -147,6 +156,13 @@ def _load_template(name: str) -> str | None:
     return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
 
+def rewrite_proposal(rewrite_id: str, model: str = "MODEL") -> dict[str, Any] | None:
+    """Return the rewrite catalogue entry of a remediation id (None for ids that are not rewrites)."""
+    from auditor.rewrite import proposal
+
+    return proposal(rewrite_id, model)
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
     env = Environment(
@@ -164,5 +180,10 @@ def _environment() -> Environment:
         human_bytes=human_bytes,
         slug=slug,
     )
-    env.globals.update(image_data_uri=image_data_uri, decoded_size=decoded_size)
+    env.globals.update(
+        image_data_uri=image_data_uri,
+        decoded_size=decoded_size,
+        csv_rows=csv_rows,
+        rewrite_proposal=rewrite_proposal,
+    )
     return env

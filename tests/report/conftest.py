@@ -47,7 +47,12 @@ def png_bytes(width: int = 2, height: int = 2) -> bytes:
         b"\x00" + b"".join(bytes(palette[(x + 2 * y) % 4]) for x in range(width)) for y in range(height)
     )
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _tool() -> ToolInfo:
@@ -68,12 +73,26 @@ def _architecture() -> ArchitectureProfile:
         node_count=71,
         skip_connections=[
             SkipConnection(
-                kind="additive", shortcut="identity", stage=1, node="add", module="layer1.0",
-                source="maxpool", branch_activations=1, post_activation="relu", resolution=[56, 56],
+                kind="additive",
+                shortcut="identity",
+                stage=1,
+                node="add",
+                module="layer1.0",
+                source="maxpool",
+                branch_activations=1,
+                post_activation="relu",
+                resolution=[56, 56],
             ),
             SkipConnection(
-                kind="additive", shortcut="projection", stage=4, node="add_7", module=HOSTILE,
-                source="layer4.0.downsample.1", scale=0.5, branch_activations=1, post_activation=None,
+                kind="additive",
+                shortcut="projection",
+                stage=4,
+                node="add_7",
+                module=HOSTILE,
+                source="layer4.0.downsample.1",
+                scale=0.5,
+                branch_activations=1,
+                post_activation=None,
             ),
         ],
         stage_rule="resolution",
@@ -88,12 +107,23 @@ def _architecture() -> ArchitectureProfile:
         activations={"ReLU": 17},
         attention=[Attention(node="attn_sdpa", module="layer4.attn", kind="sdpa")],
         stem=Stem(
-            kind="overlapping-conv", node="conv1", module="conv1", kernel=[7, 7], stride=[2, 2],
-            padding=[3, 3], activation_after="relu", pool_after="maxpool", out_shape=[64, 112, 112],
+            kind="overlapping-conv",
+            node="conv1",
+            module="conv1",
+            kernel=[7, 7],
+            stride=[2, 2],
+            padding=[3, 3],
+            activation_after="relu",
+            pool_after="maxpool",
+            out_shape=[64, 112, 112],
         ),
-        positional_embedding=PositionalEmbedding(node="add_pos", param="pos_embed", shape=[1, 197, 768], learnable=True),
+        positional_embedding=PositionalEmbedding(
+            node="add_pos", param="pos_embed", shape=[1, 197, 768], learnable=True
+        ),
         split_points=[
-            SplitPoint(id="sp-0", node="maxpool", module="maxpool", depth=1, shape=[64, 56, 56], numel_ratio=1.333),
+            SplitPoint(
+                id="sp-0", node="maxpool", module="maxpool", depth=1, shape=[64, 56, 56], numel_ratio=1.333
+            ),
             SplitPoint(id="sp-1", node="flatten", module="", depth=20, shape=[512], numel_ratio=0.00340),
         ],
         first_linear_after_flatten=LinearBias(node="fc", module="fc", in_features=512, bias=True),
@@ -107,37 +137,60 @@ def _findings() -> list[Finding]:
     ref = Reference(source="lit:Geiping2020", title="Inverting Gradients", locator="Table 2", grade="A-")
     return [
         Finding(
-            rule_id="arch.linear-bias-after-flatten", severity=Severity.HIGH,
+            rule_id="arch.linear-bias-after-flatten",
+            severity=Severity.HIGH,
             title="Fully connected layer with bias after flatten",
             message="The gradient of fc's bias reveals the input to fc exactly.",
-            location="fc", evidence={"in_features": 512, "bias": True, "shape": [1, 512]},
-            references=[ref], remediation=["remove-bias"], source="architecture-risk",
+            location="fc",
+            evidence={"in_features": 512, "bias": True, "shape": [1, 512]},
+            references=[ref],
+            remediation=["remove-bias"],
+            source="architecture-risk",
         ),
         Finding(
-            rule_id="load.unsafe-import", severity=Severity.CRITICAL, title="Disallowed pickle import",
-            message="posix.system is imported by data.pkl.", location=HOSTILE,
+            rule_id="load.unsafe-import",
+            severity=Severity.CRITICAL,
+            title="Disallowed pickle import",
+            message="posix.system is imported by data.pkl.",
+            location=HOSTILE,
             evidence={"imports": ["posix.system"], "nested": {"position": 42, "ratio": 0.125}},
         ),
         Finding(
-            rule_id="arch.skip-connections", severity=Severity.MEDIUM, title="Identity skip connections",
+            rule_id="arch.skip-connections",
+            severity=Severity.MEDIUM,
+            title="Identity skip connections",
             evidence={"count": 2, "modules": [f"layer{i}.{j}" for i in range(1, 5) for j in range(4)]},
             source="architecture-risk",
         ),
-        Finding(rule_id="arch.positional-embedding", severity=Severity.LOW, title="Learnable positional embedding"),
-        Finding(rule_id="arch.batchnorm-eval", severity=Severity.INFO, title="BatchNorm in eval mode", location="bn1"),
+        Finding(
+            rule_id="arch.positional-embedding", severity=Severity.LOW, title="Learnable positional embedding"
+        ),
+        Finding(
+            rule_id="arch.batchnorm-eval",
+            severity=Severity.INFO,
+            title="BatchNorm in eval mode",
+            location="bn1",
+        ),
     ]
 
 
 def _plugins() -> list[PluginRun]:
     return [
         PluginRun(
-            name="architecture-risk", status="ok", family="static", distribution="auditor", version="0.1.0",
-            duration_s=0.0123, finding_count=3,
+            name="architecture-risk",
+            status="ok",
+            family="static",
+            distribution="auditor",
+            version="0.1.0",
+            duration_s=0.0123,
+            finding_count=3,
             metrics={"psnr_db": 18.4321, "ssim": 0.61, "per_stage": [0.1, 0.2], "reconstructed": 4},
             provenance={"seed": 0, "steps": 200, "data": "synthetic", "config": {"lr": 0.1}},
             artifacts=[
                 Artifact(
-                    name="reconstruction.png", media_type="image/png", description="2x2 reconstruction grid",
+                    name="reconstruction.png",
+                    media_type="image/png",
+                    description="2x2 reconstruction grid",
                     data_base64=base64.b64encode(png_bytes()).decode("ascii"),
                 ),
                 Artifact(name="table.csv", media_type="text/csv", text="layer,psnr\nfc,18.4\n"),
@@ -145,12 +198,20 @@ def _plugins() -> list[PluginRun]:
             ],
         ),
         PluginRun(
-            name="gradient-inversion", status="skipped", category=CATEGORY_MISSING_DATA,
-            reason="needs --data with labelled images", family="gradient-inversion",
+            name="gradient-inversion",
+            status="skipped",
+            category=CATEGORY_MISSING_DATA,
+            reason="needs --data with labelled images",
+            family="gradient-inversion",
         ),
         PluginRun(
-            name="model-inversion", status="error", category=CATEGORY_EXCEPTION,
-            reason="RuntimeError: shape mismatch", duration_s=1.5, distribution="auditor-mi", version="2.0",
+            name="model-inversion",
+            status="error",
+            category=CATEGORY_EXCEPTION,
+            reason="RuntimeError: shape mismatch",
+            duration_s=1.5,
+            distribution="auditor-mi",
+            version="2.0",
         ),
     ]
 
@@ -161,20 +222,31 @@ def make_full_report() -> Report:
         tool=_tool(),
         created_at="2025-01-31T12:00:00Z",
         model=ModelInfo(
-            path="models/resnet18.pt", format="torch.save zip", sha256=SHA, size_bytes=46_830_571,
-            params=11_689_512, arch="resnet18", model_class="torchvision.models.resnet.ResNet",
-            input_shape=[3, 224, 224], input_shape_source="timm pretrained_cfg",
+            path="models/resnet18.pt",
+            format="torch.save zip",
+            sha256=SHA,
+            size_bytes=46_830_571,
+            params=11_689_512,
+            arch="resnet18",
+            model_class="torchvision.models.resnet.ResNet",
+            input_shape=[3, 224, 224],
+            input_shape_source="timm pretrained_cfg",
             load_safety=LoadSafety(
-                verdict="safe", pickles_checked=["resnet18/data.pkl"],
+                verdict="safe",
+                pickles_checked=["resnet18/data.pkl"],
                 globals_seen=["collections.OrderedDict", "torch._utils._rebuild_tensor_v2"],
-                loader="torch.load(weights_only=True)", trusted_imports=["mylib.Block"],
+                loader="torch.load(weights_only=True)",
+                trusted_imports=["mylib.Block"],
             ),
         ),
         architecture=_architecture(),
         findings=_findings(),
         plugins=_plugins(),
         summary=Summary(
-            max_severity=Severity.CRITICAL, verdict="fail", exit_code=1, fail_on=Severity.HIGH,
+            max_severity=Severity.CRITICAL,
+            verdict="fail",
+            exit_code=1,
+            fail_on=Severity.HIGH,
             counts={"critical": 1, "high": 1, "medium": 1, "low": 1, "info": 1},
             reasons=["1 critical and 1 high finding at or above --fail-on high"],
         ),
@@ -185,28 +257,44 @@ def make_full_report() -> Report:
 def make_unsafe_report() -> Report:
     """Return a report for a checkpoint refused by the static pickle check (no architecture)."""
     issue = LoadIssue(
-        pickle="evil/data.pkl", module=HOSTILE, name="system", opcode="STACK_GLOBAL", position=57,
+        pickle="evil/data.pkl",
+        module=HOSTILE,
+        name="system",
+        opcode="STACK_GLOBAL",
+        position=57,
         reason="module not on the allowlist",
     )
     return Report(
         tool=_tool(),
         created_at="2025-01-31T12:00:00Z",
         model=ModelInfo(
-            path="/tmp/evil.pt", format="torch.save zip", sha256=SHA, size_bytes=812,
+            path="/tmp/evil.pt",
+            format="torch.save zip",
+            sha256=SHA,
+            size_bytes=812,
             load_safety=LoadSafety(
-                verdict="unsafe", issues=[issue], pickles_checked=["evil/data.pkl"],
-                globals_seen=[f"{HOSTILE}.system"], trust_all=False,
+                verdict="unsafe",
+                issues=[issue],
+                pickles_checked=["evil/data.pkl"],
+                globals_seen=[f"{HOSTILE}.system"],
+                trust_all=False,
             ),
         ),
         architecture=None,
         findings=[
             Finding(
-                rule_id="load.unsafe-import", severity=Severity.CRITICAL, title="Disallowed pickle import",
-                location=f"{HOSTILE}.system", evidence={"opcode": "STACK_GLOBAL", "position": 57},
+                rule_id="load.unsafe-import",
+                severity=Severity.CRITICAL,
+                title="Disallowed pickle import",
+                location=f"{HOSTILE}.system",
+                evidence={"opcode": "STACK_GLOBAL", "position": 57},
             )
         ],
         summary=Summary(
-            max_severity=Severity.CRITICAL, verdict="fail", exit_code=1, fail_on=Severity.HIGH,
+            max_severity=Severity.CRITICAL,
+            verdict="fail",
+            exit_code=1,
+            fail_on=Severity.HIGH,
             reasons=["the checkpoint was refused by the static pickle check"],
         ),
     )

@@ -35,7 +35,9 @@ def test_verdict_and_findings(full_report: Report, full_html: str) -> None:
     assert full_report.summary.reasons[0] in full_html
     for finding in full_report.findings:
         assert finding.rule_id in full_html
-    order = [full_html.index(f'<span class="rule">{f.rule_id}</span>') for f in sort_findings(full_report.findings)]
+    order = [
+        full_html.index(f'<span class="rule">{f.rule_id}</span>') for f in sort_findings(full_report.findings)
+    ]
     assert order == sorted(order)
     assert "Inverting Gradients" in full_html and "remove-bias" in full_html
 
@@ -74,7 +76,7 @@ def test_unsafe_report_without_architecture(unsafe_report: Report) -> None:
 def test_plugins_and_artifacts(full_html: str) -> None:
     encoded = base64.b64encode(png_bytes()).decode("ascii")
     assert f'src="data:image/png;base64,{encoded}"' in full_html
-    assert "<pre>layer,psnr\nfc,18.4\n</pre>" in full_html
+    assert "<th>layer</th><th>psnr</th>" in full_html and "<td>fc</td><td>18.4</td>" in full_html
     assert "weights.bin" in full_html and "not displayed" in full_html
     assert "missing-data" in full_html and "plugin.exception" in full_html
     assert "18.43" in full_html and "synthetic" in full_html
@@ -84,7 +86,10 @@ def test_image_data_uri_rejects_bad_payloads() -> None:
     assert image_data_uri(Artifact(name="a", media_type="image/png", data_base64="not base64!")) is None
     assert image_data_uri(Artifact(name="a", media_type='image/png" onload="x', data_base64="AAAA")) is None
     assert image_data_uri(Artifact(name="a", media_type="text/plain", data_base64="AAAA")) is None
-    assert image_data_uri(Artifact(name="a", media_type="image/png", data_base64="AA\nAA")) == "data:image/png;base64,AAAA"
+    assert (
+        image_data_uri(Artifact(name="a", media_type="image/png", data_base64="AA\nAA"))
+        == "data:image/png;base64,AAAA"
+    )
 
 
 def test_formatting_helpers() -> None:

@@ -56,7 +56,10 @@ def test_structure(full_report: Report) -> None:
 def test_locations(full_report: Report) -> None:
     results = report_to_sarif(full_report)["runs"][0]["results"]
     first = results[0]["locations"][0]
-    assert first["physicalLocation"]["artifactLocation"] == {"uri": "models/resnet18.pt", "uriBaseId": "%SRCROOT%"}
+    assert first["physicalLocation"]["artifactLocation"] == {
+        "uri": "models/resnet18.pt",
+        "uriBaseId": "%SRCROOT%",
+    }
     assert first["logicalLocations"] == [{"name": "fc", "kind": "module"}]
     unlocated = next(r for r in results if r["ruleId"] == "arch.skip-connections")
     assert "logicalLocations" not in unlocated["locations"][0]
