@@ -1,0 +1,1 @@
+"""Attacks: Inverting Gradients (+ joint-ε), DLG/iDLG, closed-form recoveries."""

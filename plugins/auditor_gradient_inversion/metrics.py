@@ -1,0 +1,74 @@
+"""Score reconstructions: MSE, PSNR, SSIM on [0, 1] images, LPIPS when it can run offline.
+
+SSIM and PSNR come from :mod:`skimage.metrics` (SSIM with ``data_range=1``, ``channel_axis``).
+With ``scaling="minmax"`` both images are first min-max scaled per image to [0, 1], the "Scaled"
+metrics of seed 004 §4.1 whose success threshold (SSIM ≥ 0.5) the protocol uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import torch
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+#: Seed 004's attack-success threshold on SSIM (§4.1, ASR).
+SUCCESS_SSIM = 0.5
+
+
+def _scale(img: np.ndarray, scaling: str) -> np.ndarray:
+    if scaling == "none":
+        return img
+    lo, hi = img.min(), img.max()
+    return 1 - (hi - img) / (hi - lo + 1e-5)
+
+
+def image_metrics(original: torch.Tensor, recon: torch.Tensor, scaling: str = "minmax") -> dict[str, float]:
+    """Return MSE, PSNR (dB) and SSIM of one (C, H, W) reconstruction in [0, 1]."""
+    a = _scale(original.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
+    b = _scale(recon.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
+    mse = float(np.mean((a - b) ** 2))
+    psnr = float(peak_signal_noise_ratio(a, b, data_range=1.0)) if mse > 0 else float("inf")
+    side = min(a.shape[0], a.shape[1])
+    win = min(7, side if side % 2 else side - 1)
+    ssim = float(structural_similarity(a, b, data_range=1.0, channel_axis=2, win_size=win))
+    return {"mse": mse, "psnr": psnr, "ssim": ssim}
+
+
+def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Return means, stds, max SSIM and the attack-success rate over per-image metrics."""
+    out: dict[str, float] = {"n": len(rows)}
+    for key in ("mse", "psnr", "ssim"):
+        vals = np.array([r[key] for r in rows], dtype=np.float64)
+        finite = vals[np.isfinite(vals)]
+        out[f"{key}_mean"] = float(finite.mean()) if finite.size else float("inf")
+        out[f"{key}_std"] = float(finite.std()) if finite.size else 0.0
+    ssims = [r["ssim"] for r in rows]
+    out["ssim_max"] = float(max(ssims))
+    out["asr"] = float(np.mean([s >= SUCCESS_SSIM for s in ssims]))
+    return out
+
+
+def lpips_status() -> tuple[bool, str]:
+    """Tell whether LPIPS can run here without downloading anything, and why not if it cannot."""
+    if importlib.util.find_spec("lpips") is None:
+        return False, "LPIPS not computed: the 'lpips' package is not installed (pip install auditor[lpips])"
+    hub = Path(torch.hub.get_dir()) / "checkpoints"
+    if not any(hub.glob("alexnet-*.pth")):
+        return (
+            False,
+            f"LPIPS not computed: pretrained AlexNet weights are not present in {hub} (no downloads)",
+        )
+    return True, "LPIPS (AlexNet) computed from locally cached weights"
+
+
+def lpips_distances(originals: torch.Tensor, recons: torch.Tensor) -> list[float]:
+    """Return LPIPS (AlexNet) per image pair in [0, 1]; call only when :func:`lpips_status` is True."""
+    import lpips
+
+    net = lpips.LPIPS(net="alex", verbose=False)
+    with torch.no_grad():
+        d = net(originals.float().cpu() * 2 - 1, recons.float().cpu() * 2 - 1)
+    return [float(v) for v in d.flatten()]

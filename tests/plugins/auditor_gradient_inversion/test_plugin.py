@@ -1,0 +1,83 @@
+"""The plugin end to end on tiny models with a tiny budget: findings, metrics, provenance, grid."""
+
+from __future__ import annotations
+
+import base64
+
+import torch
+from auditor_gradient_inversion import plugin
+from auditor_gradient_inversion.config import GradientInversionConfig
+
+from auditor.graph.profile import profile_model
+from auditor.plugin import RunContext
+from tests.plugins.auditor_gradient_inversion import _models as M
+
+
+def _run(model: torch.nn.Module, shape: tuple[int, int, int], **cfg):
+    profile = profile_model(model, shape)
+    config = GradientInversionConfig(images=2, iterations=20, group_iterations=0, **cfg)
+    ctx = RunContext(
+        model=model,
+        profile=profile,
+        config=config,
+        device=torch.device("cpu"),
+        seed=0,
+        budget_s=300,
+        plugin_name=plugin.name,
+    )
+    return plugin.run(ctx)
+
+
+def test_config_presets_fill_unset_fields_only() -> None:
+    fast = GradientInversionConfig()
+    assert (fast.iterations, fast.batch_sizes) == (100, [1])
+    assert GradientInversionConfig(preset="paper", iterations=7).iterations == 7
+
+
+def test_cvb_model_gets_plain_ignore_and_joint_eps_with_a_grid() -> None:
+    torch.manual_seed(0)
+    result = _run(M.cvb_p1(), (3, 32, 32), normalisation="cifar10", batch_sizes=[1, 2])
+    keys = [row["key"] for row in result.metrics["settings"]]
+    assert keys == ["ig-b1", "ig-b2", "ignore-b1", "joint-eps-b1"]
+    verdict = result.metrics["stochastic_defence"]
+    assert verdict["ignore_ssim"] is not None and verdict["joint_eps_ssim"] is not None
+    assert set(result.provenance["stochastic_split"]["ignore_set"]) == {
+        "conv1.weight",
+        "conv1.bias",
+        "vb.mu_encoder.weight",
+        "vb.std_encoder.weight",
+    }
+    assert result.metrics["lpips"].startswith("LPIPS")
+    png = base64.b64decode(result.artifacts[0].data_base64)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {f.rule_id for f in result.findings} & {
+        "gia.stochastic-defence-bypassed",
+        "gia.stochastic-defence-held",
+    }
+    for row in result.metrics["settings"]:
+        assert row["iterations"] == 20 and row["label_mode"] == "known" and row["label_recovery_acc"] == 1.0
+
+
+def test_vit_stem_closed_form_is_reported_critical() -> None:
+    torch.manual_seed(0)
+    result = _run(M.TinyViT(), (3, 16, 16), label_mode="recovered")
+    posemb = [f for f in result.findings if f.rule_id == "gia.posemb-closed-form"]
+    assert posemb and posemb[0].evidence["psnr_db"] > 60
+    assert result.metrics["settings"][0]["label_mode"] == "recovered"
+
+
+def test_mlp_first_layer_is_analytically_inverted() -> None:
+    torch.manual_seed(0)
+    result = _run(M.MLP(8), (3, 8, 8))
+    fc = {f.location: f for f in result.findings if f.rule_id == "gia.analytic-fc-recovery"}
+    assert fc["fc1"].evidence["input_is_image"] and fc["fc1"].severity.value == "high"
+
+
+def test_train_mode_falls_back_to_eval_when_batch_1_cannot_run_and_says_so() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 10)
+    )
+    result = _run(model, (3, 8, 8))
+    assert result.provenance["bn_mode"].startswith("eval (train requested")
+    assert result.metrics["settings"][0]["batch_size"] == 1
