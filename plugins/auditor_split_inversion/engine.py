@@ -1,0 +1,230 @@
+"""The split-inversion audit on tensors: cut the model, train or run every attack, score every split."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from auditor.plugin import ArchitectureProfile, split_segments
+from auditor_split_inversion.config import Budget, SplitInversionConfig
+from auditor_split_inversion.dci import invert, train_dci
+from auditor_split_inversion.inverse import mirror
+from auditor_split_inversion.metrics import (
+    accuracy,
+    floor,
+    lpips_scores,
+    lpips_status,
+    per_image,
+    summarise,
+    train_evaluator,
+)
+from auditor_split_inversion.rmle import rmle
+from auditor_split_inversion.synth import bn_layers, synthesize
+
+#: Share of the time budget given to each stage (the rest is a reserve).
+SHARES = {"synth": 0.25, "dci": 0.35, "rmle": 0.2, "defence": 0.1, "evaluator": 0.03}
+
+
+def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_splits: int | None
+                  ) -> tuple[list, str]:
+    """Return the split points to attack and a sentence saying how they were chosen."""
+    points = list(profile.split_points)
+    if wanted:
+        by_id = {p.id: p for p in points}
+        unknown = [w for w in wanted if w not in by_id]
+        if unknown:
+            raise ValueError(f"split ids {unknown} are not split points of this model")
+        chosen = [p for p in points if p.id in set(wanted)]
+        return chosen, "the splits named in the configuration"
+    last_per_res: dict[tuple[int, ...], object] = {}
+    for p in points:
+        if len(p.shape) == 4:
+            last_per_res[tuple(p.shape[2:])] = p
+    chosen = [p for p in points if p in last_per_res.values()]
+    if points and len(points[-1].shape) == 2 and points[-1] not in chosen:
+        chosen.append(points[-1])
+    note = "the last split point at each spatial resolution plus the logits"
+    if max_splits is not None and len(chosen) > max_splits:
+        idx = sorted({round(i * (len(chosen) - 1) / (max_splits - 1)) for i in range(max_splits)})
+        chosen = [chosen[i] for i in idx]
+        note += f", thinned evenly to {max_splits} (budget preset)"
+    return chosen, note
+
+
+class Normalize(nn.Module):
+    """Map [0, 1] images to the model's normalised input space."""
+
+    def __init__(self, mean: list[float], std: list[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``(x - mean) / std``."""
+        return (x - self.mean) / self.std
+
+
+@dataclass
+class Clock:
+    """Stage deadlines inside the plugin's budget; ``tick`` also enforces the hard budget."""
+
+    total: float | None
+    remaining: Callable[[], float | None]
+    check: Callable[[], None]
+    deadline: float | None = None
+
+    def stage(self, share: float) -> float | None:
+        """Open a stage of ``share`` of the total budget (at most 95 % of what is left); return its seconds."""
+        left = self.remaining()
+        if self.total is None or left is None:
+            self.deadline = None
+            return None
+        seconds = max(0.0, min(share * self.total, 0.95 * left))
+        self.deadline = time.monotonic() + seconds
+        return seconds
+
+    def tick(self) -> bool:
+        """Return False once the stage deadline has passed."""
+        self.check()
+        return self.deadline is None or time.monotonic() < self.deadline
+
+
+@dataclass
+class Inputs:
+    """Probe images (the private inputs to reconstruct) and the optional auxiliary data."""
+
+    probes: torch.Tensor
+    probe_labels: torch.Tensor | None
+    probe_source: str
+    aux: torch.Tensor | None = None
+    aux_labels: torch.Tensor | None = None
+    classes: int = 0
+    aux_source: str = ""
+
+
+def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
+          budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> dict:
+    """Run every attack at every chosen split and return per-split scores, reconstructions and records."""
+    torch.manual_seed(seed)
+    model = model.to(device).eval().requires_grad_(False)
+    splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
+    pieces = split_segments(model, [p.id for p in splits])
+    norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
+    if norm is not None:
+        pieces[0] = nn.Sequential(norm, pieces[0])
+        model = nn.Sequential(norm, model)
+    blocks, server = pieces[:-1], pieces[-1]
+    shape = tuple(profile.input_shape)
+    probes = inputs.probes.to(device)
+    out: dict = {"splits": splits, "split_note": split_note, "notes": [], "records": {}}
+
+    train_sets: dict[str, torch.Tensor] = {}
+    if "dci" in cfg.attacks:
+        has_bn = bool(bn_layers(model))
+        if has_bn or inputs.aux is None:
+            clock.stage(SHARES["synth"])
+            t0 = time.monotonic()
+            syn, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps, batch=budget.batch,
+                                  use_ce=cfg.synth_ce, seed=seed, device=device, tick=clock.tick)
+            out["records"]["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2)}
+            if not has_bn:
+                out["notes"].append("the model has no BatchNorm statistics and no --data was given: the inverters "
+                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
+            if len(syn):
+                train_sets["dci" if has_bn else "dci-prior-only"] = syn
+        if inputs.aux is not None:
+            train_sets["dci-aux"] = inputs.aux.to(device)
+
+    snapshots: dict[str, list] = {}
+    for name, data in train_sets.items():
+        seconds = clock.stage(SHARES["dci"] / len(train_sets))
+        with torch.no_grad():
+            shapes = [tuple(shape)]
+            x = probes[:1]
+            for b in blocks:
+                x = b(x)
+                shapes.append(tuple(x.shape[1:]))
+        inverses = nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
+        t0 = time.monotonic()
+        snaps, rec = train_dci(blocks, inverses, data, steps=budget.dci_steps, batch=budget.batch, seed=seed,
+                               time_s=None if seconds is None else 0.9 * seconds, tick=clock.tick)
+        snapshots[name] = snaps
+        out["records"][name] = {**rec, "seconds": round(time.monotonic() - t0, 2)}
+
+    with torch.no_grad():
+        feats, x = [], probes
+        for b in blocks:
+            x = b(x)
+            feats.append(x)
+    recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(blocks) for a in snapshots}
+    for name, snaps in snapshots.items():
+        t0 = time.monotonic()
+        for k, snap in enumerate(snaps):
+            recons[name][k] = invert(snap, feats[k])
+        out["records"][name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
+
+    if "rmle" in cfg.attacks:
+        seconds = clock.stage(SHARES["rmle"])
+        steps = budget.rmle_steps
+        if seconds is not None:
+            per = []
+            for k in range(len(blocks)):
+                t0 = time.monotonic()
+                rmle(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tv=cfg.rmle_tv, tick=clock.tick)
+                per.append(time.monotonic() - t0)
+            steps = max(1, min(steps, int(0.9 * seconds / sum(per))))
+        recons["rmle"] = [None] * len(blocks)
+        done, t0 = [], time.monotonic()
+        for k in range(len(blocks)):
+            recons["rmle"][k], n = rmle(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps,
+                                        tv=cfg.rmle_tv, tick=clock.tick)
+            done.append(n)
+        out["records"]["rmle"] = {"steps_per_split": done, "steps_planned": budget.rmle_steps,
+                                  "tv_weight": cfg.rmle_tv, "optimiser": "Adam lr 0.05, grey start",
+                                  "seconds_all_splits": round(time.monotonic() - t0, 2)}
+
+    evaluator = None
+    if inputs.aux is not None and inputs.aux_labels is not None and inputs.probe_labels is not None:
+        clock.stage(SHARES["evaluator"])
+        evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
+                                       steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
+        out["records"]["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
+                                       "trained_on": "auxiliary data (never the probes)"}
+    lp = lpips_status()
+    out["lpips"] = lp
+    fl = floor(probes)
+    labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
+    if evaluator is not None and labels is not None:
+        fl["evaluator_acc"] = accuracy(evaluator, probes.mean(0, keepdim=True).expand_as(probes), labels)
+        out["evaluator_clean_acc"] = accuracy(evaluator, probes, labels)
+    out["floor"] = fl
+    rows = []
+    for k, sp in enumerate(splits):
+        attacks = {}
+        for name, rs in recons.items():
+            if rs[k] is None:
+                continue
+            scores = summarise(per_image(probes, rs[k]))
+            if evaluator is not None and labels is not None:
+                scores["evaluator_acc"] = accuracy(evaluator, rs[k], labels)
+            if lp == "available":
+                scores["lpips_mean"] = round(sum(v := lpips_scores(probes, rs[k])) / len(v), 4)
+            attacks[name] = scores
+        best = max(attacks, key=lambda a: attacks[a]["psnr_mean"]) if attacks else None
+        best_ssim = max((a["ssim_mean"] for a in attacks.values()), default=None)
+        rows.append({
+            "split": sp.id, "module": sp.module, "shape": list(sp.shape[1:]), "numel_ratio": sp.numel_ratio,
+            "depth": sp.depth, "attacks": attacks, "best_attack": best,
+            "psnr": attacks[best]["psnr_mean"] if best else None, "ssim": best_ssim,
+            "psnr_margin": round(attacks[best]["psnr_mean"] - fl["psnr_mean"], 3) if best else None,
+            "ssim_margin": round(best_ssim - fl["ssim_mean"], 4) if best_ssim is not None else None,
+        })
+    out["rows"] = rows
+    out["recons"] = recons
+    out["probes"] = probes
+    out["blocks"], out["server"], out["snapshots"], out["feats"] = blocks, server, snapshots, feats
+    return out

@@ -1,0 +1,118 @@
+"""Reconstruction metrics, each next to its own floor (seed 001 §7.4, seed 002 §6.4).
+
+PSNR = 10·log10(1/MSE) and SSIM (``skimage.metrics.structural_similarity``, 7×7 uniform window
+or the largest odd window that fits, ``data_range=1``, channels averaged) are computed per image on
+[0, 1] images and reported as mean ± SD. The floor is the mean image of the probe set scored the
+same way; leakage is the margin over it. Semantic leakage uses a small CNN trained on the
+auxiliary data only, independent of the target (the target scores its clean accuracy on
+feature-matching reconstructions by construction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+LPIPS_WEIGHTS = "alexnet-owt-7be5be79.pth"
+
+
+def per_image(original: torch.Tensor, recon: torch.Tensor) -> dict[str, list[float]]:
+    """Return per-image PSNR (dB, capped at 100) and SSIM of ``recon`` against ``original``."""
+    from skimage.metrics import structural_similarity
+
+    a = original.detach().cpu().clamp(0, 1).numpy().astype(np.float64)
+    b = recon.detach().cpu().clamp(0, 1).numpy().astype(np.float64)
+    side = min(a.shape[-2:])
+    win = min(7, side if side % 2 else side - 1)
+    psnr, ssim = [], []
+    for x, y in zip(a, b):
+        mse = float(np.mean((x - y) ** 2))
+        psnr.append(100.0 if mse <= 1e-10 else min(100.0, 10 * math.log10(1.0 / mse)))
+        ssim.append(float(structural_similarity(x, y, data_range=1.0, win_size=win, channel_axis=0)))
+    return {"psnr": psnr, "ssim": ssim}
+
+
+def summarise(values: dict[str, list[float]]) -> dict[str, float]:
+    """Return the mean and SD of every per-image metric."""
+    out: dict[str, float] = {}
+    for key, vals in values.items():
+        out[f"{key}_mean"] = round(float(np.mean(vals)), 4)
+        out[f"{key}_sd"] = round(float(np.std(vals)), 4)
+    return out
+
+
+def floor(probes: torch.Tensor) -> dict[str, float]:
+    """Score the mean image of the probe set as a reconstruction of every probe."""
+    mean = probes.mean(0, keepdim=True).expand_as(probes)
+    return summarise(per_image(probes, mean))
+
+
+def lpips_status() -> str:
+    """Say whether LPIPS can run offline (the package and its AlexNet weights are present)."""
+    try:
+        import lpips  # noqa: F401
+    except ImportError:
+        return "not computed: the lpips package is not installed"
+    hub = Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_WEIGHTS
+    if not hub.is_file():
+        return f"not computed: AlexNet backbone weights {hub} are not present locally (no download is attempted)"
+    return "available"
+
+
+def lpips_scores(original: torch.Tensor, recon: torch.Tensor) -> list[float]:
+    """Return per-image LPIPS (AlexNet, v0.1) on [0, 1] images; call only when available."""
+    import lpips
+
+    net = lpips.LPIPS(net="alex", verbose=False).to(original.device).eval()
+    a, b = original * 2 - 1, recon * 2 - 1
+    if a.shape[1] == 1:
+        a, b = a.expand(-1, 3, -1, -1), b.expand(-1, 3, -1, -1)
+    with torch.no_grad():
+        return [float(v) for v in net(a, b).flatten()]
+
+
+class Evaluator(nn.Module):
+    """A small CNN, independent of the target, used to judge semantic leakage."""
+
+    def __init__(self, channels: int, classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(8),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(64, classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return class logits."""
+        return self.net(x)
+
+
+def train_evaluator(images: torch.Tensor, labels: torch.Tensor, classes: int, *, steps: int, seed: int,
+                    tick: Callable[[], bool]) -> tuple[Evaluator, int]:
+    """Train the independent evaluator on auxiliary images (never on probes) and return it with its steps."""
+    torch.manual_seed(seed)
+    model = Evaluator(images.shape[1], classes).to(images.device)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    done = 0
+    for _ in range(steps):
+        if not tick():
+            break
+        idx = torch.randint(len(images), (min(64, len(images)),), generator=gen)
+        loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        done += 1
+    return model.eval(), done
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Return top-1 accuracy of ``model`` on ``images``."""
+    return round(float((model(images).argmax(1) == labels).float().mean()), 4)

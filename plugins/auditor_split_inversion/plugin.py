@@ -1,0 +1,206 @@
+"""The split-inversion plugin: how much of the input a server can rebuild from the feature at each split."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from torch import nn
+
+from auditor.plugin import (
+    Applicability,
+    ArchitectureProfile,
+    Artifact,
+    DataBundle,
+    PluginResult,
+    PluginSkipped,
+    Requirements,
+    Rule,
+    RunContext,
+    default_probe_images,
+)
+from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
+from auditor_split_inversion.defences import noise_sweep
+from auditor_split_inversion.engine import SHARES, Clock, Inputs, audit
+from auditor_split_inversion.plots import defence_chart, grid, line_chart, to_png_base64
+from auditor_split_inversion.rules import (
+    INCONCLUSIVE,
+    LEAKY_SPLIT,
+    NO_SAFE_SPLIT,
+    NOISE_DEFENCE,
+    RULES,
+    WEAK_ATTACKER,
+)
+
+THREAT_MODEL = ("white-box server (honest-but-curious) or eavesdropper that knows the device-side weights and "
+                "sees the feature at the split; data-free (BN-statistics synthesis) unless --data is given, then "
+                "also auxiliary data")
+
+
+def load_inputs(data: DataBundle | None, shape: tuple[int, ...], n_probes: int, seed: int) -> Inputs:
+    """Return probes (``--data`` held-out images, else scikit-image's bundled photos) and auxiliary data."""
+    if data is None:
+        probes, names = default_probe_images(shape, n=min(n_probes, 8))
+        return Inputs(probes, None, f"default probe set: scikit-image bundled images {names}")
+    classes = len(data.classes)
+    held = "test" if "test" in data.splits else None
+    aux_split = next((s for s in ("public", "train") if s in data.splits), None)
+    if held is not None:
+        probes, labels = data.splits[held].tensors(shape, limit=n_probes, seed=seed)
+        aux, aux_labels = (data.splits[aux_split].tensors(shape, seed=seed) if aux_split else (None, None))
+        return Inputs(probes, labels, f"--data {held}/ ({len(probes)} images)", aux, aux_labels, classes,
+                      f"--data {aux_split}/" if aux_split else "")
+    name = aux_split or next(iter(data.splits))
+    images, labels = data.splits[name].tensors(shape, seed=seed)
+    if len(images) <= n_probes:
+        return Inputs(images, labels, f"--data {name}/ ({len(images)} images, no auxiliary images left)")
+    return Inputs(images[:n_probes], labels[:n_probes], f"--data {name}/ (first {n_probes} of a seeded shuffle)",
+                  images[n_probes:], labels[n_probes:], classes, f"--data {name}/ (the rest of the shuffle)")
+
+
+class SplitInversionPlugin:
+    """Attack every chosen split point with DCI and rMLE and report leakage over the mean-image floor."""
+
+    name = "split-inversion"
+    family = "model-inversion"
+    summary = "Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence curve."
+    requires = Requirements(budget_s=900, expensive=True)
+    Config: ClassVar[type[SplitInversionConfig]] = SplitInversionConfig
+    rules: tuple[Rule, ...] = RULES
+
+    def applicable(self, profile: ArchitectureProfile) -> Applicability:
+        """Apply to fx-traced image models with split points."""
+        if profile.traced_with != "fx":
+            return Applicability(False, f"split ids need the torch.fx graph; this model was traced with "
+                                        f"{profile.traced_with}")
+        if len(profile.input_shape) != 3 or not profile.split_points:
+            return Applicability(False, "needs a C×H×W image input and at least one split point")
+        return Applicability(True, f"{len(profile.split_points)} split points in the fx graph")
+
+    def run(self, ctx: RunContext) -> PluginResult:
+        """Attack the chosen splits, evaluate noise at the split, and return findings and artifacts."""
+        cfg = ctx.config if isinstance(ctx.config, SplitInversionConfig) else \
+            SplitInversionConfig.model_validate(ctx.config.model_dump())
+        budget = BUDGETS[cfg.budget]
+        shape = tuple(ctx.profile.input_shape)
+        inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
+        if len(inputs.probes) < 2:
+            raise PluginSkipped("fewer than two probe images: the mean-image floor is undefined")
+        clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
+        model = ctx.model
+        res = audit(model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        rows, fl = res["rows"], res["floor"]
+        for row in rows:
+            row["leaky"] = bool(row["psnr"] is not None and (row["psnr_margin"] >= cfg.psnr_margin_db
+                                                             or row["ssim_margin"] >= cfg.ssim_margin))
+        findings = _findings(rows, res)
+        defence = self._defence(res, rows, inputs, cfg, budget, ctx, clock)
+        if defence:
+            findings.append(NOISE_DEFENCE.finding(
+                message="; ".join(f"{r['kind']} σ={r['sigma']:g}: utility {r['utility']:.2f}, PSNR {r['psnr']:.1f} dB, "
+                                  f"SSIM {r['ssim']:.2f}" for r in defence["rows"]),
+                location=defence["split"], evidence=defence))
+        metrics = {
+            "floor": fl, "per_split": rows, "lpips": res["lpips"],
+            "leaky_splits": [r["split"] for r in rows if r["leaky"]],
+        }
+        if "evaluator_clean_acc" in res:
+            metrics["evaluator_clean_acc"] = res["evaluator_clean_acc"]
+        provenance = {
+            "threat_model": THREAT_MODEL, "budget_preset": cfg.budget, "budget": budget.__dict__,
+            "time_budget_s": ctx.budget_s, "seed": ctx.seed, "device": str(ctx.device),
+            "splits": res["split_note"], "probes": inputs.probe_source,
+            "auxiliary_data": None if inputs.aux is None else f"{len(inputs.aux)} images from {inputs.aux_source}",
+            "attacks": sorted({a for r in rows for a in r["attacks"]}), "leakage": "maximum over the attacks run",
+            "metrics": "PSNR=10log10(1/MSE) per image on [0,1]; SSIM skimage 7x7 uniform window, data_range=1; "
+                       "floor = mean image of the probe set; margins = best attack - floor",
+            "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin},
+            "training": res["records"], "notes": res["notes"],
+        }
+        artifacts = _artifacts(res, rows, fl, defence)
+        return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts)
+
+    def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
+                 ctx: RunContext, clock: Clock) -> dict | None:
+        """Sweep noise at the earliest leaky split (else the first) and return the curve."""
+        if not cfg.noise_sigmas or not rows:
+            return None
+        k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
+        blocks = res["blocks"]
+        head = nn.Sequential(*blocks[:k + 1])
+        tail = nn.Sequential(*blocks[k + 1:], res["server"])
+        snaps = [s[k] for s in res["snapshots"].values() if len(s) > k]
+        clock.stage(SHARES["defence"])
+        rows_d = noise_sweep(head, tail, res["probes"], inputs.probe_labels, snapshot=snaps[0] if snaps else None,
+                             sigmas=cfg.noise_sigmas, kinds=list(cfg.noise_kinds),
+                             rmle_steps=(budget.rmle_steps // 2) if "rmle" in cfg.attacks else 0,
+                             tv=cfg.rmle_tv, seed=ctx.seed, tick=clock.tick)
+        return {"split": rows[k]["split"], "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
+                "attackers": "not retrained on noisy features (lower bound)"} if rows_d else None
+
+
+def _findings(rows: list[dict], res: dict) -> list:
+    """Return the leaky-split, no-safe-split, inconclusive and weak-attacker findings."""
+    findings = []
+    leaky = [r for r in rows if r["leaky"]]
+    for r in leaky:
+        findings.append(LEAKY_SPLIT.finding(
+            message=(f"{r['best_attack']} reconstructs the input from {r['split']} ({'x'.join(map(str, r['shape']))}, "
+                     f"numel ratio {r['numel_ratio']:g}): PSNR {r['psnr']:.1f} dB vs floor "
+                     f"{res['floor']['psnr_mean']:.1f} ({r['psnr_margin']:+.1f}), SSIM {r['ssim']:.2f} vs floor "
+                     f"{res['floor']['ssim_mean']:.2f} ({r['ssim_margin']:+.2f})"),
+            location=r["split"], evidence={k: r[k] for k in ("psnr", "ssim", "psnr_margin", "ssim_margin",
+                                                             "best_attack", "numel_ratio", "depth")}))
+    before_head = [r for r in rows if len(r["shape"]) != 1] or rows[:-1]
+    if before_head and all(r["leaky"] for r in before_head):
+        findings.append(NO_SAFE_SPLIT.finding(
+            message=f"every evaluated split before the head leaks ({', '.join(r['split'] for r in before_head)})",
+            location=before_head[-1]["split"], evidence={"splits": [r["split"] for r in before_head]}))
+    if not leaky:
+        cut = [f"{name}: {rec['budget_note']}" for name, rec in res["records"].items() if "budget_note" in rec]
+        findings.append(INCONCLUSIVE.finding(
+            message="no evaluated split beats the floor by the margin" + (f" ({'; '.join(cut)})" if cut else ""),
+            evidence={"splits": [r["split"] for r in rows], "budget_notes": cut}))
+    synth = res["records"].get("synthesis", {})
+    if synth.get("source") == "image-prior-only":
+        findings.append(WEAK_ATTACKER.finding(message=res["notes"][0], evidence={"synthesis": synth}))
+    return findings
+
+
+def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> list[Artifact]:
+    """Return the reconstruction grid, the PSNR/SSIM curves and the defence curve as PNG artifacts."""
+    labels = [r["split"] for r in rows]
+    attacks = sorted({a for r in rows for a in r["attacks"]})
+    arts = []
+    for metric, unit in (("psnr", "dB"), ("ssim", "")):
+        series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
+                      [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
+        series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
+        img = line_chart(f"Leakage vs split: {metric.upper()} {unit} (mean ± SD over probes)", labels, series,
+                         fl[f"{metric}_mean"], metric.upper())
+        arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
+                             description=f"{metric.upper()} per split and attack; dashed line = mean-image floor",
+                             data_base64=to_png_base64(img)))
+    header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
+    lines = [header] + [
+        f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
+        f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
+        for r in rows for a, v in r["attacks"].items()]
+    arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
+                         description="per split and attack, next to the mean-image floor (settings: provenance)"))
+    probes = res["probes"][:8]
+    grid_rows = [("original", probes)]
+    for k, r in enumerate(rows):
+        if r["best_attack"]:
+            grid_rows.append((f"{r['split']} ({r['best_attack']})", res["recons"][r["best_attack"]][k][:8]))
+    arts.append(Artifact(name="split-grid.png", media_type="image/png",
+                         description="originals (top) and the best attack's reconstruction at each split",
+                         data_base64=to_png_base64(grid(grid_rows))))
+    if defence:
+        arts.append(Artifact(name="split-noise-defence.png", media_type="image/png",
+                             description=f"noise at {defence['split']}: utility vs best-attack PSNR, points = σ",
+                             data_base64=to_png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
+    return arts
+
+
+

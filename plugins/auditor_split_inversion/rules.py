@@ -1,0 +1,62 @@
+"""The split-inversion rule catalogue (``split.*``).
+
+Sources: seed-001, Dong et al., "Privacy Vulnerability of Split Computing to Data-Free Model
+Inversion Attacks" (DCI; Table 2, Fig. 4, Fig. 9); seed-002, "Ensembler" (the mean-image sanity
+gate, noise at the split, §6.3-6.4). Every score is a lower bound from the attacks that ran.
+"""
+
+from __future__ import annotations
+
+from auditor.plugin import Reference, Rule, Severity
+
+_DCI = "Privacy Vulnerability of Split Computing to Data-Free Model Inversion Attacks (Dong et al.)"
+_ENS = "Ensembler: secret selection over N server networks against model inversion in collaborative inference"
+
+LEAKY_SPLIT = Rule(
+    id="split.leaky-split",
+    title="Inputs can be reconstructed from the feature sent at a split point",
+    severity=Severity.HIGH,
+    references=(Reference(source="seed-001", title=_DCI, locator="Table 2, Fig. 4"),
+                Reference(source="seed-002", title=_ENS, locator="§6.4 trivial-predictor row")),
+    remediation=("Move the split past the leaky points (the curve is not monotone: check every candidate).",
+                 "Add noise at the split and check the utility-vs-leakage curve in the report.",
+                 "Treat the intercepted feature as sensitive as the raw input (encrypt the channel)."),
+    description="The best attack beats the mean-image floor by the configured PSNR or SSIM margin.",
+)
+
+NO_SAFE_SPLIT = Rule(
+    id="split.no-safe-split",
+    title="No safe split point before the head",
+    severity=Severity.HIGH,
+    references=(Reference(source="seed-001", title=_DCI, locator="§4 (Fig. 4, Fig. 11)"),),
+    remediation=("Keep the whole model on the device, or deploy a defence and re-audit it.",),
+    description="Every evaluated split before the logits leaks above the threshold.",
+)
+
+WEAK_ATTACKER = Rule(
+    id="split.weak-attacker",
+    title="The data-free attacker had no BatchNorm statistics: scores are a loose lower bound",
+    severity=Severity.INFO,
+    references=(Reference(source="seed-001", title=_DCI, locator="§2.5 Eq. 4; §7.3"),),
+    remediation=("Re-run with --data (public or held-out images of the same domain) for a stronger attacker.",),
+)
+
+NOISE_DEFENCE = Rule(
+    id="split.noise-defence",
+    title="Noise at the split: utility versus leakage",
+    severity=Severity.INFO,
+    references=(Reference(source="seed-001", title=_DCI, locator="Fig. 9 (§4.5)"),
+                Reference(source="seed-002", title=_ENS, locator="§6.3 item 1")),
+)
+
+INCONCLUSIVE = Rule(
+    id="split.inconclusive",
+    title="No attack beat the mean-image floor at any split: the attack may be too weak",
+    severity=Severity.MEDIUM,
+    references=(Reference(source="seed-002", title=_ENS, locator="§6.2 attack sanity gate; §6.6 pitfall 1"),),
+    remediation=("Re-run with a larger --budget or the `standard` preset, or with --data.",),
+    description="An undefended model whose every split scores at the floor is more likely an under-budgeted "
+                "attacker than a private model.",
+)
+
+RULES: tuple[Rule, ...] = (LEAKY_SPLIT, NO_SAFE_SPLIT, WEAK_ATTACKER, NOISE_DEFENCE, INCONCLUSIVE)
