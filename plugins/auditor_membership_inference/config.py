@@ -1,0 +1,61 @@
+"""Settings of the membership-inference plugin: targets, reference recipe, attacks, statistics."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Recipe(BaseModel):
+    """How reference (shadow) models are trained: set it to the target's own recipe when known."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(default=30, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    shift_augment: int = Field(default=0, ge=0, description="Random roll by up to this many pixels.")
+    hflip_augment: bool = False
+
+
+class MembershipInferenceConfig(BaseModel):
+    """Configure the membership-inference attacks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_targets_per_side: int = Field(
+        default=500,
+        ge=10,
+        description="Members (train/) and non-members (test/) attacked, each at most this many.",
+    )
+    references: int = Field(
+        default=8,
+        ge=0,
+        description="Reference models for LiRA, RMIA and the shadow attack (below 2: metric attacks only).",
+    )
+    recipe: Recipe = Field(default_factory=Recipe)
+    workers: int = Field(default=1, ge=1, description="Reference models trained in parallel (threads).")
+    cache_dir: str | None = Field(
+        default="~/.cache/auditor/mia-references",
+        description="Reference models are cached here by content hash; null disables the cache.",
+    )
+    query_augmentations: list[Literal["none", "hflip", "shift"]] = Field(
+        default_factory=lambda: ["none", "shift"],
+        description="Views each sample is queried with for LiRA ('shift' rolls by one pixel).",
+    )
+    global_variance: Literal["auto", "always", "never"] = Field(
+        default="auto", description="Pool LiRA's variance over samples; 'auto' pools below 64 references."
+    )
+    bootstrap: int = Field(default=200, ge=10, description="Bootstrap resamples for confidence intervals.")
+    fprs: list[float] = Field(default_factory=lambda: [0.01, 0.001])
+    high_tpr_multiple: float = Field(
+        default=5.0,
+        gt=1,
+        description="mia.low-fpr-leak is high when TPR@1%FPR's CI lower bound is this many times the FPR.",
+    )
+    medium_auc: float = Field(
+        default=0.6, gt=0.5, le=1, description="mia.auc fires when the AUC's CI lower bound exceeds this."
+    )

@@ -1,0 +1,121 @@
+"""Attack metrics (sklearn ROC/AUC), bootstrap intervals and a log-log ROC image."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+#: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
+MIN_FALSE_POSITIVES = 10
+
+
+def tpr_at(fpr: np.ndarray, tpr: np.ndarray, target: float) -> float:
+    """Return the highest TPR whose FPR does not exceed ``target``."""
+    ok = fpr <= target
+    return float(tpr[ok].max()) if ok.any() else 0.0
+
+
+def summarise(
+    member: np.ndarray, score: np.ndarray, fprs: Sequence[float], *, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% bootstrap CI."""
+    fpr, tpr, _ = roc_curve(member, score)
+    point = {
+        "auc": float(roc_auc_score(member, score)),
+        "balanced_accuracy": float(((tpr + 1 - fpr) / 2).max()),
+    }
+    point.update({f"tpr_at_{_pct(f)}_fpr": tpr_at(fpr, tpr, f) for f in fprs})
+    rng = np.random.default_rng(seed)
+    ins, outs = np.flatnonzero(member), np.flatnonzero(~member)
+    boot: dict[str, list[float]] = {k: [] for k in point}
+    for _ in range(n_boot):
+        idx = np.concatenate([rng.choice(ins, len(ins)), rng.choice(outs, len(outs))])
+        bf, bt, _ = roc_curve(member[idx], score[idx])
+        boot["auc"].append(float(roc_auc_score(member[idx], score[idx])))
+        boot["balanced_accuracy"].append(float(((bt + 1 - bf) / 2).max()))
+        for f in fprs:
+            boot[f"tpr_at_{_pct(f)}_fpr"].append(tpr_at(bf, bt, f))
+    out: dict[str, Any] = {}
+    for key, value in point.items():
+        lo, hi = np.percentile(boot[key], [2.5, 97.5])
+        out[key] = round(value, 4)
+        out[f"{key}_ci95"] = [round(float(lo), 4), round(float(hi), 4)]
+    out["roc"] = _subsample(fpr, tpr)
+    return out
+
+
+def resolution_warnings(n_nonmembers: int, fprs: Sequence[float]) -> list[str]:
+    """Say which FPRs the number of non-members cannot resolve."""
+    return [
+        f"TPR@{_pct(f)} FPR is not resolved: {n_nonmembers} non-members give {n_nonmembers * f:.1f} expected "
+        f"false positives (need >= {MIN_FALSE_POSITIVES}, i.e. >= {int(np.ceil(MIN_FALSE_POSITIVES / f))} non-members)"
+        for f in fprs
+        if n_nonmembers * f < MIN_FALSE_POSITIVES
+    ]
+
+
+def _pct(f: float) -> str:
+    return f"{f * 100:g}pct"
+
+
+def _subsample(fpr: np.ndarray, tpr: np.ndarray, points: int = 40) -> list[list[float]]:
+    """Keep about ``points`` ROC points, spaced evenly in log FPR."""
+    grid = np.unique(np.concatenate([[0.0], np.logspace(-4, 0, points)]))
+    return [[round(float(g), 5), round(tpr_at(fpr, tpr, float(g)), 5)] for g in grid]
+
+
+def roc_png(curves: Mapping[str, list[list[float]]], n_nonmembers: int, title: str) -> str:
+    """Draw ROC curves on log-log axes with PIL; return the PNG as base64."""
+    from PIL import Image, ImageDraw
+
+    w, h, left, bottom, top, right = 560, 420, 60, 50, 30, 170
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    lo = max(1.0 / max(n_nonmembers, 1), 1e-4)
+    span = -np.log10(lo)
+
+    def xy(fx: float, ty: float) -> tuple[float, float]:
+        gx = (np.log10(max(fx, lo)) + span) / span
+        gy = (np.log10(max(ty, lo)) + span) / span
+        return left + gx * (w - left - right), h - bottom - gy * (h - top - bottom)
+
+    d.rectangle([left, top, w - right, h - bottom], outline="black")
+    for e in range(int(np.ceil(np.log10(lo) - 1e-9)), 1):
+        x, _ = xy(10.0**e, lo)
+        _, y = xy(lo, 10.0**e)
+        d.line([x, h - bottom, x, h - bottom + 4], fill="black")
+        d.text((x - 12, h - bottom + 6), f"1e{e}", fill="black")
+        d.line([left - 4, y, left, y], fill="black")
+        d.text((left - 40, y - 5), f"1e{e}", fill="black")
+    d.line([xy(lo, lo), xy(1, 1)], fill=(160, 160, 160))
+    d.text((left + 80, h - 18), "false positive rate (log)", fill="black")
+    d.text((5, 5), f"{title} - true positive rate (log) vs FPR", fill="black")
+    palette = [
+        (31, 119, 180),
+        (214, 39, 40),
+        (44, 160, 44),
+        (148, 103, 189),
+        (255, 127, 14),
+        (23, 190, 207),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (0, 0, 0),
+        (255, 187, 120),
+    ]
+    for i, (name, pts) in enumerate(curves.items()):
+        color = palette[i % len(palette)]
+        line = [xy(f, t) for f, t in pts if f >= lo]
+        if len(line) > 1:
+            d.line(line, fill=color, width=2)
+        d.line([w - right + 8, top + 14 * i + 6, w - right + 24, top + 14 * i + 6], fill=color, width=2)
+        d.text((w - right + 28, top + 14 * i), name, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")

@@ -1,0 +1,166 @@
+"""Train reference (shadow) models with the target's architecture, cached by content hash."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from auditor_membership_inference.config import Recipe
+
+
+def fresh_copy(model: nn.Module, seed: int) -> tuple[nn.Module, list[str]]:
+    """Return a re-initialised copy of ``model`` and the parameters no layer could reset.
+
+    Layers with ``reset_parameters`` use their own initialiser; any other parameter (a position
+    embedding or class token held directly by a module) is drawn from a truncated normal with
+    std 0.02, so that no reference model starts from the audited model's trained values.
+    """
+    clone = copy.deepcopy(model).cpu()
+    covered: set[int] = set()
+    uncovered: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in clone.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+                covered.update(id(p) for p in module.parameters(recurse=False))
+        with torch.no_grad():
+            for name, param in clone.named_parameters():
+                if id(param) not in covered:
+                    nn.init.trunc_normal_(param, std=0.02)
+                    uncovered.append(name)
+    return clone, uncovered
+
+
+def augment(x: torch.Tensor, recipe: Recipe, gen: torch.Generator) -> torch.Tensor:
+    """Apply the recipe's random rolls and flips to a batch."""
+    if recipe.shift_augment:
+        dx, dy = (
+            int(v)
+            for v in torch.randint(-recipe.shift_augment, recipe.shift_augment + 1, (2,), generator=gen)
+        )
+        x = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
+    if recipe.hflip_augment and bool(torch.rand(1, generator=gen) < 0.5):
+        x = torch.flip(x, dims=(-1,))
+    return x
+
+
+def train(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, *, seed: int, tick: Callable[[], None]
+) -> nn.Module:
+    """Train ``model`` in place on (x, y) with ``recipe``; ``tick`` is called once per batch."""
+    device = next(model.parameters()).device
+    params = model.parameters()
+    if recipe.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(
+            params, lr=recipe.lr, momentum=0.9, weight_decay=recipe.weight_decay
+        )
+    elif recipe.optimizer == "adamw":
+        opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    else:
+        opt = torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(recipe.epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(x), recipe.batch_size):
+            tick()
+            idx = order[start : start + recipe.batch_size]
+            xb = augment(x[idx], recipe, gen).to(device)
+            loss = F.cross_entropy(model(xb), y[idx].to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+def content_hash(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, seed: int) -> str:
+    """Hash what determines a reference model: architecture, initial weights, data, recipe, seed."""
+    h = hashlib.sha256()
+    h.update(repr(model).encode())
+    for key, value in model.state_dict().items():  # the initial weights, before training
+        h.update(key.encode())
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    h.update(x.detach().cpu().numpy().tobytes())
+    h.update(y.detach().cpu().numpy().tobytes())
+    h.update(recipe.model_dump_json().encode())
+    h.update(str(seed).encode())
+    return h.hexdigest()
+
+
+def train_references(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    keep: np.ndarray,
+    recipe: Recipe,
+    *,
+    seed: int,
+    device: torch.device,
+    workers: int,
+    cache_dir: Path | None,
+    tick: Callable[[], None],
+) -> tuple[list[nn.Module], int, list[str]]:
+    """Train one reference model per row of ``keep`` (a boolean in/out mask over the pool).
+
+    Returns:
+        The trained models, how many were loaded from the cache, and the parameters that were
+        re-initialised with a truncated normal because no layer could reset them.
+    """
+    jobs = []
+    uncovered: list[str] = []
+    for k, row in enumerate(keep):
+        idx = torch.from_numpy(np.flatnonzero(row))
+        ref, uncovered = fresh_copy(model, seed + 1000 + k)
+        jobs.append((ref.to(device), x[idx], y[idx], seed + 2000 + k))
+
+    def run(job: tuple[nn.Module, torch.Tensor, torch.Tensor, int]) -> tuple[nn.Module, bool]:
+        ref, xs, ys, s = job
+        path = cache_dir / f"{content_hash(ref, xs, ys, recipe, s)}.pt" if cache_dir else None
+        if path is not None and path.is_file():
+            ref.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+            return ref.eval(), True
+        train(ref, xs, ys, recipe, seed=s, tick=tick)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(ref.state_dict(), path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+        return ref, False
+
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(run, jobs))
+    else:
+        done = [run(job) for job in jobs]
+    hits = sum(hit for _, hit in done)
+    return [ref for ref, _ in done], hits, uncovered
+
+
+def views(x: torch.Tensor, names: Sequence[str]) -> list[torch.Tensor]:
+    """Return the query views of a batch: the identity, a horizontal flip, a one-pixel roll."""
+    out = []
+    for name in names:
+        if name == "hflip":
+            out.append(torch.flip(x, dims=(-1,)))
+        elif name == "shift":
+            out.append(torch.roll(x, shifts=(1, 1), dims=(-2, -1)))
+        else:
+            out.append(x)
+    return out
+
+
+@torch.no_grad()
+def logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch: int = 256) -> torch.Tensor:
+    """Return the model's logits on ``x`` (CPU, float64), batched on ``device``."""
+    model.eval()
+    parts = [model(x[i : i + batch].to(device)).double().cpu() for i in range(0, len(x), batch)]
+    return torch.cat(parts) if parts else torch.empty(0)

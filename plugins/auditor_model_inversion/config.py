@@ -1,0 +1,42 @@
+"""Settings of the model-inversion plugin."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelInversionConfig(BaseModel):
+    """Configure the inversion attack, its prior and the evaluation model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prior: Literal["auto", "pixel", "vae"] = Field(
+        default="auto",
+        description="'vae': search the latent of a VAE trained on --data public/ (GMI-style); "
+        "'pixel': optimise pixels with TV and l2 priors; 'auto': vae when public/ exists.",
+    )
+    classes: list[int] | None = Field(
+        default=None, description="Classes to invert; default: the first max_classes."
+    )
+    max_classes: int = Field(default=10, ge=1)
+    restarts: int = Field(default=8, ge=1, description="Independent restarts (reconstructions) per class.")
+    steps: int = Field(default=200, ge=1)
+    lr: float = Field(default=0.1, gt=0)
+    tv_weight: float = Field(default=0.05, ge=0, description="Pixel prior: total-variation weight.")
+    l2_weight: float = Field(default=0.01, ge=0, description="Pixel prior: weight of mean(x^2).")
+    latent_dim: int = Field(default=8, ge=1, description="VAE prior: latent size.")
+    latent_weight: float = Field(default=1e-3, ge=0, description="VAE prior: weight of ||w||^2.")
+    prior_epochs: int = Field(default=60, ge=1, description="VAE prior: training epochs on public/.")
+    eval_epochs: int = Field(default=40, ge=1, description="Evaluation model: training epochs on train/.")
+    eval_width: int = Field(default=32, ge=4)
+    max_private: int = Field(
+        default=5000, ge=10, description="Most train/ images used (evaluation model, KNN)."
+    )
+    attack_accuracy_high: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="mi.attack-accuracy is high at or above this top-1 attack accuracy.",
+    )

@@ -1,0 +1,113 @@
+"""The evaluation model and the VAE prior, both trained by the plugin on the user's data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class EvalNet(nn.Module):
+    """A plain conv net (no skips, BatchNorm) used only to judge reconstructions.
+
+    Its architecture is fixed and independent of the audited model; ``features`` returns the
+    penultimate representation used for KNN distances.
+    """
+
+    def __init__(self, channels: int, classes: int, width: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
+            nn.MaxPool2d(2, ceil_mode=True),
+            nn.Conv2d(2 * width, 2 * width, 3, padding=1),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Dropout(0.2),
+        )
+        self.head = nn.Linear(2 * width, classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the penultimate representation."""
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+class VAE(nn.Module):
+    """A small MLP VAE over flattened images in [0, 1]."""
+
+    def __init__(self, shape: tuple[int, ...], latent: int, hidden: int = 256) -> None:
+        super().__init__()
+        self.shape = shape
+        n = int(torch.tensor(shape).prod())
+        self.enc = nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, 2 * latent))
+        self.dec = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, n))
+
+    def decode(self, w: torch.Tensor) -> torch.Tensor:
+        """Map latents to images in [0, 1]."""
+        return torch.sigmoid(self.dec(w)).view(len(w), *self.shape)
+
+    def loss(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """Return the negative ELBO (Bernoulli likelihood) of a batch."""
+        mu, logvar = self.enc(x).chunk(2, dim=1)
+        eps = torch.randn(mu.shape, generator=gen).to(mu.device)
+        recon = self.dec(mu + eps * (0.5 * logvar).exp())
+        rec = F.binary_cross_entropy_with_logits(recon, x.flatten(1), reduction="sum")
+        kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum()
+        return (rec + kl) / len(x)
+
+
+def fit_eval(
+    net: EvalNet,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    seed: int,
+    device: torch.device,
+    tick: Callable[[], None],
+) -> EvalNet:
+    """Train the evaluation model with Adam and one-pixel random shifts; return it in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-4)
+    net.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for s in range(0, len(x), 64):
+            tick()
+            idx = order[s : s + 64]
+            dx, dy = (int(v) for v in torch.randint(-1, 2, (2,), generator=gen))
+            xb = torch.roll(x[idx], shifts=(dy, dx), dims=(-2, -1)).to(device)
+            loss = F.cross_entropy(net(xb), y[idx].to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return net.eval()
+
+
+def fit_vae(
+    vae: VAE, x: torch.Tensor, *, epochs: int, seed: int, device: torch.device, tick: Callable[[], None]
+) -> VAE:
+    """Train the VAE prior on public images; return it in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(vae.parameters(), lr=1e-3)
+    vae.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for s in range(0, len(x), 64):
+            tick()
+            loss = vae.loss(x[order[s : s + 64]].to(device), gen)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return vae.eval()
