@@ -142,7 +142,7 @@ def test_config_file_values_apply_and_flags_win(resnet18_file: Path, tmp_path: P
     code, report = _scan(tmp_path, str(resnet18_file), "--config", str(cfg))
     assert code == 0 and report is not None
     assert report["model"]["input_shape"] == [3, 64, 64] and report["summary"]["fail_on"] == "critical"
-    (run,) = report["plugins"]
+    (run,) = [p for p in report["plugins"] if p["name"] == "architecture-risk"]
     assert run["provenance"]["config"]["max_evidence_nodes"] == 1
     code, report = _scan(tmp_path, str(resnet18_file), "--config", str(cfg), "--fail-on", "high")
     assert code == 1
