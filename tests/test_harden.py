@@ -51,10 +51,15 @@ def test_harden_rolss_fine_tunes_saves_and_compares(digits: tuple[Path, Path, fl
     assert c["before"]["accuracy"] == pytest.approx(trained_acc) and trained_acc > 0.8
     assert c["after"]["accuracy"] > 0.5
     assert "arch.last-stage-skip@layer4.0 (add_3)" in c["before"]["finding_ids"]
+    assert not any(f.startswith("arch.last-stage-skip") for f in c["after"]["finding_ids"])
+    assert c["after"]["last_stage_skips"] == 0
     assert "architecture-risk" in c["before"]["plugin_metrics"] and "architecture-risk" in c["after"]["plugin_metrics"]
     page = html.read_text()
     assert 'id="comparison"' in page and str(model_path) in page and str(out) in page
-    assert f"auditor harden {out} --rewrite rolss-plus" in page  # findings carry the exact command
+    assert f"auditor harden {out} --rewrite rolss" not in page  # nothing left to propose on the hardened model
+    before_page = root / "before.html"
+    run_cli(["scan", str(model_path), "--json", str(root / "before.json"), "--html", str(before_page), *AUDIT])
+    assert f"auditor harden {model_path} --rewrite rolss-plus" in before_page.read_text()  # the exact command
     rescan = root / "rescan.json"
     assert run_cli(["scan", str(out), "--json", str(rescan), "--html", str(root / "rescan.html"), *AUDIT]) in (0, 1)
     assert len(json.loads(rescan.read_text())["architecture"]["skip_connections"]) == 3

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 
 
 class _Record(BaseModel):
@@ -70,6 +70,7 @@ CATEGORY_MISSING_DATA = "missing-data"
 CATEGORY_MISSING_DEPENDENCY = "missing-dependency"
 CATEGORY_NOT_SELECTED = "not-selected"
 CATEGORY_NO_MODEL = "no-model"
+CATEGORY_NO_TORCH_MODEL = "no-torch-model"  # only a graph (an ONNX file) was given, no PyTorch model
 PLUGIN_CATEGORIES = (
     CATEGORY_EXCEPTION,
     CATEGORY_TIMEOUT,
@@ -79,6 +80,7 @@ PLUGIN_CATEGORIES = (
     CATEGORY_MISSING_DEPENDENCY,
     CATEGORY_NOT_SELECTED,
     CATEGORY_NO_MODEL,
+    CATEGORY_NO_TORCH_MODEL,
 )
 
 
@@ -200,7 +202,7 @@ class Attention(_Record):
 class Stem(_Record):
     """The first parametric operation on the input and what follows it."""
 
-    kind: Literal["patchify", "overlapping-conv", "linear", "conv", "none", "unknown"]
+    kind: Literal["patchify", "overlapping-conv", "linear", "conv", "embedding", "none", "unknown"]
     node: str | None = None
     module: str | None = None
     kernel: list[int] | None = None
@@ -243,7 +245,7 @@ class LinearBias(_Record):
 class ArchitectureProfile(_Record):
     """Everything the graph layer found, with node names and owning module paths."""
 
-    traced_with: Literal["fx", "export", "hooks"]
+    traced_with: Literal["fx", "export", "hooks", "onnx"]
     trace_notes: list[str] = Field(default_factory=list)
     traced_in_mode: Literal["eval", "train"] = "eval"
     input_shape: list[int]
@@ -252,7 +254,9 @@ class ArchitectureProfile(_Record):
     skip_connections: list[SkipConnection] = Field(default_factory=list)
     stage_rule: str = Field(description="How stages were assigned: 'resolution' or a labelled depth fallback.")
     stages: list[Stage] = Field(default_factory=list)
-    last_stage: int | None = None
+    last_stage: int | None = Field(
+        default=None, description="Index of the last (deepest) stage when it holds skips, else null."
+    )
     norms: dict[str, int] = Field(default_factory=dict)
     batchnorm_in_eval: bool | None = None
     activations: dict[str, int] = Field(default_factory=dict)
@@ -270,6 +274,39 @@ class ArchitectureProfile(_Record):
         default_factory=list,
         description="Convs whose weights carry a fused identity branch (weight-space skips the graph cannot show).",
     )
+
+
+class OnnxRuntimeCheck(_Record):
+    """An ONNX graph run with onnxruntime on seeded random inputs, compared with a PyTorch reference."""
+
+    runtime: str = Field(description="Runtime and execution provider, e.g. 'onnxruntime 1.32.0 (CPUExecutionProvider)'.")
+    seed: int
+    input_shape: list[int] = Field(description="Shape of the input batch fed to both models, batch first.")
+    output_shapes: list[list[int]] = Field(default_factory=list)
+    reference: str | None = Field(default=None, description="Path of the --reference PyTorch model, if given.")
+    reference_format: str | None = None
+    max_abs_error: float | None = Field(default=None, description="max |onnx - torch| over every output element.")
+    max_rel_error: float | None = Field(default=None, description="max |onnx - torch| / max |torch|.")
+    atol: float
+    rtol: float
+    agree: bool | None = Field(
+        default=None, description="max_abs_error <= atol + rtol * max |torch|; null without a reference."
+    )
+    reason: str = Field(default="", description="Why the outputs could not be compared, if they could not.")
+
+
+class OnnxInfo(_Record):
+    """What an ONNX file declares, what its graph holds and how it ran."""
+
+    ir_version: int
+    opsets: dict[str, int] = Field(description="Opset version per domain ('' is the default ONNX domain).")
+    producer: str = ""
+    input_name: str
+    input_dims: list[int | str] = Field(description="Input dims as stored; names are symbolic dims.")
+    node_count: int
+    op_counts: dict[str, int] = Field(default_factory=dict)
+    unknown_shapes: int = Field(description="Node outputs whose shape onnx shape inference could not fix.")
+    runtime_check: OnnxRuntimeCheck
 
 
 # --- plugins, summary, report ----------------------------------------------------------------
@@ -367,3 +404,4 @@ class Report(_Record):
     summary: Summary
     notes: list[str] = Field(default_factory=list)
     comparison: Comparison | None = Field(default=None, description="Before/after a rewrite (auditor harden).")
+    onnx: OnnxInfo | None = Field(default=None, description="ONNX files only: the graph and its onnxruntime check.")

@@ -40,8 +40,8 @@ def is_depth_staged(profile: ArchitectureProfile) -> bool:
 
 
 def last_stage_index(profile: ArchitectureProfile) -> int | None:
-    """Return the profiled last stage, or else the highest stage index that holds a skip."""
-    if profile.last_stage is not None:
+    """Return the profiled last stage (None when it holds no skip); without stages, the deepest skip's."""
+    if profile.stages or profile.last_stage is not None:
         return profile.last_stage
     staged = [s.stage for s in profile.skip_connections if s.stage is not None]
     return max(staged) if staged else None

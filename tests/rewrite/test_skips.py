@@ -38,6 +38,7 @@ def test_rolss_on_resnet18_leaves_six_skips_none_in_the_last_stage(resnet18: nn.
     last_res = next(s.resolution for s in before.skip_connections if s.stage == before.last_stage)
     assert sorted(r.changed_nodes) == sorted(s.node for s in before.skip_connections if s.stage == 4)
     assert len(after.skip_connections) == 6
+    assert after.last_stage is None  # the stage before is not promoted to "last"
     assert all(s.kind == "additive" and s.resolution != last_res for s in after.skip_connections)
     assert "layer4.0.downsample.0" not in dict(r.model.named_modules())  # projection shortcut dropped
     assert r.params_before - r.params_after == sum(p.numel() for p in resnet18.layer4[0].downsample.parameters())

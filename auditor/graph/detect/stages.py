@@ -1,4 +1,4 @@
-"""Group a graph into stages by spatial resolution and pick the last stage that holds skips.
+"""Group a graph into stages by spatial resolution and find the skips of the last (deepest) stage.
 
 Stage ``k`` (1-based, high to low resolution) is a resolution bucket of 4-D outputs that holds a
 parametric layer outside the stem (a 1x1 bucket without skips, i.e. squeeze-excitation gates
@@ -50,8 +50,7 @@ def assign_stages(
         res = resolution[n.idx]
         if res is not None:
             buckets[res].append(n)
-    skip_res = {resolution[s.node] for s in skips}
-    if len(buckets) > 1 and (1, 1) in buckets and (1, 1) not in skip_res:
+    if len(buckets) > 1 and (1, 1) in buckets and not _downsamples_into_1x1(g, resolution):
         del buckets[(1, 1)]  # squeeze-excitation gates and pooled heads, not a stage
     if buckets:
         order = sorted(buckets, key=lambda r: (-(r[0] * r[1]), r))
@@ -75,10 +74,29 @@ def assign_stages(
     return DEPTH_RULE, stages, skip_stage
 
 
+def _downsamples_into_1x1(g: df.DataFlowGraph, resolution: Sequence[tuple[int, int] | None]) -> bool:
+    """Return whether a strided (not global) conv or pool reaches 1x1: a real stage at a tiny input.
+
+    Squeeze-excitation gates and pooled heads sit behind a global (adaptive) pool; ResNet's last
+    stage at a 32x32 input is reached by a stride-2 conv, DenseNet's by a 2x2 average pool.
+    """
+    for n in g.nodes:
+        if n.kind not in (df.CONV, df.POOL) or resolution[n.idx] != (1, 1) or "adaptive" in n.sub.lower():
+            continue
+        if any(resolution[i] not in (None, (1, 1)) for i in n.inputs):
+            return True
+    return False
+
+
 def last_stage(stages: Sequence[Stage]) -> int | None:
-    """Return the lowest-resolution (deepest) stage that contains skips."""
-    with_skips = [s.index for s in stages if s.skip_count > 0]
-    return max(with_skips) if with_skips else None
+    """Return the deepest stage when it contains skips, else None.
+
+    Seed 000's "last stage" is the network's last stage, not the deepest one that still holds
+    skips: after RoLSS removed them, the model has no last-stage skips, and the stage before it
+    is not promoted to "last".
+    """
+    deepest = max(stages, key=lambda s: s.index, default=None)
+    return deepest.index if deepest is not None and deepest.skip_count > 0 else None
 
 
 def _top_modules(nodes: Sequence[df.NodeInfo], limit: int = 8) -> list[str]:
