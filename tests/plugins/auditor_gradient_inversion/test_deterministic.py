@@ -131,7 +131,7 @@ def test_dlg_and_idlg_invert_a_small_mlp(idlg: bool) -> None:
         oracle.flat_grad(x, y).detach(),
         (1, 3, 8, 8),
         10,
-        iterations=100,
+        iterations=300,  # DLG's joint soft-label search needs more than 100 evaluations from this seed
         generator=torch.Generator().manual_seed(0),
         labels=y if idlg else None,
     )
