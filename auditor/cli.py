@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from auditor.config import build_config, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
+from auditor.graph.tokens import parse_input_spec
 from auditor.plugin.registry import discover_plugins
 from auditor.report.model import Report, Severity
 
@@ -41,15 +42,20 @@ _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium"
 @app.command()
 def scan(
     model: Annotated[Path, typer.Argument(help="Checkpoint: torch.save file, state_dict, TorchScript, "
-                                               ".safetensors or torch.export .pt2.")],
+                                               ".safetensors, torch.export .pt2 or ONNX.")],
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W "
                                                        "(default: from the model, else 3,224,224).")] = None,
+    input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
+                                                      "tokens:BxL[:vocab=V] (default for Hugging Face token "
+                                                      "models: from their config).")] = None,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
+    reference: Annotated[Optional[Path], typer.Option("--reference", help="ONNX files only: the PyTorch model "
+                                                      "the graph must agree with (any format scan reads).")] = None,
     json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON report.")] = Path(
         "audit-report.json"),
     html_path: Annotated[Path, typer.Option("--html", help="Where to write the HTML report.")] = Path(
@@ -84,9 +90,10 @@ def scan(
     cli_values = {
         "arch": arch, "imports": imports or None, "trust": trust or None,
         "input_shape": parse_input_shape(input_shape) if input_shape else None, "fail_on": fail_on,
+        "input_spec": str(parse_input_spec(input_spec)) if input_spec else None,
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
         "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
-        "data_dir": data,
+        "data_dir": data, "reference": reference,
         "strict": strict or None,
     }
     config = build_config(file_values, cli_values)
@@ -275,6 +282,64 @@ def harden(
 
 
 @app.command()
+def split(
+    model: Annotated[Path, typer.Argument(help="PyTorch checkpoint (any format `auditor scan` reads; fx-traceable).")],
+    at: Annotated[Optional[str], typer.Option(help="Split point id to cut at (run without --at to list them).")] = None,
+    onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
+                                                                     "here as ONNX and verify it.")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+                                                         "prefix to be unpickled (repeatable).")] = None,
+    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of the verification inputs.")] = 0,
+) -> int:
+    """List a model's split points, or export its head up to one as ONNX and check it with onnxruntime (exit 0/1)."""
+    from auditor.config import DEFAULT_INPUT_SHAPE
+    from auditor.graph.profile import profile_model
+    from auditor.load.loaders import load_checkpoint
+
+    if (at is None) != (onnx_path is None):
+        raise ConfigError("--at and --onnx go together: --at SPLIT_ID --onnx head.onnx (without both, split "
+                          "points are listed)")
+    loaded = load_checkpoint(model, arch=arch, imports=imports or [])
+    if loaded.model is None:
+        raise InputError(f"{model} was refused by the static pickle check; run `auditor scan` for details")
+    shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
+    profile = profile_model(loaded.model, shape)
+    if profile.traced_with != "fx":
+        raise InputError(f"{model}: cutting at split points needs an fx graph; the model was profiled with "
+                         f"{profile.traced_with}")
+    if at is None or onnx_path is None:
+        table = Table(title=f"split points of {model} (input {'x'.join(map(str, shape))})")
+        for col in ("id", "module", "depth", "shape", "numel ratio"):
+            table.add_column(col)
+        for p in profile.split_points:
+            table.add_row(p.id, p.module, str(p.depth), "x".join(map(str, p.shape)), f"{p.numel_ratio:g}")
+        _out.print(table)
+        return ExitCode.PASS
+    from auditor.onnx import require
+
+    require("onnx", "exporting a head to ONNX")
+    require("onnxruntime", "verifying an ONNX head")
+    from auditor.onnx.export import export_head, find_split
+    from auditor.onnx.runtime import ATOL, RTOL
+
+    point = find_split(profile.split_points, at)
+    result = export_head(loaded.model, point, onnx_path, input_shape=shape, batch=batch, seed=seed)
+    a = result.agreement
+    _out.print(f"head {model} -> {point.id} (depth {point.depth}, feature {'x'.join(map(str, point.shape[1:]))}) "
+               f"written to {onnx_path} (opset {result.opset}, dynamic batch)", markup=False)
+    _out.print(f"onnxruntime vs PyTorch on {result.input_shape[0]} seeded inputs of shape "
+               f"{'x'.join(map(str, result.input_shape[1:]))}: max abs error {_fmt(a.max_abs_error)}, max rel error "
+               f"{_fmt(a.max_rel_error)} (tolerance {ATOL:g} + "
+               f"{RTOL:g} x max |torch|) {a.reason}".rstrip(), markup=False)
+    style = "bold green" if a.agree else "bold red"
+    _out.print(f"[{style}]{'AGREE' if a.agree else 'DISAGREE'}[/]")
+    return ExitCode.PASS if a.agree else ExitCode.FAIL
+
+
+@app.command()
 def version() -> int:
     """Print the auditor version."""
     _out.print(f"auditor {__version__}")
@@ -290,6 +355,17 @@ def _print_report(report: Report) -> None:
         _out.print(f"[bold]profile[/] traced_with={a.traced_with}  skips={len(a.skip_connections)}  "
                    f"stages={len(a.stages)}  last_stage={a.last_stage}  attention={len(a.attention)}  "
                    f"stem={a.stem.kind}  split_points={len(a.split_points)}")
+    if report.onnx is not None:
+        opsets = ",".join(f"{d or 'ai.onnx'}:{v}" for d, v in report.onnx.opsets.items())
+        c = report.onnx.runtime_check
+        check = f"{c.runtime} on {'x'.join(map(str, c.input_shape))}: " + (
+            c.reason if c.agree is None else
+            f"vs --reference {c.reference}: max abs error {_fmt(c.max_abs_error)}, max rel error "
+            f"{_fmt(c.max_rel_error)} "
+            f"({'agree' if c.agree else 'DISAGREE'}) {c.reason}".rstrip())
+        _out.print(f"[bold]onnx[/] opset={opsets}  nodes={report.onnx.node_count}  producer={report.onnx.producer}  "
+                   f"unknown_shapes={report.onnx.unknown_shapes}")
+        _out.print(f"onnx check: {check}", markup=False)
     if report.findings:
         table = Table(show_header=True, header_style="bold")
         for col in ("severity", "rule", "title", "location"):
@@ -299,8 +375,12 @@ def _print_report(report: Report) -> None:
                           f.location or "")
         _out.print(table)
     for p in report.plugins:
-        extra = f" [{p.category}]" if p.category else ""
+        extra = f" \\[{p.category}]" if p.category else ""
         _out.print(f"[bold]plugin[/] {p.name}: {p.status}{extra} {p.reason}")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def _print_verdict(report: Report, written: list[Path]) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from auditor.errors import ConfigError, InvalidInputShape
+from auditor.graph.tokens import parse_input_spec
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import Severity
 
@@ -29,6 +30,8 @@ class ScanConfig(BaseModel):
     imports: list[str] = Field(default_factory=list)
     trust: bool = False
     input_shape: tuple[int, ...] | None = None
+    input_spec: str | None = None  # token inputs, auditor.graph.tokens syntax: tokens:BxL[:vocab=V]
+    reference: Path | None = None  # a PyTorch model an ONNX file is checked against
     # running
     device: str = "auto"
     seed: int = DEFAULT_SEED
@@ -40,6 +43,22 @@ class ScanConfig(BaseModel):
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
+
+    @field_validator("input_spec")
+    @classmethod
+    def _valid_input_spec(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_input_spec(value)
+            except InvalidInputShape as exc:
+                raise ValueError(str(exc)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _one_input_kind(self) -> ScanConfig:
+        if self.input_spec is not None and self.input_shape is not None:
+            raise ValueError("give input_shape (images) or input_spec (tokens), not both")
+        return self
 
 
 def parse_input_shape(text: str) -> tuple[int, ...]:
@@ -90,7 +109,7 @@ def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) 
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"invalid configuration {where}: {err['msg']}") from exc
+        raise ConfigError(f"invalid configuration{' ' + where if where else ''}: {err['msg']}") from exc
 
 
 def build_plugin_configs(entries: Sequence[PluginEntry], config: ScanConfig) -> dict[str, BaseModel]:

@@ -10,7 +10,12 @@
     │   ├── UnknownArchitecture
     │   ├── ArchitectureMismatch
     │   ├── ClassNotImportable
-    │   └── InvalidInputShape
+    │   ├── InvalidInputShape
+    │   ├── HFDirectoryError
+    │   ├── NotAPyTorchModel
+    │   ├── MissingDependency
+    │   ├── OnnxRuntimeFailed
+    │   └── UnknownSplitPoint
     ├── UnsafeCheckpoint         refused by the static pickle check (exit 1, with a report)
     ├── ConfigError              bad configuration or flag combination (exit 4)
     ├── PluginError
@@ -67,7 +72,7 @@ class UnknownFormat(InputError):
         extra = f" ({detail})" if detail else ""
         super().__init__(
             f"unknown checkpoint format: {path}{extra}; expected a torch.save file, TorchScript, "
-            ".safetensors or torch.export .pt2 archive"
+            ".safetensors, torch.export .pt2 archive or ONNX model"
         )
 
 
@@ -121,6 +126,45 @@ class ClassNotImportable(InputError):
 
 class InvalidInputShape(InputError):
     """``--input-shape`` is malformed or does not fit the model."""
+
+
+class NotAPyTorchModel(InputError):
+    """The file is an ONNX model, but the command needs a PyTorch model."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(f"{path} is an ONNX model; this needs a PyTorch checkpoint "
+                         "(auditor scan profiles ONNX files themselves)")
+
+
+class MissingDependency(InputError):
+    """An optional package the input needs is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(f"{purpose} needs the {package!r} package: pip install 'auditor[{extra}]'")
+
+
+class OnnxRuntimeFailed(InputError):
+    """onnxruntime could not load or run an ONNX graph on the example input."""
+
+
+class UnknownSplitPoint(InputError):
+    """A split id is not one of the profile's split points."""
+
+    def __init__(self, split_id: str, valid: Sequence[str]) -> None:
+        self.split_id = split_id
+        self.valid = list(valid)
+        super().__init__(f"unknown split point {split_id!r}; valid ids: {', '.join(self.valid) or 'none'}")
+
+
+class HFDirectoryError(InputError):
+    """A Hugging Face ``save_pretrained`` directory cannot be built or its weights do not fit."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path = path
+        super().__init__(f"Hugging Face directory {path}: {detail}")
 
 
 class UnsafeCheckpoint(AuditorError):

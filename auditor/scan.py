@@ -12,9 +12,13 @@ import torch
 from auditor._version import __version__
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
+from auditor.errors import ConfigError
 from auditor.gate import summarize
 from auditor.graph.profile import profile_model
+from auditor.graph.tokens import TokenSpec, parse_input_spec, spec_from_model
+from auditor.load.formats import Container, sniff
 from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.onnx import require
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.model import (
@@ -61,6 +65,16 @@ def scan(
     entries = [e for e in entries if e.name not in config.disable_plugins]
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
+    if sniff(Path(path)).container is Container.ONNX:
+        require("onnx", "scanning an ONNX model")
+        require("onnxruntime", "checking an ONNX model")
+        from auditor.onnx.scan import scan_onnx
+
+        return scan_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
+                         data=data, progress=say)
+    if config.reference is not None:
+        raise ConfigError("--reference is for ONNX files: it names the PyTorch model the ONNX graph must match")
+
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust)
     info = loaded.info
@@ -77,10 +91,11 @@ def scan(
                       plugins=plugins, summary=summary, notes=notes)
 
     shape, source = _input_shape(config, loaded)
-    info = info.model_copy(update={"input_shape": list(shape), "input_shape_source": source})
+    recorded = [shape.length] if isinstance(shape, TokenSpec) else list(shape)
+    info = info.model_copy(update={"input_shape": recorded, "input_shape_source": source})
     model = loaded.model.to(device)
 
-    say(f"tracing the model on a 1x{'x'.join(map(str, shape))} input")
+    say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
     profile = profile_model(model, shape)
     findings.extend(_profile_findings(profile.traced_with, profile.trace_notes))
 
@@ -101,12 +116,17 @@ def _selected(config: ScanConfig) -> tuple[str, ...] | None:
     return tuple(config.plugins) if config.plugins is not None else None
 
 
-def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...], str]:
-    """Pick the example input shape: the flag, then what the model says, then the default."""
+def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...] | TokenSpec, str]:
+    """Pick the example input: the flags, then what the model says, then the default image shape."""
+    if config.input_spec is not None:
+        return parse_input_spec(config.input_spec), f"--input-spec {config.input_spec}"
     if config.input_shape is not None:
         return tuple(config.input_shape), "--input-shape"
     if loaded.info.input_shape:
         return tuple(loaded.info.input_shape), loaded.info.input_shape_source or "checkpoint"
+    spec = spec_from_model(loaded.model) if loaded.model is not None else None
+    if spec is not None:
+        return spec, f"{spec} from the model's config (vocab_size, max_position_embeddings)"
     return DEFAULT_INPUT_SHAPE, "default (3,224,224); set --input-shape if the model expects another size"
 
 

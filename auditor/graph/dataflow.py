@@ -79,7 +79,8 @@ _BY_NAME: dict[str, tuple[str, str]] = {
     **{n: (MATMUL, "") for n in _MATMUL_NAMES},
     **{n: (NORM, kind) for n, kind in _NORM_FUNCTIONS.items()},
     **{n: (CONV, "") for n in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d")},
-    **{n: (LINEAR, "") for n in ("linear", "addmm")},
+    "linear": (LINEAR, ""),
+    "addmm": (LINEAR, "addmm"),  # bias + x @ W with W stored [in, out] (Hugging Face Conv1D)
     "embedding": (EMBED, ""),
     **{n: (FLATTEN, "") for n in _FLATTEN_NAMES},
 }
@@ -197,7 +198,7 @@ def classify_module(mod: torch.nn.Module) -> tuple[str, str, dict[str, Any]]:
     if isinstance(mod, torch.nn.MultiheadAttention):
         return ATTENTION, "multihead-attention", {}
     if isinstance(mod, torch.nn.Embedding):
-        return EMBED, cls, {}
+        return EMBED, cls, {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
     if isinstance(mod, torch.nn.Flatten):
         return FLATTEN, cls, {}
     norm = _norm_kind(mod)
@@ -263,7 +264,9 @@ def finalize(nodes: list[NodeInfo], method: str) -> DataFlowGraph:
 
     Builders put every producer of a node into ``inputs``; this keeps only the data edges
     there and records, in ``param_inputs``, the parameters a node reads (directly or through
-    value-only nodes such as ``pos_embed[:, :n]``).
+    value-only nodes such as ``pos_embed[:, :n]``). An embedding lookup of value-only indices
+    (``wpe(arange(L))``: positions, token types) is itself such a root, so the add that mixes it
+    into the token stream names the embedding.
     """
     input_idx = next(n.idx for n in nodes if n.kind == INPUT)
     output_idx = next(n.idx for n in nodes if n.kind == OUTPUT)
@@ -279,11 +282,11 @@ def finalize(nodes: list[NodeInfo], method: str) -> DataFlowGraph:
             continue
         param_roots = tuple(dict.fromkeys(r for i in n.inputs if not nodes[i].data for r in roots[i]))
         n.param_inputs = param_roots
-        roots.append(param_roots)
         if n.kind in (META, CONST):
             n.data = False
             n.inputs = ()
         else:
             n.inputs = tuple(i for i in n.inputs if nodes[i].data)
             n.data = bool(n.inputs)
+        roots.append((n.idx,) if n.kind == EMBED and not n.data else param_roots)
     return DataFlowGraph(nodes=nodes, method=method, input_idx=input_idx, output_idx=output_idx)

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
 from auditor.graph import dataflow as df
 from auditor.graph.detect import fused, layers, skips, splits, stages
+from auditor.graph.tokens import TokenSpec, make_example, without_kv_cache
 from auditor.graph.trace import TraceResult, trace_model
 from auditor.report.model import ArchitectureProfile, Attention, HiddenSkip, SkipConnection, Stem
 
 _FUSED_NAME = re.compile(r"(rbr_reparam|reparam_conv|conv_reparam|reparam)")
 
 
-def profile_model(model: torch.nn.Module, input_shape: Sequence[int]) -> ArchitectureProfile:
-    """Trace ``model`` on a batch of one input of ``input_shape`` and return its profile.
+def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec) -> ArchitectureProfile:
+    """Trace ``model`` on a batch of one input of ``input_shape`` (or on token ids) and return its profile.
 
     Example:
         >>> import torchvision
@@ -27,26 +28,29 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int]) -> Archite
 
     Raises:
         TraceError: when the model does not run on the example input at all.
+        InvalidInputShape: a token spec does not fit the model.
     """
-    example = torch.rand((1, *input_shape), generator=torch.Generator().manual_seed(0))
+    example, shape = make_example(model, input_shape)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    result = trace_model(model, example.to(device))
+    with without_kv_cache(model):
+        result = trace_model(model, example.to(device))
     common = {
-        "input_shape": list(input_shape),
+        "input_shape": shape,
         "family": type(model).__name__,
         "trace_notes": result.notes,
         "batchnorm_in_eval": _bn_saved_in_eval(model),
-        "fused_conv_hints": _fused_hints(model),
+        "fused_conv_hints": fused_hints(name for name, _ in model.named_modules()),
     }
     if result.graph is None:
         return _profile_from_hooks(result, common)
     weights = dict(model.named_parameters())
-    return _profile_from_graph(result.graph, result.method, common, weights)
+    return profile_graph(result.graph, result.method, common, weights)
 
 
-def _profile_from_graph(
+def profile_graph(
     g: df.DataFlowGraph, method: str, common: dict, weights: Mapping[str, torch.Tensor] | None = None
 ) -> ArchitectureProfile:
+    """Run every detector on a normalised graph; ``common`` holds the profile fields no detector fills."""
     stem, stem_nodes = layers.detect_stem(g)
     raw = skips.detect_skips(g)
     rule, stage_list, skip_stage = stages.assign_stages(g, raw, stem_nodes)
@@ -144,7 +148,7 @@ def _bn_saved_in_eval(model: torch.nn.Module) -> bool | None:
     return all(not m.training for m in bns) if bns else None
 
 
-def _fused_hints(model: torch.nn.Module, limit: int = 20) -> list[str]:
-    """Return module names that suggest a fused (reparameterised) deploy form."""
-    names = [name for name, _ in model.named_modules() if name and _FUSED_NAME.search(name.split(".")[-1])]
+def fused_hints(module_names: Iterable[str], limit: int = 20) -> list[str]:
+    """Return the module names that suggest a fused (reparameterised) deploy form."""
+    names = [name for name in module_names if name and _FUSED_NAME.search(name.split(".")[-1])]
     return names[:limit] + ([f"... (+{len(names) - limit})"] if len(names) > limit else [])

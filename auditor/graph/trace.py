@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx
-from torch.fx.passes.shape_prop import ShapeProp
 
 from auditor.errors import TraceError
 from auditor.graph import dataflow as df
+from auditor.graph.shapes import propagate_shapes
 
 log = logging.getLogger(__name__)
 
@@ -104,16 +104,16 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
 def _quiet_torch() -> Iterator[None]:
     """Silence torch's own warnings, log dumps and printed tracebacks while a tracer runs."""
     loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
+    flags = [lg.disabled for lg in loggers]
+    for lg in loggers:  # not setLevel: each call clears every logger's cache, quadratic in the ~1,000 loggers
+        lg.disabled = True
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        for lg, flag in zip(loggers, flags):
+            lg.disabled = flag
 
 
 def _first_line(exc: BaseException) -> str:
@@ -135,7 +135,7 @@ def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph
     """Build the normalised graph from ``torch.fx`` symbolic tracing and shape propagation."""
     graph = _Tracer().trace(model)
     gm = torch.fx.GraphModule(model, graph)
-    ShapeProp(gm).propagate(example.clone())
+    propagate_shapes(gm, example)
     modules = dict(gm.named_modules())
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     nodes: list[df.NodeInfo] = []
@@ -242,7 +242,31 @@ def _export_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowG
         else:
             _classify_call(node, info, nodes, index)
         _append(node, info, nodes, index)
+    _collapse_leaf_modules(model, nodes)
     return df.finalize(nodes, "export")
+
+
+def _collapse_leaf_modules(model: torch.nn.Module, nodes: list[df.NodeInfo]) -> None:
+    """Make each call of a module fx keeps as a leaf one node again, as in the fx graph.
+
+    torch.export decomposes activation, norm and attention modules into ATen operators: a tanh-GELU
+    becomes ``x + 0.044715 * x**3`` (an add of two tensors of one source, i.e. a false skip) and a
+    tanh. The last node of each consecutive run of nodes owned by such a module takes the module's
+    kind; the nodes before it keep their edges but no kind a detector counts.
+    """
+    modules = dict(model.named_modules())
+    tracer = _Tracer()
+    run: list[df.NodeInfo] = []
+    for info in [*nodes, None]:
+        if run and (info is None or info.module != run[-1].module):
+            mod = modules.get(run[-1].module)
+            if mod is not None and run[-1].module and tracer.is_leaf_module(mod, run[-1].module):
+                for inner in run[:-1]:
+                    inner.kind, inner.sub = df.OTHER, f"in {run[-1].module_class}"
+                run[-1].kind, run[-1].sub, run[-1].attrs = df.classify_module(mod)
+            run = []
+        if info is not None and info.kind not in (df.INPUT, df.OUTPUT, df.PARAM, df.CONST, df.META):
+            run.append(info)
 
 
 def _layer_attrs(
@@ -261,6 +285,10 @@ def _layer_attrs(
             "out_channels": wshape[0] if wshape else None,
             "bias": len(args) > 2 and args[2] is not None, "transposed": False,
         }
+    elif info.kind == df.LINEAR and info.sub == "addmm" and len(args) >= 3 and isinstance(args[2], torch.fx.Node):
+        wshape = nodes[index[args[2]]].shape or ()
+        info.attrs = {"in_features": wshape[0] if wshape else None, "out_features": wshape[-1] if wshape else None,
+                      "bias": args[0] is not None}
     elif info.kind == df.LINEAR and len(args) >= 2 and isinstance(args[1], torch.fx.Node):
         wshape = nodes[index[args[1]]].shape or ()
         info.attrs = {"in_features": wshape[-1] if wshape else None, "out_features": wshape[0] if wshape else None,
@@ -296,7 +324,8 @@ def _hook_profile(
     except Exception as exc:  # noqa: BLE001 - translated at this boundary
         raise TraceError(
             f"the model does not run on an input of shape {tuple(example.shape)}: "
-            f"{type(exc).__name__}: {_first_line(exc)} (set --input-shape C,H,W)"
+            f"{type(exc).__name__}: {_first_line(exc)} "
+            f"({'set --input-shape C,H,W' if example.is_floating_point() else 'set --input-spec tokens:BxL:vocab=V'})"
         ) from exc
     finally:
         for h in handles:

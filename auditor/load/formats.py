@@ -9,8 +9,10 @@ import zipfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import BinaryIO
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
+from auditor.load.hf import directory_size, is_hf_dir
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +20,8 @@ ZIP_MAGIC = b"PK\x03\x04"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 PICKLE_PROTOCOLS = range(2, 6)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+#: ``ModelProto`` field numbers and their wire types (0 varint, 2 length-delimited), onnx.proto.
+ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
 
 class Container(str, Enum):
@@ -28,6 +32,8 @@ class Container(str, Enum):
     TORCH_EXPORT = "torch-export"
     LEGACY_PICKLE = "legacy-pickle"
     SAFETENSORS = "safetensors"
+    ONNX = "onnx"
+    HF_DIR = "hf-pretrained-dir"  # a save_pretrained directory: config.json + weights
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,14 @@ def sniff(path: Path) -> Sniffed:
         EmptyCheckpoint: the file has no bytes.
         TruncatedArchive: the file starts like a zip or safetensors file but is cut short or corrupt.
         UnknownFormat: the bytes match no format auditor reads.
+        HFDirectoryError: a directory with config.json has no (or broken) weight files.
     """
     if not path.exists():
         raise CheckpointNotFound(path)
+    if is_hf_dir(path):
+        return Sniffed(path, Container.HF_DIR, directory_size(path))
     if not path.is_file():
-        raise UnknownFormat(path, "not a regular file")
+        raise UnknownFormat(path, "a directory without config.json" if path.is_dir() else "not a regular file")
     size = path.stat().st_size
     if size == 0:
         raise EmptyCheckpoint(path)
@@ -63,6 +72,8 @@ def sniff(path: Path) -> Sniffed:
         return Sniffed(path, Container.LEGACY_PICKLE, size)
     if _looks_like_safetensors(path, head, size):
         return Sniffed(path, Container.SAFETENSORS, size)
+    if _looks_like_onnx(path, head, size):
+        return Sniffed(path, Container.ONNX, size)
     raise UnknownFormat(path, f"leading bytes {head[:8].hex(' ')}")
 
 
@@ -108,6 +119,50 @@ def _looks_like_safetensors(path: Path, head: bytes, size: int) -> bool:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TruncatedArchive(path, f"safetensors header is not valid JSON: {exc}") from exc
     return isinstance(header, dict)
+
+
+def _looks_like_onnx(path: Path, head: bytes, size: int) -> bool:
+    """Return True if the file is a protobuf ``ModelProto``: ``ir_version`` first, then known fields.
+
+    Every top-level field is checked for a ModelProto field number with its wire type, and
+    length-delimited payloads are skipped without being read, so the whole file is walked cheaply.
+
+    Raises:
+        TruncatedArchive: the fields so far are a ModelProto's but the file ends inside one.
+    """
+    if not head.startswith(b"\x08"):  # field 1 (ir_version), varint: what every ONNX writer emits first
+        return False
+    seen: set[int] = set()
+    with path.open("rb") as fh:
+        while fh.tell() < size:
+            key = _read_varint(fh)
+            if key is None or (key >> 3) not in ONNX_MODEL_FIELDS or ONNX_MODEL_FIELDS[key >> 3] != key & 7:
+                return False
+            if key & 7 == 0:
+                if _read_varint(fh) is None:
+                    raise TruncatedArchive(path, "ONNX model ends inside a field")
+            else:
+                length = _read_varint(fh)
+                if length is None or fh.tell() + length > size:
+                    raise TruncatedArchive(path, "ONNX model ends inside a field")
+                fh.seek(length, 1)
+            seen.add(key >> 3)
+    if 7 not in seen:
+        raise TruncatedArchive(path, "ONNX model without a graph")
+    return True
+
+
+def _read_varint(fh: BinaryIO) -> int | None:
+    """Read one protobuf base-128 varint, or None at end of file or after 10 bytes."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = fh.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return value
+    return None
 
 
 def _basename(name: str) -> str:

@@ -13,6 +13,7 @@ import re
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,12 +23,14 @@ from auditor.errors import (
     ClassNotImportable,
     InputError,
     MissingArchitecture,
+    NotAPyTorchModel,
     TruncatedArchive,
     UnknownFormat,
 )
 from auditor.load.allowlist import ImportPolicy, refusal_reason, resolve_global
 from auditor.load.arch import fit_state_dict
 from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
@@ -43,7 +46,7 @@ FORMAT_LEGACY_PICKLE = "legacy-pickle"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 WEIGHTS_ONLY_LOADER = "torch.load(weights_only=True)"
-_CHUNK = 1 << 20
+_CHUNK = 1 << 25  # 32 MiB: few GIL hand-offs while the hash runs beside the load
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -73,26 +76,31 @@ def load_checkpoint(
     ``info.load_safety.verdict == "unsafe"``.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file, or a Hugging Face ``save_pretrained`` directory.
         arch: ``--arch`` (needed for state_dicts and safetensors).
         imports: module prefixes the user trusts (``--import``).
         trust: allow modules outside the allowlist, still refusing the denylist (``--trust``).
 
     Raises:
-        InputError: the file or the flags cannot be used (a subclass says why).
+        InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
+            raises :class:`NotAPyTorchModel`.
     """
     path = Path(path)
     sniffed = sniff(path)
+    if sniffed.container is Container.ONNX:
+        raise NotAPyTorchModel(path)
+    hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
     scans = scan_checkpoint(sniffed)
     safety, allowed = _judge(scans, policy)
     notes = _policy_notes(policy)
-    common = {"path": str(path), "sha256": _sha256(path), "size_bytes": sniffed.size_bytes}
+    common = {"path": str(path), "size_bytes": sniffed.size_bytes}
     if safety.verdict == "unsafe":
         logger.warning(
             "%s: refused, %d disallowed import(s); nothing was unpickled", path, len(safety.issues)
         )
-        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, **common)
+        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, sha256=hashing.result(),
+                         **common)
         return LoadedModel(None, info, notes)
 
     done = _materialise(sniffed, arch, allowed, notes)
@@ -108,6 +116,7 @@ def load_checkpoint(
         input_shape=input_shape,
         input_shape_source=shape_source,
         load_safety=safety,
+        sha256=hashing.result(),
         **common,
     )
     return LoadedModel(model, info, notes)
@@ -161,6 +170,11 @@ def _materialise(
 ) -> _Materialised:
     """Run the loader that fits the container; only called once the static check passed."""
     path = sniffed.path
+    if sniffed.container is Container.HF_DIR:
+        _ignored_arch(arch, notes)
+        model, hf_arch, hf_notes = load_pretrained_dir(path, lambda file: _read_weight_file(file, allowed, notes))
+        notes.extend(hf_notes)
+        return _Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
     if sniffed.container is Container.SAFETENSORS:
         if arch is None:
             raise MissingArchitecture(path, FORMAT_SAFETENSORS)
@@ -181,13 +195,30 @@ def _materialise(
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.export.load") from exc
         return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
-    obj, loader = _torch_load(path, allowed, notes)
+    obj, loader = _torch_load(path, allowed, notes, mmap=_mappable(sniffed))
     legacy = sniffed.container is Container.LEGACY_PICKLE
     return _interpret(obj, path, arch, legacy, loader, notes)
 
 
-def _torch_load(path: Path, allowed: list[tuple[str, str]], notes: list[str]) -> tuple[object, str]:
+def _read_weight_file(path: Path, allowed: list[tuple[str, str]], notes: list[str]) -> Mapping[str, torch.Tensor]:
+    """Read one weight file of a Hugging Face directory: safetensors, or a statically checked pickle."""
+    container = sniff(path).container
+    if container is Container.SAFETENSORS:
+        return _read_safetensors(path)
+    if container in (Container.TORCH_ZIP, Container.LEGACY_PICKLE):
+        obj, _ = _torch_load(path, allowed, notes)
+        if _is_state_dict(obj):
+            return obj  # type: ignore[return-value]
+        raise UnknownFormat(path, "a Hugging Face weight file that holds no state_dict")
+    raise UnknownFormat(path, f"a Hugging Face weight file in the {container.value} format")
+
+
+def _torch_load(
+    path: Path, allowed: list[tuple[str, str]], notes: list[str], *, mmap: bool = False
+) -> tuple[object, str]:
     """Run ``torch.load(weights_only=True)`` with the statically allowed globals registered.
+
+    ``mmap`` (zip archives only) maps the tensor data copy-on-write instead of copying it into memory.
 
     The weights-only unpickler only knows protocol-2 opcodes; when it rejects a file that the
     static check accepted, the full unpickler runs instead (every global it can reach was checked).
@@ -199,7 +230,7 @@ def _torch_load(path: Path, allowed: list[tuple[str, str]], notes: list[str]) ->
     ]
     try:
         with torch.serialization.safe_globals(safe):
-            return torch.load(path, map_location="cpu", weights_only=True), WEIGHTS_ONLY_LOADER
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap), WEIGHTS_ONLY_LOADER
     except pickle.UnpicklingError as exc:
         detail = _weights_only_reason(exc)
     except Exception as exc:  # translated at this boundary
@@ -210,7 +241,7 @@ def _torch_load(path: Path, allowed: list[tuple[str, str]], notes: list[str]) ->
         "weights_only=False after every import passed the static allowlist check"
     )
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
+        obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as exc:  # translated at this boundary
         raise _translate(exc, path, "torch.load") from exc
     return obj, "torch.load(weights_only=False) after the static allowlist check"
@@ -300,6 +331,7 @@ def _static_format(sniffed: Sniffed) -> str:
         Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
         Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
         Container.SAFETENSORS: FORMAT_SAFETENSORS,
+        Container.HF_DIR: FORMAT_HF_DIR,
     }[sniffed.container]
 
 
@@ -331,6 +363,10 @@ def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str 
     image_size = getattr(model, "image_size", None)
     if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
         return [3, image_size, image_size], f"{type(model).__name__}.image_size"
+    config = getattr(model, "config", None)  # a Hugging Face vision model
+    hf_size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
+    if isinstance(hf_size, int) and not isinstance(hf_size, bool) and hf_size > 0 and isinstance(channels, int):
+        return [channels, hf_size, hf_size], "Hugging Face config image_size"
     return None, None
 
 
@@ -348,11 +384,35 @@ def _class_name(model: torch.nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _mappable(sniffed: Sniffed) -> bool:
+    """Tell whether ``torch.load(mmap=True)`` can map the tensor data: a zip whose members are all stored."""
+    if sniffed.container is not Container.TORCH_ZIP:
+        return False
+    try:
+        with zipfile.ZipFile(sniffed.path) as zf:
+            return all(info.compress_type == zipfile.ZIP_STORED for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _hash_in_background(path: Path, container: Container) -> Future[str]:
+    """Start the checkpoint's sha256 in a worker thread; file reads and hashlib release the GIL.
+
+    It overlaps the pickle check and the load instead of adding to them.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
+    future = pool.submit(directory_sha256 if container is Container.HF_DIR else _sha256, path)
+    pool.shutdown(wait=False)
+    return future
+
+
 def _sha256(path: Path) -> str:
+    """Hash the file in large chunks: each read and update releases the GIL for its whole length."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
+    buffer = memoryview(bytearray(_CHUNK))
+    with path.open("rb", buffering=0) as fh:
+        while size := fh.readinto(buffer):
+            digest.update(buffer[:size])
     return digest.hexdigest()
 
 

@@ -25,7 +25,8 @@ from typing import BinaryIO
 
 from auditor.errors import TruncatedArchive
 from auditor.load.allowlist import graph_target_reason, sym_expr_reason
-from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
+from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
+from auditor.load.hf import weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
     """
     if sniffed.container is Container.SAFETENSORS:
         return []
+    if sniffed.container is Container.HF_DIR:
+        return _scan_hf_dir(sniffed)
     if sniffed.container is Container.LEGACY_PICKLE:
         with sniffed.path.open("rb") as fh:
             return scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT)
@@ -103,6 +106,17 @@ def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
             return _scan_zip(zf, "", sniffed.container, 0)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError) as exc:
         raise TruncatedArchive(sniffed.path, str(exc) or type(exc).__name__) from exc
+
+
+def _scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
+    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors)."""
+    files, pickled = weight_files(sniffed.path)
+    scans = []
+    for file in files if pickled else []:
+        for scan in scan_checkpoint(sniff(file)):
+            scan.name = f"{file.name}:{scan.name}"
+            scans.append(scan)
+    return scans
 
 
 def scan_stream(fh: BinaryIO, name: str, max_pickles: int) -> list[PickleScan]:

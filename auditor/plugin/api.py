@@ -42,6 +42,9 @@ class Requirements:
 
     ``expensive`` plugins (attacks that optimise or train) run only when named in ``--plugins``
     (or ``--plugins all``), so a plain ``auditor scan`` stays fast enough for a pre-merge gate.
+    ``torch_model=False`` declares that the plugin reads only the profile, so it also runs when
+    only a graph (an ONNX file) was profiled; :attr:`RunContext.model` is then always None, and no
+    copy of the model is made for it.
     """
 
     data: bool = False
@@ -50,6 +53,7 @@ class Requirements:
     gradients: bool = False
     budget_s: float | None = 600.0
     expensive: bool = False
+    torch_model: bool = True
 
 
 class PluginSkipped(Exception):  # noqa: N818 - a skip, not an error
@@ -119,7 +123,7 @@ class PluginResult:
 class RunContext:
     """Everything a plugin may use while it runs."""
 
-    model: torch.nn.Module
+    model: torch.nn.Module | None  # None only for plugins with Requirements(torch_model=False)
     profile: ArchitectureProfile
     config: BaseModel
     device: torch.device

@@ -20,6 +20,7 @@ from auditor.report.model import (
     CATEGORY_EXCEPTION,
     CATEGORY_LOAD_FAILED,
     CATEGORY_MISSING_DATA,
+    CATEGORY_NO_TORCH_MODEL,
     CATEGORY_NOT_APPLICABLE,
     CATEGORY_NOT_SELECTED,
     CATEGORY_TIMEOUT,
@@ -42,18 +43,24 @@ class RunSettings:
     selected: tuple[str, ...] | None = None
     budget_s: float | None = None
     data: Any = None
+    #: What was profiled when there is no PyTorch model (e.g. "an ONNX graph"); None when there is one.
+    graph_only: str | None = None
 
 
 def run_plugins(
     entries: Sequence[PluginEntry],
     *,
-    model: torch.nn.Module,
+    model: torch.nn.Module | None,
     profile: ArchitectureProfile,
     configs: Mapping[str, BaseModel],
     settings: RunSettings,
     on_start: Callable[[str], None] | None = None,
 ) -> tuple[list[PluginRun], list[Finding]]:
-    """Run every entry that is selected, applicable and satisfied; return runs and findings."""
+    """Run every entry that is selected, applicable and satisfied; return runs and findings.
+
+    ``model`` is None when only a graph was profiled (``settings.graph_only`` says which): plugins
+    whose :class:`Requirements` need the PyTorch model are then skipped with that reason.
+    """
     runs: list[PluginRun] = []
     findings: list[Finding] = []
     for entry in entries:
@@ -67,7 +74,7 @@ def run_plugins(
 def _run_one(
     entry: PluginEntry,
     *,
-    model: torch.nn.Module,
+    model: torch.nn.Module | None,
     profile: ArchitectureProfile,
     config: BaseModel | None,
     settings: RunSettings,
@@ -78,6 +85,11 @@ def _run_one(
     if plugin is None:
         return PluginRun(status="error", category=CATEGORY_LOAD_FAILED, reason=entry.error or "", **base), []
     base["family"] = plugin.family
+    if model is None and plugin.requires.torch_model:
+        needs = "gradient-based attacks need" if plugin.requires.gradients else "this plugin runs"
+        return PluginRun(status="skipped", category=CATEGORY_NO_TORCH_MODEL,
+                         reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
+                         **base), []
     if settings.selected is None and plugin.requires.expensive:
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED,
                          reason=f"expensive attack: run it with --plugins {entry.name} (or --plugins all)", **base), []
@@ -94,8 +106,9 @@ def _run_one(
         return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
                          reason="needs --data; nothing is run on made-up data", **base), []
     budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
+    own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
     ctx = RunContext(
-        model=_isolated_copy(model), profile=profile, config=config or plugin.Config(), device=settings.device,
+        model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
     )
     if on_start is not None:

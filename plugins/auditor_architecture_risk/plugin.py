@@ -24,7 +24,7 @@ class ArchitectureRiskPlugin:
     name = "architecture-risk"
     family = "static"
     summary = "Static privacy priors from the architecture: skips, stem, norms, activations, attention."
-    requires = Requirements(budget_s=60)
+    requires = Requirements(budget_s=60, torch_model=False)
     Config: ClassVar[type[ArchitectureRiskConfig]] = ArchitectureRiskConfig
     rules: tuple[Rule, ...] = RULES
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from auditor.errors import TraceError
 from auditor.graph import trace
-from auditor.graph.profile import _profile_from_graph, profile_model
+from auditor.graph.profile import profile_graph, profile_model
 
 
 class _DataDependent(nn.Module):
@@ -29,7 +29,7 @@ def test_export_profile_matches_fx_on_resnet18() -> None:
     model = torchvision.models.resnet18().eval()
     fx_p = profile_model(model, (3, 224, 224))
     g = trace._export_graph(model, torch.rand(1, 3, 224, 224))
-    ex_p = _profile_from_graph(g, "export", {"input_shape": [3, 224, 224]})
+    ex_p = profile_graph(g, "export", {"input_shape": [3, 224, 224]})
     key = lambda p: sorted((s.kind, s.shortcut, s.stage, s.module) for s in p.skip_connections)  # noqa: E731
     assert key(ex_p) == key(fx_p)
     assert ex_p.norms == fx_p.norms and ex_p.activations == fx_p.activations

@@ -113,3 +113,33 @@ def test_every_error_message_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(InputError) as info:
             sniff(path)
         assert "\n" not in str(info.value)
+
+
+def _onnx_file(path: Path) -> Path:
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
+    )
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+def test_onnx_model_is_sniffed_whatever_the_extension(tmp_path: Path) -> None:
+    assert _sniff(_onnx_file(tmp_path / "model.pt")) is Container.ONNX
+
+
+def test_truncated_onnx_model(tmp_path: Path) -> None:
+    path = _onnx_file(tmp_path / "model.onnx")
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(TruncatedArchive, match="ONNX model ends inside a field"):
+        sniff(path)
+
+
+def test_protobuf_like_bytes_with_unknown_fields_are_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07" + b"\xff" * 32)  # ir_version 7, then no ModelProto field
+    with pytest.raises(UnknownFormat):
+        sniff(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +55,29 @@ def test_pickled_module(tmp_path: Path, tiny: torch.nn.Module) -> None:
     assert info.input_shape is None
     assert info.load_safety.pickles_checked == ["m/data.pkl"]
     assert "torch.nn.modules.conv.Conv2d" in info.load_safety.globals_seen
+
+
+def test_stored_archives_are_mapped_copy_on_write(
+    tmp_path: Path, tiny: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored, deflated = tmp_path / "stored.pt", tmp_path / "deflated.pt"
+    torch.save(tiny, stored)
+    with zipfile.ZipFile(stored) as src, zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    calls: list[bool] = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: calls.append(kw["mmap"]) or real_load(*a, **kw))
+    mapped, copied = load_checkpoint(stored).model, load_checkpoint(deflated).model
+    assert calls == [True, False]  # torch cannot map compressed members
+    assert mapped is not None and copied is not None
+    torch.testing.assert_close(mapped(X), tiny(X))
+    torch.testing.assert_close(copied(X), tiny(X))
+    before = hashlib.sha256(stored.read_bytes()).hexdigest()
+    with torch.no_grad():
+        for param in mapped.parameters():
+            param.add_(1.0)
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == before
 
 
 def test_pickled_torchvision_module(tmp_path: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from auditor.graph.profile import profile_model
-from auditor.plugin import Requirements
+from auditor.plugin import PluginResult, Requirements, RunContext
+from auditor.plugin import runner
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from tests.plugin._fakes import FakePlugin
@@ -77,3 +79,37 @@ def test_a_plugin_can_skip_itself_at_run_time() -> None:
     assert [(r.status, r.category, r.reason) for r in runs] == [
         ("skipped", "missing-data", "--data has no test split"), ("ok", None, "always")]
     assert [f.source for f in findings] == ["other"]
+
+
+def test_without_a_torch_model_only_profile_readers_run() -> None:
+    static = FakePlugin("static", requires=Requirements(budget_s=5, torch_model=False))
+    gradient = FakePlugin("gradient", requires=Requirements(budget_s=5, gradients=True, expensive=True))
+    forward = FakePlugin("forward")
+    entries = [PluginEntry(p.name, p, "test", "0") for p in (static, gradient, forward)]
+    runs, findings = run_plugins(entries, model=None, profile=_PROFILE, configs={},
+                                 settings=RunSettings(device=torch.device("cpu"), graph_only="an ONNX graph"))
+    assert [(r.name, r.status, r.category) for r in runs] == [
+        ("static", "ok", None), ("gradient", "skipped", "no-torch-model"), ("forward", "skipped", "no-torch-model")]
+    assert runs[1].reason == "only an ONNX graph is available; gradient-based attacks need the PyTorch model"
+    assert runs[2].reason == "only an ONNX graph is available; this plugin runs the PyTorch model"
+    assert [f.source for f in findings] == ["static"]
+
+
+class _ModelRecorder(FakePlugin):
+    """Records the model its run context carried."""
+
+    def run(self, ctx: RunContext) -> PluginResult:
+        self.seen = ctx.model
+        return super().run(ctx)
+
+
+def test_a_profile_only_plugin_gets_no_model_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    copies: list[nn.Module] = []
+    real_copy = runner._isolated_copy
+    monkeypatch.setattr(runner, "_isolated_copy", lambda m: copies.append(m) or real_copy(m))
+    static = _ModelRecorder("static", requires=Requirements(budget_s=5, torch_model=False))
+    user = _ModelRecorder("user")
+    runs, _ = _run(static, user)
+    assert [r.status for r in runs] == ["ok", "ok"]
+    assert static.seen is None and copies == [_MODEL]
+    assert isinstance(user.seen, nn.Module) and user.seen is not _MODEL

@@ -8,6 +8,7 @@ from auditor.graph import dataflow as df
 from auditor.report.model import Attention, LinearBias, PositionalEmbedding, Stem
 
 _STEM_SKIP = {df.NORM, df.PASS, df.OTHER, df.FLATTEN}
+_RESHAPES = {"view", "reshape", "_unsafe_view", "expand", "contiguous", "unsqueeze", "squeeze", "clone", "to"}
 
 
 def count_norms(g: df.DataFlowGraph) -> dict[str, int]:
@@ -80,6 +81,8 @@ def detect_stem(g: df.DataFlowGraph) -> tuple[Stem, set[int]]:
 def _stem_kind(first: df.NodeInfo) -> str:
     if first.kind == df.LINEAR:
         return "linear"
+    if first.kind == df.EMBED:
+        return "embedding"
     if first.kind != df.CONV:
         return "unknown"
     kernel, stride = first.attrs.get("kernel") or [], first.attrs.get("stride") or []
@@ -95,18 +98,72 @@ def _stem_kind(first: df.NodeInfo) -> str:
 
 
 def detect_positional_embedding(g: df.DataFlowGraph) -> PositionalEmbedding | None:
-    """Return the first add of a rank >= 2 parameter to the token/feature stream."""
+    """Return the first add of a positional table to the token/feature stream.
+
+    The table is either a rank >= 2 parameter with leading dimension 1 (ViT ``pos_embed``) or an
+    embedding looked up at value-only indices (``wpe(arange(L))`` in GPT-2, BERT's
+    ``position_embeddings``) with at least as many rows as the sequence has tokens; a token-type
+    table (2 rows) is not positional.
+    """
     for n in g.nodes:
+        if n.data and n.kind == df.ADD and len(n.inputs) == 2:
+            found = _computed_position_lookup(g, n)
+            if found is not None:
+                return found
         if not (n.data and n.kind == df.ADD and len(n.inputs) == 1 and n.param_inputs):
             continue
-        param = g.nodes[n.param_inputs[0]]
-        shape = param.shape or ()
+        root = g.nodes[n.param_inputs[0]]
+        if root.kind == df.EMBED:
+            found = _position_lookup(g, n, root)
+            if found is not None:
+                return found
+            continue
+        shape = root.shape or ()
         if len(shape) >= 2 and shape[0] == 1:
             return PositionalEmbedding(
-                node=n.name, param=str(param.attrs.get("target", param.name)), shape=list(shape),
-                learnable=bool(param.attrs.get("learnable")),
+                node=n.name, param=str(root.attrs.get("target", root.name)), shape=list(shape),
+                learnable=bool(root.attrs.get("learnable")),
             )
     return None
+
+
+def _computed_position_lookup(g: df.DataFlowGraph, add: df.NodeInfo) -> PositionalEmbedding | None:
+    """Return the positional lookup of an add of two lookups whose position ids are computed from the ids.
+
+    RoBERTa derives position ids from the token ids (``cumsum`` over non-padding tokens), so both
+    operands are data: the token embeddings on one side, on the other a lookup whose indices are
+    computed from the ids (more than a reshape of them).
+    """
+    computed = [
+        g.nodes[i] for i in add.inputs
+        if g.nodes[i].kind == df.EMBED and g.nodes[i].inputs and not _reads_ids(g, g.nodes[i].inputs[0])
+    ]
+    return _position_lookup(g, add, computed[0]) if len(computed) == 1 else None
+
+
+def _reads_ids(g: df.DataFlowGraph, idx: int) -> bool:
+    """Tell whether node ``idx`` is the input itself or a reshape of it."""
+    node = g.nodes[idx]
+    while node.idx != g.input_idx and node.sub in _RESHAPES and len(node.inputs) == 1:
+        node = g.nodes[node.inputs[0]]
+    return node.idx == g.input_idx
+
+
+def _position_lookup(g: df.DataFlowGraph, add: df.NodeInfo, lookup: df.NodeInfo) -> PositionalEmbedding | None:
+    """Return the record of an embedding lookup at constant indices when its table covers the sequence."""
+    table = next((g.nodes[p] for p in lookup.param_inputs if len(g.nodes[p].shape or ()) == 2), None)
+    if table is not None:  # torch.export: the table is a lifted parameter
+        name, shape = str(table.attrs.get("target", table.name)), list(table.shape or ())
+        learnable = bool(table.attrs.get("learnable"))
+    elif "num_embeddings" in lookup.attrs:  # torch.fx: an nn.Embedding call
+        name, shape = f"{lookup.module}.weight", [lookup.attrs["num_embeddings"], lookup.attrs["embedding_dim"]]
+        learnable = True
+    else:
+        return None
+    tokens = add.shape[-2] if add.shape and len(add.shape) >= 2 else None
+    if tokens is None or shape[0] < tokens:
+        return None
+    return PositionalEmbedding(node=add.name, param=name, shape=shape, learnable=learnable)
 
 
 def detect_first_linear_after_flatten(g: df.DataFlowGraph) -> LinearBias | None:

@@ -89,6 +89,9 @@ def _additive(g: df.DataFlowGraph, n: df.NodeInfo) -> RawSkip | None:
         if not common:
             return None
         source = common.bit_length() - 1
+        embeds = g.mask_of([df.EMBED]) & ~anc[source]
+        if anc[a] & embeds and anc[b] & embeds:
+            return None  # token + position (+ type) embeddings looked up from the same ids: not a skip
         parametric = g.mask_of(df.PARAMETRIC_KINDS)
         outside = ~anc[source]
         cost_a = bin(anc[a] & outside & parametric).count("1")

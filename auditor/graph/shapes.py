@@ -1,0 +1,181 @@
+"""Record the output shape of every fx node without paying for the model's arithmetic.
+
+The profile needs shapes only (stage resolutions, split-point sizes, hidden-skip checks), never
+activation values. Almost all of a forward pass's time goes into convolutions, matrix products and
+attention, so those ops (:data:`HEAVY_OPS`) get their output shape and strides from their meta
+kernel and return zeros of that layout; every other op runs for real. Running everything on the
+meta device instead was measured slower: norms, activations and ``linear`` have Python meta
+decompositions that cost more than the real op on one small input.
+
+The zeros are placeholders, not the real activations, so their storage is tracked: an op whose
+output shape or Python value depends on a placeholder's values (``nonzero``, boolean masks,
+``item()``, ``tolist()``) stops the pass, and a real forward pass runs instead. Either way
+``node.meta["tensor_meta"]`` holds what a real forward pass records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp
+from torch.utils._python_dispatch import TorchDispatchMode
+
+log = logging.getLogger(__name__)
+
+_aten = torch.ops.aten
+#: Ops whose output layout comes from their meta kernel; they dominate the cost of a forward pass.
+HEAVY_OPS = frozenset({
+    _aten.convolution.default,
+    _aten.mm.default,
+    _aten.addmm.default,
+    _aten.bmm.default,
+    _aten.baddbmm.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+    _aten._scaled_dot_product_flash_attention.default,
+    _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default,
+})
+_VALUE_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
+_HOST_READS = frozenset({"tolist", "numpy", "__array__"})
+
+
+class PlaceholderValueRead(RuntimeError):
+    """An op needed the values of a placeholder tensor; only a real forward pass can answer."""
+
+
+@dataclass(frozen=True)
+class ShapePropagation:
+    """How the shapes were obtained: ``shape-only`` (heavy ops on meta) or ``forward`` (and why)."""
+
+    method: Literal["shape-only", "forward"]
+    reason: str = ""
+
+
+def propagate_shapes(gm: torch.fx.GraphModule, example: torch.Tensor) -> ShapePropagation:
+    """Fill ``tensor_meta`` on every node of ``gm`` for ``example``, skipping the heavy arithmetic.
+
+    Raises:
+        Exception: whatever the real forward pass raises when the model does not run on ``example``.
+    """
+    try:
+        with _mha_fastpath_disabled(), _HeavyOpsOnMeta():
+            _ShapeOnlyProp(gm).propagate(example.clone())
+        return ShapePropagation("shape-only")
+    except Exception as exc:  # noqa: BLE001 - any failure means: run the real forward instead
+        cause = exc.__cause__ or exc  # ShapeProp wraps the op's error with the node it failed on
+        reason = f"{type(cause).__name__}: {_first_line(cause)}"
+    log.info("shapes from a real forward pass; the shape-only pass stopped (%s)", reason)
+    ShapeProp(gm).propagate(example.clone())
+    return ShapePropagation("forward", reason)
+
+
+class _ShapeOnlyProp(ShapeProp):
+    """:class:`ShapeProp` that refuses nodes reading tensor memory outside the dispatcher."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op in ("call_method", "call_function") and getattr(n.target, "__name__", n.target) in _HOST_READS:
+            raise PlaceholderValueRead(f"{n.name} reads tensor values into Python ({n.target})")
+        return super().run_node(n)
+
+
+class _HeavyOpsOnMeta(TorchDispatchMode):
+    """Run :data:`HEAVY_OPS` on meta and return zeros of their layout; run everything else for real."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._placeholders: set[int] = set()  # data pointers of storages holding placeholder values
+
+    def __torch_dispatch__(
+        self, func: torch._ops.OpOverload, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        tensors = _tensors([*args, *kwargs.values()])
+        storages = [t.untyped_storage().data_ptr() for t in tensors]
+        derived = any(ptr in self._placeholders for ptr in storages)
+        if func in HEAVY_OPS and tensors:
+            out = _zeros_like_meta(func, args, kwargs, tensors[0].device)
+            derived = True
+        elif derived and any(tag in func.tags for tag in _VALUE_TAGS):
+            raise PlaceholderValueRead(f"{func} depends on the values of a placeholder tensor")
+        else:
+            out = func(*args, **kwargs)
+        if derived:
+            written = storages if func._schema.is_mutable else []
+            outputs = [t.untyped_storage().data_ptr() for t in _tensors(out if isinstance(out, (list, tuple)) else [out])]
+            self._placeholders.update(written, outputs)
+        return out
+
+
+def _zeros_like_meta(
+    func: torch._ops.OpOverload, args: tuple, kwargs: Mapping[str, Any], device: torch.device
+) -> Any:
+    """Run ``func`` on meta copies of its tensors and return zeros with each output's layout."""
+    def to_meta(x: object) -> object:
+        return x.to("meta") if isinstance(x, torch.Tensor) else x
+
+    def to_zeros(x: object) -> object:
+        if not isinstance(x, torch.Tensor):
+            return x
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device).zero_()
+
+    meta_args = _map_tensors(to_meta, args)
+    if func is _aten.addmm.default:
+        out = _addmm_layout(*meta_args[:3])
+    else:
+        out = func(*meta_args, **dict(zip(kwargs, _map_tensors(to_meta, kwargs.values()))))
+    return _map_tensors(to_zeros, out) if isinstance(out, (list, tuple)) else to_zeros(out)
+
+
+def _addmm_layout(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """Return ``addmm``'s meta output through ``mm``, whose meta kernel is native (addmm's is Python, 20x slower).
+
+    Raises:
+        RuntimeError: the bias does not broadcast to the product or has another dtype (as real addmm would).
+    """
+    out = _aten.mm.default(mat1, mat2)
+    if bias.dtype != out.dtype or torch.broadcast_shapes(bias.shape, out.shape) != out.shape:
+        raise RuntimeError(f"addmm: bias {tuple(bias.shape)} ({bias.dtype}) does not fit the product "
+                           f"{tuple(out.shape)} ({out.dtype})")
+    return out
+
+
+def _tensors(values: Iterable[object]) -> list[torch.Tensor]:
+    """Return the tensors among ``values`` and inside their lists (aten arguments nest one level)."""
+    found: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(x for x in v if isinstance(x, torch.Tensor))
+    return found
+
+
+def _map_tensors(fn: Callable[[object], object], values: Iterable[object]) -> tuple:
+    """Apply ``fn`` to every value and to every item of list/tuple values (one level, like aten)."""
+    return tuple(type(v)(fn(x) for x in v) if isinstance(v, (list, tuple)) else fn(v) for v in values)
+
+
+@contextmanager
+def _mha_fastpath_disabled() -> Iterator[None]:
+    """Make ``nn.MultiheadAttention`` use its composite path (linear + sdpa) for the duration.
+
+    Its fused fast-path kernel has no faithful meta counterpart (undefined vs empty weights); both
+    paths return outputs of the same shapes.
+    """
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,59 @@
+"""Small models exported to ONNX by the ONNX tests (random init, seeded)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class TinyViT(nn.Module):
+    """Patchify stem, learnable positional embedding, one pre-norm attention block and an MLP."""
+
+    def __init__(self, dim: int = 32, tokens: int = 16) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        attn = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+        x = x + self.proj(attn @ v)
+        x = x + self.fc2(self.act(self.fc1(self.ln2(x))))
+        return self.head(x.mean(1))
+
+
+class DenseSiLU(nn.Module):
+    """A dense (concatenative) skip, an Inception-style parallel concat, SiLU and a hand-written RMSNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.act = nn.Conv2d(3, 8, 3, padding=1), nn.SiLU()
+        self.c2, self.c3 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(16, 8, 1)
+        self.a, self.b = nn.Conv2d(8, 4, 1), nn.Conv2d(8, 4, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.c1(x))
+        x = self.c3(torch.cat([x, self.c2(x)], 1))
+        t = torch.cat([self.a(x), self.b(x)], 1).mean((2, 3))
+        return self.fc(t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def export(model: nn.Module, shape: tuple[int, ...], path: Path, *, opset: int | None = None,
+           dynamic_batch: bool = True) -> Path:
+    """Export ``model`` (eval mode) with the TorchScript exporter on a 1 x ``shape`` input."""
+    model.eval()
+    axes = {"input": {0: "batch"}} if dynamic_batch else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.rand(1, *shape),), str(path), dynamo=False, input_names=["input"],
+                          dynamic_axes=axes, **({"opset_version": opset} if opset else {}))
+    return path
