@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from auditor.errors import PluginTimeout
 from auditor.report.model import Artifact, ArchitectureProfile, Finding, Reference, Severity
 
-PLUGIN_API_VERSION = 1
+PLUGIN_API_VERSION = 2  # 2: Requirements.torch_model; RunContext.model is None for profile-only plugins
 
 
 class NoConfig(BaseModel):

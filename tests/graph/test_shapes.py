@@ -1,0 +1,151 @@
+"""Shape propagation without the heavy arithmetic records what a real forward pass records."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+import torch.fx
+import torchvision
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from auditor.graph.shapes import propagate_shapes
+from auditor.graph.trace import _Tracer
+
+
+def _shapes(gm: torch.fx.GraphModule) -> dict[str, object]:
+    """Return each node's recorded shape(s), as the profile reads them."""
+    def shape_of(meta: object) -> object:
+        if hasattr(meta, "shape"):
+            return tuple(meta.shape)
+        if isinstance(meta, (list, tuple)):
+            return [shape_of(m) for m in meta]
+        return meta
+    return {n.name: shape_of(n.meta.get("tensor_meta")) for n in gm.graph.nodes}
+
+
+def _compare(model: nn.Module, example: torch.Tensor) -> str:
+    """Propagate shapes both ways on one traced graph; assert they agree and return the method used."""
+    model.eval()
+    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    with torch.no_grad():
+        ShapeProp(gm).propagate(example.clone())
+        real = _shapes(gm)
+        for node in gm.graph.nodes:
+            node.meta.pop("tensor_meta", None)
+        result = propagate_shapes(gm, example)
+    assert _shapes(gm) == real
+    return result.method
+
+
+class _SelfAttention(nn.Module):
+    """nn.MultiheadAttention on its fused fast path (batch_first self-attention in eval)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(12, 16)
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        out, _ = self.attn(h, h, h, need_weights=False)
+        return self.norm(out + h)
+
+
+class _MaskAfterConv(nn.Module):
+    """Output length depends on the values a convolution produced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return y[y > 0]
+
+
+class _ItemAfterConv(nn.Module):
+    """A Python number read from a convolution's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return y * y.mean().item()
+
+
+class _ToListAfterLinear(nn.Module):
+    """Split sizes taken from a linear layer's output with ``tolist()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sizes = self.fc(x).abs().ceil().int().flatten().tolist()
+        return x.flatten()[: sizes[0]]
+
+
+class _MaskOnInput(nn.Module):
+    """A data-dependent op on the input itself, before any heavy op: its values are real."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        picked = x[x > 0.5]
+        return self.conv(x).flatten()[: picked.numel()]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "densenet121"])
+def test_torchvision_cnns_match_the_real_forward(name: str) -> None:
+    model = torchvision.models.get_model(name, weights=None)
+    assert _compare(model, torch.rand(1, 3, 64, 64)) == "shape-only"
+
+
+@pytest.mark.parametrize(
+    "name", ["vit_tiny_patch16_224", "convnext_atto", "repvgg_a0", "swin_tiny_patch4_window7_224"]
+)
+def test_timm_models_match_the_real_forward(name: str) -> None:
+    kwargs = {"img_size": 112} if name.startswith("vit") else {}
+    model = timm.create_model(name, pretrained=False, **kwargs)
+    size = 224 if name.startswith("swin") else 112 if name.startswith("vit") else 64
+    assert _compare(model, torch.rand(1, 3, size, size)) == "shape-only"
+
+
+def test_multihead_attention_fast_path_matches_and_the_flag_is_restored() -> None:
+    before = torch.backends.mha.get_fastpath_enabled()
+    assert _compare(_SelfAttention(), torch.rand(2, 5, 12)) == "shape-only"
+    assert torch.backends.mha.get_fastpath_enabled() == before
+
+
+@pytest.mark.parametrize("model", [_MaskAfterConv(), _ItemAfterConv(), _ToListAfterLinear()],
+                         ids=["mask", "item", "tolist"])
+def test_values_of_a_placeholder_fall_back_to_the_real_forward(model: nn.Module) -> None:
+    example = torch.rand(1, 3, 8, 8) if not isinstance(model, _ToListAfterLinear) else torch.rand(1, 8)
+    assert _compare(model, example) == "forward"
+
+
+def test_data_dependent_ops_on_real_values_stay_shape_only() -> None:
+    assert _compare(_MaskOnInput(), torch.rand(1, 3, 8, 8)) == "shape-only"
+
+
+def test_the_fallback_reason_names_the_op() -> None:
+    model = _MaskAfterConv().eval()
+    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    with torch.no_grad():
+        result = propagate_shapes(gm, torch.rand(1, 3, 8, 8))
+    assert result.method == "forward"
+    assert result.reason.startswith("PlaceholderValueRead:") and "placeholder" in result.reason
+
+
+def test_a_model_that_does_not_run_raises() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3)).eval()
+    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        propagate_shapes(gm, torch.rand(1, 1, 8, 8))
