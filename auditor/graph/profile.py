@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,8 +12,10 @@ import torch
 from auditor.graph import dataflow as df
 from auditor.graph.detect import fused, layers, skips, splits, stages
 from auditor.graph.tokens import TokenSpec, make_example, without_kv_cache
-from auditor.graph.trace import TraceResult, trace_model
+from auditor.graph.trace import TraceResult, trace_model, trace_with_hooks
 from auditor.report.model import ArchitectureProfile, Attention, HiddenSkip, SkipConnection, Stem
+
+log = logging.getLogger(__name__)
 
 _FUSED_NAME = re.compile(r"(rbr_reparam|reparam_conv|conv_reparam|reparam)")
 
@@ -44,7 +47,14 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
     if result.graph is None:
         return _profile_from_hooks(result, common)
     weights = dict(model.named_parameters())
-    return profile_graph(result.graph, result.method, common, weights)
+    try:
+        return profile_graph(result.graph, result.method, common, weights)
+    except Exception as exc:  # a detector bug: reported in the profile, never raised
+        log.exception("detectors failed on the %s graph", result.method)
+        result.notes.append(f"the detectors failed on the {result.method} graph ({type(exc).__name__}: {exc}); "
+                            "profiled from forward hooks instead (an auditor bug, please report it)")
+        with without_kv_cache(model):
+            return _profile_from_hooks(trace_with_hooks(model, example.to(device), result.notes), common)
 
 
 def profile_graph(

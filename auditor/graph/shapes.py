@@ -79,7 +79,8 @@ class _ShapeOnlyProp(ShapeProp):
     """:class:`ShapeProp` that refuses nodes reading tensor memory outside the dispatcher."""
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        if n.op in ("call_method", "call_function") and getattr(n.target, "__name__", n.target) in _HOST_READS:
+        name = getattr(n.target, "__name__", n.target)
+        if n.op in ("call_method", "call_function") and name in _HOST_READS:
             raise PlaceholderValueRead(f"{n.name} reads tensor values into Python ({n.target})")
         return super().run_node(n)
 
@@ -92,7 +93,11 @@ class _HeavyOpsOnMeta(TorchDispatchMode):
         self._placeholders: set[int] = set()  # data pointers of storages holding placeholder values
 
     def __torch_dispatch__(
-        self, func: torch._ops.OpOverload, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        func: torch._ops.OpOverload,
+        types: Any,
+        args: tuple = (),
+        kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
         tensors = _tensors([*args, *kwargs.values()])
@@ -107,8 +112,8 @@ class _HeavyOpsOnMeta(TorchDispatchMode):
             out = func(*args, **kwargs)
         if derived:
             written = storages if func._schema.is_mutable else []
-            outputs = [t.untyped_storage().data_ptr() for t in _tensors(out if isinstance(out, (list, tuple)) else [out])]
-            self._placeholders.update(written, outputs)
+            results = _tensors(out if isinstance(out, (list, tuple)) else [out])
+            self._placeholders.update(written, (t.untyped_storage().data_ptr() for t in results))
         return out
 
 
@@ -133,10 +138,10 @@ def _zeros_like_meta(
 
 
 def _addmm_layout(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-    """Return ``addmm``'s meta output through ``mm``, whose meta kernel is native (addmm's is Python, 20x slower).
+    """Return ``addmm``'s meta output through ``mm``, whose meta kernel is native (addmm's is Python).
 
     Raises:
-        RuntimeError: the bias does not broadcast to the product or has another dtype (as real addmm would).
+        RuntimeError: the bias does not broadcast to the product or has another dtype, as in real addmm.
     """
     out = _aten.mm.default(mat1, mat2)
     if bias.dtype != out.dtype or torch.broadcast_shapes(bias.shape, out.shape) != out.shape:

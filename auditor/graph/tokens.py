@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 
@@ -139,5 +140,5 @@ def _model_vocab(model: torch.nn.Module) -> int | None:
     return first.num_embeddings if first is not None else None
 
 
-def _positive_int(value: object) -> bool:
+def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0

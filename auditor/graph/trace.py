@@ -100,6 +100,16 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
         return TraceResult(None, "hooks", notes, mods)
 
 
+def trace_with_hooks(model: torch.nn.Module, example: torch.Tensor, notes: list[str]) -> TraceResult:
+    """Profile from forward hooks only: the fallback when the detectors fail on a traced graph.
+
+    Raises:
+        TraceError: when the forward pass itself fails.
+    """
+    with eval_mode(model), torch.no_grad():
+        return TraceResult(None, "hooks", notes, _hook_profile(model, example))
+
+
 @contextmanager
 def _quiet_torch() -> Iterator[None]:
     """Silence torch's own warnings, log dumps and printed tracebacks while a tracer runs."""

@@ -6,19 +6,21 @@ A directory holding ``config.json`` is read as a Hugging Face model. The class i
 directory runs (``trust_remote_code`` is never set; a config with ``auto_map`` is refused). The
 weights come from ``model.safetensors`` or the shards its ``.index.json`` lists; only when there
 are none, from ``pytorch_model.bin`` pickles, which the caller checks with the static pickle scan
-before anything is unpickled. Keys are compared strictly; the only keys allowed to be absent are
-tied parameters (``lm_head.weight`` sharing ``wte.weight``) and those the model class itself
-declares optional (``_keys_to_ignore_on_load_*``).
+before anything is unpickled. transformers maps the keys onto the model (``from_pretrained`` with
+the tensors already in memory: its renames of legacy layouts, tied weights, the keys a class
+declares optional) and every key it reports as missing, unexpected or mis-shaped is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import logging
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -79,21 +81,31 @@ def directory_size(path: Path) -> int:
 
 
 def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module, str, list[str]]:
-    """Build the model of a ``save_pretrained`` directory and load its weights with ``read``.
+    """Build the model of a ``save_pretrained`` directory and load the weights ``read`` returns.
 
-    Returns the model, its class name and notes for the report.
+    The tensors are read by the caller (safetensors, or statically checked pickles); transformers
+    only maps their keys onto the model (its own renames of legacy checkpoints, tied weights) and
+    reports every key that does not fit. Returns the model, its class name and notes.
 
     Raises:
         HFDirectoryError: the config names custom code or an unknown model, or the weights do not fit.
         MissingDependency: ``transformers`` is not installed.
     """
-    model, arch = _build(path)
+    config, cls, arch = _config_and_class(path)
     files, _ = weight_files(path)
     state: dict[str, torch.Tensor] = {}
     for file in files:
         state.update(read(file))
-    notes = _fit(model, state, arch, path)
-    return model, arch, notes
+    try:
+        with _quiet_transformers():
+            model, info = cls.from_pretrained(None, config=config, state_dict=state, output_loading_info=True,
+                                              local_files_only=True, dtype=torch.float32)
+    except Exception as exc:  # third-party loaders can raise anything; shape mismatches land here
+        raise HFDirectoryError(path, f"weights do not fit {arch} built from {CONFIG_FILE}: {_one_line(exc)}") from exc
+    _check_loading_info(path, arch, info)
+    note = (f"built {arch} from {CONFIG_FILE} and loaded {len(state)} tensor(s) with transformers' key mapping "
+            "(no download, no remote code)")
+    return model, arch, [note]
 
 
 def _shards(path: Path, index: Path) -> list[Path]:
@@ -121,11 +133,12 @@ def _read_config(path: Path) -> dict[str, object]:
     return raw
 
 
-def _build(path: Path) -> tuple[torch.nn.Module, str]:
-    """Build the model class the config names, at random init, from the local config only."""
+def _config_and_class(path: Path) -> tuple[Any, Any, str]:
+    """Read the local config and pick the model class it names (``AutoModel``'s class otherwise)."""
     raw = _read_config(path)
     try:
         import transformers
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
     except ImportError as exc:
         raise MissingDependency("transformers", "transformers", "a Hugging Face directory") from exc
     try:
@@ -133,49 +146,44 @@ def _build(path: Path) -> tuple[torch.nn.Module, str]:
     except Exception as exc:  # translated at this boundary: unknown model_type, bad values
         raise HFDirectoryError(path, f"{CONFIG_FILE} cannot be read: {_one_line(exc)}") from exc
     archs = raw.get("architectures")
-    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    cls = getattr(transformers, name, None) if name else None
+    name = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    cls = getattr(transformers, name, None)
+    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        return config, cls, name
+    if type(config) not in MODEL_MAPPING:
+        raise HFDirectoryError(path, f"transformers has no model class for model_type {config.model_type!r}")
+    found = MODEL_MAPPING[type(config)]
+    cls = found[0] if isinstance(found, tuple) else found
+    return config, cls, getattr(cls, "__name__", str(cls))
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Keep transformers' progress bars and load report off the terminal (the CLI prints one line)."""
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
-        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-            model = cls(config)
-        else:
-            name = f"AutoModel ({config.model_type})"
-            model = transformers.AutoModel.from_config(config, trust_remote_code=False)
-    except Exception as exc:  # third-party constructors can raise anything
-        raise HFDirectoryError(path, f"building {name} from {CONFIG_FILE} failed: {_one_line(exc)}") from exc
-    logger.debug("%s: built %s from its config", path, name)
-    return model, str(name)
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
-def _fit(model: torch.nn.Module, state: Mapping[str, torch.Tensor], arch: str, path: Path) -> list[str]:
-    """Load ``state`` into ``model``, refusing any key or shape difference the class does not allow."""
-    own = model.state_dict()
-    present = {t.data_ptr() for k, t in own.items() if k in state}
-    optional_missing = _patterns(model, "_keys_to_ignore_on_load_missing")
-    optional_unexpected = _patterns(model, "_keys_to_ignore_on_load_unexpected")
-    tied = [k for k in own if k not in state and own[k].data_ptr() in present]
-    missing = [k for k in own if k not in state and k not in tied and not _matches(k, optional_missing)]
-    unexpected = [k for k in state if k not in own and not _matches(k, optional_unexpected)]
-    shape = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
-             if k in own and tuple(v.shape) != tuple(own[k].shape)]
-    if missing or unexpected or shape:
-        parts = [f"{label} {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''} ({len(keys)})"
-                 for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape", shape)) if keys]
+def _check_loading_info(path: Path, arch: str, info: Mapping[str, Any]) -> None:
+    """Refuse any key transformers could not place: missing, unexpected or of another shape."""
+    parts = []
+    for label, key in (("missing", "missing_keys"), ("unexpected", "unexpected_keys"), ("shape", "mismatched_keys"),
+                       ("error", "error_msgs")):
+        found = sorted(str(k) for k in info.get(key) or ())
+        if found:
+            parts.append(f"{label} {', '.join(found[:3])}{' …' if len(found) > 3 else ''} ({len(found)})")
+    if parts:
         raise HFDirectoryError(path, f"weights do not fit {arch} built from {CONFIG_FILE}: " + "; ".join(parts))
-    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-    notes = [f"built {arch} from {CONFIG_FILE} (transformers, no download, no remote code)"]
-    if tied:
-        notes.append(f"{len(tied)} tied parameter(s) absent from the weights share another's: {', '.join(tied[:3])}")
-    return notes
-
-
-def _patterns(model: torch.nn.Module, attr: str) -> list[str]:
-    value = getattr(model, attr, None) or []
-    return [str(p) for p in value]
-
-
-def _matches(key: str, patterns: list[str]) -> bool:
-    return any(re.search(p, key) for p in patterns)
 
 
 def _one_line(exc: BaseException) -> str:

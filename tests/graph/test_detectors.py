@@ -103,3 +103,25 @@ def test_fused_names_are_hinted() -> None:
     model = nn.Sequential()
     model.add_module("rbr_reparam", nn.Conv2d(3, 3, 3, padding=1))
     assert profile_model(model, (3, 8, 8)).fused_conv_hints == ["rbr_reparam"]
+
+
+class _WindowAttention(nn.Module):
+    """Swin-style scores: a bias and a shifted-window mask between the score reshapes, then softmax."""
+
+    def __init__(self, dim: int = 8, tokens: int = 4) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.bias = nn.Parameter(torch.zeros(1, tokens, tokens))
+        self.register_buffer("mask", torch.zeros(1, 1, tokens, tokens))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1) + self.bias
+        scores = scores.view(1, 1, *scores.shape[1:]) + self.mask
+        return scores.view(x.shape[0], x.shape[1], x.shape[1]).softmax(-1) @ v
+
+
+def test_attention_with_masked_scores_is_found_and_score_biases_are_not_positional() -> None:
+    p = profile_model(_WindowAttention(), (4, 8))
+    assert [a.kind for a in p.attention] == ["matmul-softmax"]  # five nodes between the score matmul and softmax
+    assert p.positional_embedding is None  # the bias and the mask are added to scores, not to tokens

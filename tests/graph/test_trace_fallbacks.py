@@ -54,3 +54,13 @@ def test_untraceable_model_falls_back_to_hooks_and_says_why() -> None:
 def test_a_model_that_cannot_run_raises_trace_error() -> None:
     with pytest.raises(TraceError, match="--input-shape"):
         profile_model(nn.Linear(10, 2), (3, 8, 8))
+
+
+def test_a_detector_crash_is_reported_in_the_profile_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_g: object) -> list[object]:
+        raise ValueError("boom")
+
+    monkeypatch.setattr("auditor.graph.detect.skips.detect_skips", broken)
+    p = profile_model(_DataDependent().conv, (3, 8, 8))
+    assert p.traced_with == "hooks" and p.stem.kind == "conv"
+    assert any("detectors failed on the fx graph (ValueError: boom)" in n for n in p.trace_notes)

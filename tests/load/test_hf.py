@@ -60,7 +60,7 @@ def test_scan_of_a_save_pretrained_dir_end_to_end(gpt2_dir: Path, tmp_path: Path
     arch = report["architecture"]
     assert len(arch["attention"]) == LAYERS and arch["stem"]["kind"] == "embedding"
     assert arch["positional_embedding"]["param"] == "transformer.wpe.weight"
-    assert any("tied parameter" in note and "lm_head.weight" in note for note in report["notes"])
+    assert any(note.startswith("built GPT2LMHeadModel from config.json") for note in report["notes"])
 
 
 def test_sharded_dir_loads_the_saved_weights(transformers_module: ModuleType, tmp_path: Path) -> None:
@@ -72,6 +72,20 @@ def test_sharded_dir_loads_the_saved_weights(transformers_module: ModuleType, tm
     for key, value in original.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[key], value), key
     assert loaded.model.lm_head.weight is loaded.model.transformer.wte.weight
+
+
+def test_vision_dir_in_transformers_saved_layout(transformers_module: ModuleType, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers_module.ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, image_size=32, patch_size=8, num_labels=3)
+    original = transformers_module.ViTForImageClassification(config).eval()
+    original.save_pretrained(tmp_path)  # saved with the checkpoint key names, mapped back on load
+    loaded = load_checkpoint(tmp_path)
+    assert loaded.model is not None and loaded.info.arch == "ViTForImageClassification"
+    assert (loaded.info.input_shape, loaded.info.input_shape_source) == ([3, 32, 32], "Hugging Face config image_size")
+    x = torch.rand(1, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(loaded.model(x).logits, original(x).logits)
 
 
 def test_pytorch_model_bin_is_read_after_the_static_scan(gpt2_dir: Path, tmp_path: Path) -> None:
@@ -138,4 +152,24 @@ def test_bad_hf_dir_exits_2_with_one_line(
     code, report = _scan(tmp_path, str(target))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and report is None
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_input_spec_overrides_the_config_default(gpt2_dir: Path, tmp_path: Path) -> None:
+    code, report = _scan(tmp_path, str(gpt2_dir), "--input-spec", "tokens:2x8")
+    assert code == 0 and report is not None
+    assert (report["model"]["input_shape"], report["model"]["input_shape_source"]) == ([8], "--input-spec tokens:2x8")
+
+
+@pytest.mark.parametrize(("args", "exit_code", "message"), [
+    (["--input-spec", "tokens:1x64"], 2, "sequence length 64 exceeds the model's 32 positions"),
+    (["--input-spec", "ids:16"], 2, "--input-spec must look like tokens:BxL[:vocab=V]"),
+    (["--input-spec", "tokens:16", "--input-shape", "3,8,8"], 4, "input_shape (images) or input_spec (tokens)"),
+])
+def test_bad_input_spec_is_one_line(
+    gpt2_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], exit_code: int, message: str
+) -> None:
+    code, _ = _scan(tmp_path, str(gpt2_dir), *args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exit_code
     assert len(err) == 1 and message in err[0], err

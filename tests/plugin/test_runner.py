@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 from auditor.graph.profile import profile_model
-from auditor.plugin import PluginResult, Requirements, RunContext
-from auditor.plugin import runner
+from auditor.plugin import PluginResult, Requirements, RunContext, runner
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from tests.plugin._fakes import FakePlugin

@@ -8,6 +8,7 @@ from auditor.graph import dataflow as df
 from auditor.report.model import Attention, LinearBias, PositionalEmbedding, Stem
 
 _STEM_SKIP = {df.NORM, df.PASS, df.OTHER, df.FLATTEN}
+_BARRIERS = df.WEIGHT_KINDS | {df.NORM, df.MATMUL}
 _RESHAPES = {"view", "reshape", "_unsafe_view", "expand", "contiguous", "unsqueeze", "squeeze", "clone", "to"}
 
 
@@ -34,17 +35,23 @@ def detect_attention(g: df.DataFlowGraph) -> list[Attention]:
     return sites
 
 
-def _is_attention_softmax(g: df.DataFlowGraph, n: df.NodeInfo, hops: int = 4) -> bool:
-    """Tell whether a softmax sits between two matmuls (scores in, weighted values out)."""
+def _is_attention_softmax(g: df.DataFlowGraph, n: df.NodeInfo, hops: int = 8) -> bool:
+    """Tell whether a softmax sits between two matmuls (scores in, weighted values out).
+
+    Up to ``hops`` nodes may lie on either side: Swin adds a relative-position bias and a shifted-
+    window mask between its score reshapes (five nodes), CaiT mixes heads with a linear layer
+    (talking heads) after the softmax.
+    """
 
     def reaches(start: list[int], step: str) -> bool:
-        frontier = start
+        frontier, seen = start, set(start)
         for _ in range(hops):
             nxt: list[int] = []
             for i in frontier:
                 if g.nodes[i].kind == df.MATMUL:
                     return True
-                nxt.extend(g.nodes[i].inputs if step == "up" else g.users[i])
+                nxt.extend(j for j in (g.nodes[i].inputs if step == "up" else g.users[i]) if j not in seen)
+            seen.update(nxt)
             frontier = nxt
         return False
 
@@ -100,7 +107,8 @@ def _stem_kind(first: df.NodeInfo) -> str:
 def detect_positional_embedding(g: df.DataFlowGraph) -> PositionalEmbedding | None:
     """Return the first add of a positional table to the token/feature stream.
 
-    The table is either a rank >= 2 parameter with leading dimension 1 (ViT ``pos_embed``) or an
+    The table is either a rank >= 2 parameter with leading dimension 1 (ViT ``pos_embed``; not a
+    bias or mask added to attention scores, which feed a softmax) or an
     embedding looked up at value-only indices (``wpe(arange(L))`` in GPT-2, BERT's
     ``position_embeddings``) with at least as many rows as the sequence has tokens; a token-type
     table (2 rows) is not positional.
@@ -119,12 +127,23 @@ def detect_positional_embedding(g: df.DataFlowGraph) -> PositionalEmbedding | No
                 return found
             continue
         shape = root.shape or ()
-        if len(shape) >= 2 and shape[0] == 1:
+        if len(shape) >= 2 and shape[0] == 1 and not _feeds_softmax(g, n):
             return PositionalEmbedding(
                 node=n.name, param=str(root.attrs.get("target", root.name)), shape=list(shape),
                 learnable=bool(root.attrs.get("learnable")),
             )
     return None
+
+
+def _feeds_softmax(g: df.DataFlowGraph, n: df.NodeInfo, hops: int = 4) -> bool:
+    """Tell whether an add reaches a softmax through weight-free nodes: a bias or mask on attention scores."""
+    frontier, seen = [n.idx], {n.idx}
+    for _ in range(hops):
+        frontier = [u for i in frontier for u in g.users[i] if u not in seen and g.nodes[u].kind not in _BARRIERS]
+        seen.update(frontier)
+        if any(g.nodes[i].kind == df.SOFTMAX for i in frontier):
+            return True
+    return False
 
 
 def _computed_position_lookup(g: df.DataFlowGraph, add: df.NodeInfo) -> PositionalEmbedding | None:
