@@ -68,6 +68,8 @@ _SDPA_NAMES = {
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_native_multi_head_attention",
 }
+# Attention kernels that fx keeps as one call (torchvision wraps Swin's window attention).
+_ATTENTION_FUNCTIONS = {"shifted_window_attention", "shifted_window_attention_v2"}
 
 
 _BY_NAME: dict[str, tuple[str, str]] = {
@@ -75,6 +77,7 @@ _BY_NAME: dict[str, tuple[str, str]] = {
     **{n: (MUL, "") for n in _MUL_NAMES},
     **{n: (CAT, "") for n in _CAT_NAMES},
     **{n: (ATTENTION, "sdpa") for n in _SDPA_NAMES},
+    **{n: (ATTENTION, "module") for n in _ATTENTION_FUNCTIONS},
     **{n: (SOFTMAX, "") for n in _SOFTMAX_NAMES},
     **{n: (MATMUL, "") for n in _MATMUL_NAMES},
     **{n: (NORM, kind) for n, kind in _NORM_FUNCTIONS.items()},

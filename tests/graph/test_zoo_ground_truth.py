@@ -95,6 +95,17 @@ def test_convnext_tiny() -> None:
     assert p.norms["LayerNorm (channels-first)"] == 5
 
 
+def test_swin_t() -> None:
+    p = _profile("swin_t")
+    assert _kinds(p) == {("additive", "identity"): 24}
+    assert len(p.attention) == 12  # torchvision's wrapped shifted_window_attention calls
+    # patch merging (strided slices of a channels-last map) opens a stage: 2, 2, 6, 2 blocks
+    assert [(s.resolution, s.skip_count) for s in p.stages] == [
+        ([56, 56], 4), ([28, 28], 4), ([14, 14], 12), ([7, 7], 4)]
+    assert p.last_stage == 4 and p.stem.kind == "patchify"
+    assert p.norms == {"LayerNorm": 29}
+
+
 def test_split_points_have_shapes_and_ratios() -> None:
     p = _profile("resnet18")
     by_node = {s.node: s for s in p.split_points}

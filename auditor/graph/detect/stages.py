@@ -35,7 +35,23 @@ def resolution_map(g: df.DataFlowGraph) -> list[tuple[int, int] | None]:
         elif n.kind in (df.CONV, df.POOL, df.INPUT):
             res.append((n.shape[2], n.shape[3]))
         else:
-            res.append(res[n.inputs[0]] if n.inputs else None)
+            res.append(_inherited(res[n.inputs[0]], g.nodes[n.inputs[0]].shape, n.shape) if n.inputs else None)
+    return res
+
+
+def _inherited(res: tuple[int, int] | None, before: tuple[int, ...] | None, after: tuple[int, ...]) -> tuple[int, int] | None:
+    """Return the resolution of a 4-D node computed from one at ``res``: a strided reshuffle moves it.
+
+    An op that keeps the batch and shrinks both spatial axes of its input by the same integer
+    factor (Swin's patch merging, ``x[..., 0::2, 0::2, :]`` on a channels-last map, or a
+    pixel-unshuffle) moves the map to a new resolution; permutes and channel ops do not.
+    """
+    if res is None or before is None or len(before) != 4 or before[0] != after[0]:
+        return res
+    for axes in ((2, 3), (1, 2)):  # NCHW, NHWC
+        (h, w), (h2, w2) = (before[axes[0]], before[axes[1]]), (after[axes[0]], after[axes[1]])
+        if (h, w) == res and 0 < h2 < h and h % h2 == 0 and h // h2 == w // max(w2, 1) and w % max(w2, 1) == 0:
+            return (h2, w2)
     return res
 
 
