@@ -1,8 +1,8 @@
 """Benchmark the split-inversion plugin: one DCI pass for all splits against K rMLE runs.
 
-Run: ``python benchmarks/split_inversion.py`` (CPU, one thread; about 15-25 minutes on the
-2-core box). Two targets, both trained here from data bundled with scikit-learn/scikit-image
-(no downloads):
+Run: ``python benchmarks/split_inversion.py [digits] [resnet18] [ensembler]`` (default: all;
+CPU, one thread; the ResNet-18 part takes the longest). Targets, all trained here from data
+bundled with scikit-learn/scikit-image (no downloads):
 
 * a 4-block CNN on ``load_digits`` (1×8×8; 1400 train / 397 held-out; probes: 16 held-out digits);
 * torchvision ResNet-18 at 3×64×64, trained briefly to tell apart 64×64 crops of eight
@@ -10,22 +10,29 @@ Run: ``python benchmarks/split_inversion.py`` (CPU, one thread; about 15-25 minu
 
 For each target it runs :func:`auditor_split_inversion.engine.audit` with both attacks at the
 default splits and prints, per split, PSNR/SSIM of DCI and rMLE next to the mean-image floor,
-the wall time of DCI (synthesis + training + one inference pass for every split) and of rMLE
-(one optimisation per split), and, for the CNN, the noise-at-the-split curve. Output: markdown
-for docs/split-inversion.md.
+the CPU seconds of DCI (synthesis + training + one inference pass for every split) and of rMLE
+(one optimisation per split), the rMLE step count that reaches DCI's PSNR at each split, the
+cost ratio at matched PSNR, and the number of probe images from which DCI is cheaper. For the
+CNN it also prints the noise-at-the-split curve and the Ensembler table. Output: markdown for
+docs/split-inversion.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 import time
 
 import numpy as np
 import torch
 import torchvision
-from auditor_split_inversion.config import BUDGETS, SplitInversionConfig
+from auditor_split_inversion.config import BUDGETS, Budget, EnsemblerConfig, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import Clock, Inputs, audit
+from auditor_split_inversion.ensembler import cut, evaluate
+from auditor_split_inversion.metrics import floor, per_image, summarise
+from auditor_split_inversion.rmle import rmle
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -113,47 +120,78 @@ def resnet_target(steps: int = 150) -> tuple[nn.Module, float]:
     return net, acc
 
 
-def bench(name: str, net: nn.Module, shape: tuple[int, int, int], probes: torch.Tensor, budget) -> dict:
-    """Run both attacks at the default splits and return the audit result with timings."""
+def bench(name: str, net: nn.Module, shape: tuple[int, int, int], probes: torch.Tensor, budget: Budget) -> dict:
+    """Run DCI and rMLE at the default splits through the plugin's engine and return the audit result."""
     profile = profile_model(net, shape)
-    t0 = time.monotonic()
-    res = audit(net, profile, Inputs(probes, None, name), SplitInversionConfig(), budget, seed=0,
-                device=torch.device("cpu"), clock=Clock(None, lambda: None, lambda: None))
-    res["wall_s"] = time.monotonic() - t0
-    return res
+    return audit(net, profile, Inputs(probes, None, name), SplitInversionConfig(), budget, seed=0,
+                 device=torch.device("cpu"), clock=Clock(None, lambda: None, lambda: None))
 
 
-def table(name: str, res: dict, extra: str) -> None:
-    """Print the per-split markdown table and the timing line of one target."""
+def rmle_curve(res: dict, grid: tuple[int, ...]) -> list[list[tuple[int, float, float]]]:
+    """Return, per split, ``(steps, PSNR, CPU seconds)`` of rMLE runs with every step count in ``grid``."""
+    probes, shape = res["probes"], tuple(res["probes"].shape[1:])
+    curves = []
+    for k in range(len(res["blocks"])):
+        head = nn.Sequential(*res["blocks"][:k + 1])
+        points = []
+        for steps in grid:
+            c0 = time.process_time()
+            recon, _ = rmle(head, res["feats"][k], shape, steps=steps, tv=0.05, tick=lambda: True)
+            cpu = time.process_time() - c0
+            points.append((steps, summarise(per_image(probes, recon))["psnr_mean"], cpu))
+        curves.append(points)
+    return curves
+
+
+def table(name: str, res: dict, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
+    """Print the per-split table, the cost at matched PSNR and the amortisation of one target."""
     fl, rec = res["floor"], res["records"]
-    dci_s = rec["synthesis"]["seconds"] + rec["dci"]["seconds"] + rec["dci"]["inference_seconds_all_splits"]
-    rmle_s = rec["rmle"]["seconds_all_splits"]
+    syn, dci = rec["synthesis"], rec["dci"]
+    dci_fixed = syn["cpu_seconds"] + dci["cpu_seconds"]
+    dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res["probes"])
+    rmle_full = rec["rmle"]["cpu_seconds_all_splits"]
     print(f"\n### {name}\n\n{extra}\n")
     print(f"Floor (mean image of the probes): PSNR {fl['psnr_mean']:.2f} ± {fl['psnr_sd']:.2f} dB, "
           f"SSIM {fl['ssim_mean']:.3f} ± {fl['ssim_sd']:.3f}\n")
-    print("| split | shape | numel ratio | DCI PSNR | DCI SSIM | rMLE PSNR | rMLE SSIM | max PSNR − floor |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in res["rows"]:
+    print("| split | shape | numel ratio | DCI PSNR | DCI SSIM | rMLE PSNR | rMLE SSIM | max PSNR − floor "
+          "| rMLE steps to reach DCI's PSNR (CPU s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    matched, unmatched = 0.0, []
+    for r, points in zip(res["rows"], curves):
         d, m = r["attacks"]["dci"], r["attacks"]["rmle"]
+        hit = next((p for p in points if p[1] >= d["psnr_mean"]), None)
+        if hit is None:
+            unmatched.append(r["split"])
+            matched += points[-1][2]
+            reach = f"not within {points[-1][0]} ({points[-1][1]:.2f} dB)"
+        else:
+            matched += hit[2]
+            reach = f"{hit[0]} ({hit[2]:.2f} s)"
         print(f"| {r['split']} | {'×'.join(map(str, r['shape']))} | {r['numel_ratio']:g} | "
               f"{d['psnr_mean']:.2f} ± {d['psnr_sd']:.2f} | {d['ssim_mean']:.3f} | "
-              f"{m['psnr_mean']:.2f} ± {m['psnr_sd']:.2f} | {m['ssim_mean']:.3f} | {r['psnr_margin']:+.2f} |")
-    k = len(res["rows"])
-    print(f"\nDCI, all {k} splits: {dci_s:.1f} s (synthesis {rec['synthesis']['seconds']:.1f} s + training "
-          f"{rec['dci']['seconds']:.1f} s + inference {rec['dci']['inference_seconds_all_splits']:.3f} s); "
-          f"rMLE, {k} runs: {rmle_s:.1f} s for {len(res['probes'])} probes; ratio DCI/rMLE = {dci_s / rmle_s:.2f}; "
-          f"per further probe image: DCI {rec['dci']['inference_seconds_all_splits'] / len(res['probes']):.4f} s, "
-          f"rMLE {rmle_s / len(res['probes']):.2f} s. Settings: {rec['synthesis']['images']} synthetic images × "
-          f"{rec['synthesis']['steps_planned']} steps, DCI {rec['dci']['steps_per_split']} steps per split "
-          f"(batch {rec['dci']['batch']}), rMLE {rec['rmle']['steps_planned']} steps per split, seed 0.")
+              f"{m['psnr_mean']:.2f} ± {m['psnr_sd']:.2f} | {m['ssim_mean']:.3f} | {r['psnr_margin']:+.2f} | {reach} |")
+    k, n = len(res["rows"]), len(res["probes"])
+    print(f"\nCPU seconds (one thread). DCI, all {k} splits: {dci_fixed + n * dci_per_probe:.1f} s = synthesis "
+          f"{syn['cpu_seconds']:.1f} s ({syn['images']} images × {syn['steps_planned']} steps, "
+          f"{syn['half_resolution_steps']} of them at half resolution) + training {dci['cpu_seconds']:.1f} s "
+          f"(phase (i) {dci['phase_i_steps_all_blocks']} steps for all blocks at once + phase (ii) "
+          f"{dci['phase_ii_steps_per_split']} steps per split, batch {dci['batch']}, features cached: "
+          f"{dci['feature_cache']}) + inference {n * dci_per_probe:.3f} s for {n} probes. "
+          f"rMLE, {k} runs × {rec['rmle']['steps_planned']} steps: {rmle_full:.1f} s for {n} probes.")
+    print(f"\nAt matched PSNR (per split, the fewest rMLE steps of {[p[0] for p in curves[0]]} that reach DCI's PSNR; "
+          f"where none does, the largest run's cost is counted, a lower bound on rMLE's cost there: "
+          f"{unmatched or 'none'}): rMLE {matched:.2f} s for {n} probes; ratio DCI / rMLE = "
+          f"{(dci_fixed + n * dci_per_probe) / matched:.2f}. At the full rMLE budget: ratio "
+          f"{(dci_fixed + n * dci_per_probe) / rmle_full:.2f}.")
+    for label, per_probe in (("matched PSNR", matched / n), (f"{rec['rmle']['steps_planned']} rMLE steps", rmle_full / n)):
+        gain = per_probe - dci_per_probe
+        print(f"- Break-even ({label}): rMLE costs {per_probe:.3f} s per probe image for all {k} splits, DCI "
+              f"{dci_per_probe:.4f} s after its fixed {dci_fixed:.1f} s, so DCI is cheaper from "
+              f"{math.ceil(dci_fixed / gain) if gain > 0 else 'never'} probe images on.")
 
 
-def main() -> None:
-    """Run the benchmark and print markdown."""
-    torch.set_num_threads(1)
-    net, probes, labels, acc = digits_target()
-    res = bench("digits", net, (1, 8, 8), probes, BUDGETS["fast"])
-    table("Small CNN on load_digits (1×8×8)", res, f"Target test accuracy {acc:.3f}; budget preset `fast`.")
+def noise_table(res: dict, labels: torch.Tensor) -> None:
+    """Print the noise-at-the-first-split curve of the digits CNN."""
     blocks, server = res["blocks"], res["server"]
     rows = noise_sweep(blocks[0], nn.Sequential(*blocks[1:], server), res["probes"], labels,
                        snapshot=res["snapshots"]["dci"][0], sigmas=[0.0, 0.1, 0.3, 1.0, 3.0],
@@ -163,13 +201,63 @@ def main() -> None:
     for r in rows:
         print(f"| {r['kind']} | {r['sigma']:g} | {r['utility']:.3f} | {r['psnr']:.2f} | {r['ssim']:.3f} | "
               f"{r['best_attack']} |")
-    net, acc = resnet_target()
-    probes, names = default_probe_images((3, 64, 64), n=8)
-    budget = dataclasses.replace(BUDGETS["fast"], n_synth=128, synth_steps=100, dci_steps=40, batch=32)
-    res = bench("resnet18", net, (3, 64, 64), probes, budget)
-    table("ResNet-18 at 3×64×64", res, f"Trained 150 steps on crops of {len(TRAIN_PHOTOS)} photos (crop accuracy "
-          f"{acc:.3f}); probes: default probe set {names}; `fast` preset with 128 synthetic images × 100 steps, "
-          "40 DCI steps per phase, batch 32.")
+
+
+def ensembler_table() -> None:
+    """Retrain the digits CNN as Ensembler with the default settings (N=5, P=2, σ=0.1 fixed, |CS|, λ=1, 20 epochs)."""
+    net, _, _, _ = digits_target()
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target)
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    tr, te = perm[:1400], perm[1400:]
+    data = {"client": x[tr[:700]], "client_y": y[tr[:700]], "aux": x[tr[700:]], "aux_y": y[tr[700:]],
+            "eval": x[te[16:]], "eval_y": y[te[16:]], "probes": x[te[:16]]}
+    cfg = EnsemblerConfig()
+    profile = profile_model(net, (1, 8, 8))
+    pieces = cut(net.requires_grad_(False), profile, "_0_2")
+    fl = floor(data["probes"])
+    c0 = time.process_time()
+    res = evaluate(pieces, pieces[0], data, 10, cfg, fl, rmle_steps=150, seed=0, tick=lambda: True)
+    print(f"\n### Ensembler on the digits CNN at `_0_2` (8×8×8)\n\nSettings: {cfg.model_dump()}; client "
+          "training set 700 digits, attacker's auxiliary set the other 700 training digits (disjoint), accuracy on "
+          f"381 held-out digits, 16 held-out probes; seed 0; {time.process_time() - c0:.1f} CPU s in all.\n")
+    print(f"Floor (mean image of the probes): PSNR {fl['psnr_mean']:.2f} dB, SSIM {fl['ssim_mean']:.3f}\n")
+    names = [a for r in res["rows"] for a in r["attacks"]]
+    attacks = list(dict.fromkeys(names))
+    print("| setting | accuracy | " + " | ".join(f"{a} PSNR / SSIM" for a in attacks) + " |")
+    print("|---|---|" + "---|" * len(attacks))
+    for r in res["rows"]:
+        cells = [f"{r['attacks'][a]['psnr_mean']:.2f} / {r['attacks'][a]['ssim_mean']:.3f}" if a in r["attacks"]
+                 else "—" for a in attacks]
+        print(f"| {r['setting']} | {r['accuracy']:.3f} | " + " | ".join(cells) + " |")
+    print(f"\nSecret subset {res['secret']} ({res['secret_bits']} bits); stage-1 accuracies "
+          f"{res['stage1_accuracy']}; |CS| of the deployed head to each stage-1 head {res['cs_to_stage1_heads']}; "
+          f"tail column-block norms {res['tail_block_norms']}; query-free gate: {res['query_free_gate']}.")
+
+
+def main() -> None:
+    """Run the parts named on the command line (default: all) and print markdown."""
+    parts = sys.argv[1:] or ["digits", "ensembler", "resnet18"]
+    torch.set_num_threads(1)
+    if "digits" in parts:
+        net, probes, labels, acc = digits_target()
+        res = bench("digits", net, (1, 8, 8), probes, BUDGETS["fast"])
+        table("Small CNN on load_digits (1×8×8)", res, rmle_curve(res, (10, 25, 50, 100, 150, 300)),
+              f"Target test accuracy {acc:.3f}; budget preset `fast`; 16 held-out probes; seed 0.")
+        noise_table(res, labels)
+    if "ensembler" in parts:
+        ensembler_table()
+    if "resnet18" in parts:
+        net, acc = resnet_target()
+        probes, names = default_probe_images((3, 64, 64), n=8)
+        budget = dataclasses.replace(BUDGETS["fast"], n_synth=96, synth_steps=80, layer_steps=120, dci_steps=20,
+                                     batch=32)
+        res = bench("resnet18", net, (3, 64, 64), probes, budget)
+        table("ResNet-18 at 3×64×64", res, rmle_curve(res, (25, 50, 100, 150)),
+              f"Trained 150 steps on crops of {len(TRAIN_PHOTOS)} photos (crop accuracy {acc:.3f}); probes: "
+              f"default probe set {names}; `fast` preset with 96 synthetic images × 80 steps, DCI 120 phase (i) "
+              "steps + 20 phase (ii) steps per split, batch 32; seed 0.")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Step counts of one budget preset (see docs/split-inversion.md)."""
+    """Step counts of one budget preset (see docs/split-inversion.md).
+
+    ``layer_steps``: DCI phase (i), all blocks at once; ``dci_steps``: DCI phase (ii), per split.
+    """
 
     n_synth: int
     synth_steps: int
+    layer_steps: int
     dci_steps: int
     batch: int
     rmle_steps: int
@@ -24,13 +28,46 @@ class Budget:
 
 #: ``fast`` fits a CPU in minutes; ``paper`` follows seed 001 §2.5-2.6 (10K images, 6K steps); GPU only.
 BUDGETS: dict[str, Budget] = {
-    "fast": Budget(n_synth=256, synth_steps=150, dci_steps=150, batch=64, rmle_steps=150, max_splits=4,
-                   n_probes=8, classifier_steps=400),
-    "standard": Budget(n_synth=2048, synth_steps=1000, dci_steps=1000, batch=128, rmle_steps=1000,
-                       max_splits=8, n_probes=16, classifier_steps=1000),
-    "paper": Budget(n_synth=10000, synth_steps=2000, dci_steps=6000, batch=64, rmle_steps=2000,
-                    max_splits=None, n_probes=32, classifier_steps=3000),
+    "fast": Budget(n_synth=256, synth_steps=150, layer_steps=300, dci_steps=50, batch=64, rmle_steps=150,
+                   max_splits=4, n_probes=8, classifier_steps=400),
+    "standard": Budget(n_synth=2048, synth_steps=1000, layer_steps=2000, dci_steps=500, batch=128,
+                       rmle_steps=1000, max_splits=8, n_probes=16, classifier_steps=1000),
+    "paper": Budget(n_synth=10000, synth_steps=2000, layer_steps=6000, dci_steps=6000, batch=64,
+                    rmle_steps=2000, max_splits=None, n_probes=32, classifier_steps=3000),
 }
+
+
+class EnsemblerConfig(BaseModel):
+    """``[plugins.split-inversion.ensembler]``: retrain the model as Ensembler (seed 002) and attack it.
+
+    Needs labelled ``--data`` (the defence retrains the model). Attributes:
+        n_bodies / n_selected: N server bodies and the secret subset size P (1 ≤ P < N).
+        sigma / noise: Gaussian noise at the split, one fixed tensor per network (the paper) or
+            fresh per request.
+        penalty / lam: the stage-2 similarity penalty (|CS| or the paper's signed CS) and its weight.
+        epochs / attack_epochs: passes over the client's data per network, and over the attacker's
+            data per shadow or decoder.
+        split: the split id; default: the noise-defence split (the earliest leaky one, else the first).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_bodies: int = Field(5, ge=2, le=16)
+    n_selected: int = Field(2, ge=1)
+    sigma: float = Field(0.1, ge=0.0)
+    noise: Literal["fixed", "fresh"] = "fixed"
+    penalty: Literal["abs", "signed"] = "abs"
+    lam: float = Field(1.0, ge=0.0)
+    epochs: int = Field(20, ge=1)
+    attack_epochs: int = Field(10, ge=1)
+    split: str | None = None
+
+    @model_validator(mode="after")
+    def _subset_is_secret(self) -> EnsemblerConfig:
+        if self.n_selected >= self.n_bodies:
+            raise ValueError(f"n_selected ({self.n_selected}) must be below n_bodies ({self.n_bodies}): "
+                             "selecting every body leaves no secret")
+        return self
 
 
 class SplitInversionConfig(BaseModel):
@@ -46,6 +83,7 @@ class SplitInversionConfig(BaseModel):
             reaches its threshold.
         noise_sigmas: feature-noise scales, relative to the feature's standard deviation.
         input_mean / input_std: the model's input normalisation; reconstructions are compared in [0, 1].
+        ensembler: opt-in Ensembler defence (retrains the model; needs labelled ``--data``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -61,3 +99,4 @@ class SplitInversionConfig(BaseModel):
     noise_kinds: list[Literal["gaussian", "laplacian"]] = Field(default_factory=lambda: ["gaussian", "laplacian"])
     input_mean: list[float] | None = None
     input_std: list[float] | None = None
+    ensembler: EnsemblerConfig | None = None

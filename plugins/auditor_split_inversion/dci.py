@@ -4,14 +4,17 @@ Dong, Yin, Alvarez, Kautz, Molchanov, "Privacy Vulnerability of Split Computing 
 Model Inversion Attacks" (2022): Eq. 1 (L_layer, ℓ1 block reconstruction), Eq. 2 (L_img, ℓ1
 image loss through the chained inverse), Eq. 3 (L_cyc, ℓ1 feature match of the re-encoded
 reconstruction at every depth), unweighted sum; Appendix B.1 schedule: per block k, phase (i)
-trains inverse module k alone, phase (ii) fine-tunes modules 1..k jointly. Inference is one
-forward pass through the chain.
+trains inverse module k, phase (ii) fine-tunes modules 1..k jointly. Inference is one forward
+pass through the chain.
 
 What differs (seed 001 §2.6, §6.2, §7.7): ℓ1 terms are per-element means; L_cyc sums depths
-1..k; Adam lr 1e-3 (not given in the paper); the chain 1..k is snapshotted after block k, so one
-progressive run yields an attacker for every split; each split's own phases get the same number
-of steps (block 1 gets both phases' steps in phase (i)), and the step count is shrunk uniformly
-when the time budget cannot hold the preset.
+1..k; Adam lr 1e-3 (not given in the paper). Cost: the target is frozen, so its features of the
+training set at every split are computed once, without gradients, and cached (``features``).
+Phase (i) is run for all blocks at once on the cached pairs (f_k → f_{k-1}) with L_layer only
+(no pass through the target, one optimiser for every module); phase (ii) then fine-tunes the
+chain 1..k with all three losses for each depth k in turn, and the chain is snapshotted after
+depth k, so one progressive run yields an attacker for every split. Every split gets the same
+phase (ii) step count; both step counts are shrunk alike when the time budget cannot hold them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+#: Cache the synthetic set's features when they take at most this many bytes (else recompute per batch).
+CACHE_BYTES = 2 * 1024**3
+
 
 def _feats(blocks: Sequence[nn.Module], x: torch.Tensor, k: int) -> list[torch.Tensor]:
     out = []
@@ -32,6 +38,13 @@ def _feats(blocks: Sequence[nn.Module], x: torch.Tensor, k: int) -> list[torch.T
     return out
 
 
+@torch.no_grad()
+def features(blocks: Sequence[nn.Module], data: torch.Tensor, batch: int) -> list[torch.Tensor]:
+    """Return ``[x, F_1(x), F_{1:2}(x), …]`` for ``data``, computed without gradients in chunks of ``batch``."""
+    chunks = [[x, *_feats(blocks, x, len(blocks))] for x in data.split(batch)]
+    return [torch.cat(level) for level in zip(*chunks)]
+
+
 def chain(inverses: Sequence[nn.Module], feature: torch.Tensor) -> torch.Tensor:
     """Apply ``F_1^{-1} ∘ … ∘ F_k^{-1}`` to a depth-k feature."""
     for inv in reversed(list(inverses)):
@@ -39,15 +52,18 @@ def chain(inverses: Sequence[nn.Module], feature: torch.Tensor) -> torch.Tensor:
     return feature
 
 
-def dci_loss(blocks: Sequence[nn.Module], inverses: nn.ModuleList, x: torch.Tensor, k: int) -> torch.Tensor:
-    """Return L_layer + L_img + L_cyc (Eqs. 1-3, mean-reduced ℓ1) for depth ``k``."""
-    with torch.no_grad():
-        fs = _feats(blocks, x, k)
-    u_k = x if k == 1 else fs[k - 2]
-    l_layer = (u_k - inverses[k - 1](fs[k - 1])).abs().mean()
-    xr = chain(inverses[:k], fs[k - 1])
-    l_img = (x - xr).abs().mean()
-    l_cyc = sum((a - b).abs().mean() for a, b in zip(fs, _feats(blocks, xr, k)))
+def layer_loss(inverses: nn.ModuleList, fs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Return the sum over blocks of L_layer (Eq. 1) on the features ``fs = [x, f_1, …, f_K]``."""
+    return sum((inv(fs[k + 1]) - fs[k]).abs().mean() for k, inv in enumerate(inverses))
+
+
+def dci_loss(blocks: Sequence[nn.Module], inverses: nn.ModuleList, fs: Sequence[torch.Tensor], k: int
+             ) -> torch.Tensor:
+    """Return L_layer + L_img + L_cyc (Eqs. 1-3, mean-reduced ℓ1) for depth ``k`` given ``fs = [x, f_1, …]``."""
+    l_layer = (fs[k - 1] - inverses[k - 1](fs[k])).abs().mean()
+    xr = chain(inverses[:k], fs[k])
+    l_img = (fs[0] - xr).abs().mean()
+    l_cyc = sum((a - b).abs().mean() for a, b in zip(fs[1:k + 1], _feats(blocks, xr, k)))
     return l_layer + l_img + l_cyc
 
 
@@ -56,72 +72,90 @@ def train_dci(
     inverses: nn.ModuleList,
     data: torch.Tensor,
     *,
-    steps: int,
+    layer_steps: int,
+    joint_steps: int,
     batch: int,
     seed: int,
     time_s: float | None,
     tick: Callable[[], bool],
 ) -> tuple[list[nn.ModuleList], dict]:
-    """Train the chain block by block and return one snapshot per depth with a training record.
+    """Train the chain and return one snapshot per depth with a training record.
 
-    The per-split step count is ``steps`` unless ``time_s`` (seconds for the whole run) is too
-    short, in which case it is shrunk for every split alike, from one timed step per depth.
+    ``layer_steps`` is the number of phase (i) steps (all blocks at once), ``joint_steps`` the
+    number of phase (ii) steps per split. When ``time_s`` (seconds for the whole run) is too short,
+    both are shrunk by the same factor, from one timed step of each kind.
     """
     for block in blocks:
         block.eval().requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
     depth = len(blocks)
+    n = min(batch, len(data))
+    feature_bytes = sum(f.numel() * f.element_size() for f in features(blocks, data[:1], 1)) * len(data)
+    cached = features(blocks, data, batch) if feature_bytes <= CACHE_BYTES else None
 
-    def sample() -> torch.Tensor:
-        return data[torch.randint(len(data), (min(batch, len(data)),), generator=gen)]
+    def sample() -> list[torch.Tensor]:
+        idx = torch.randint(len(data), (n,), generator=gen)
+        if cached is not None:
+            return [f[idx.to(f.device)] for f in cached]
+        return features(blocks, data[idx.to(data.device)], n)
 
-    per_step = []
+    inverses.train()
+    start = time.monotonic()
+    layer_loss(inverses, sample()).backward()
+    per_layer = time.monotonic() - start
+    per_joint = []
     for k in range(1, depth + 1):
         start = time.monotonic()
-        inverses.train()
         dci_loss(blocks, inverses, sample(), k).backward()
-        inverses.zero_grad()
-        per_step.append(time.monotonic() - start)
-    planned = steps
+        per_joint.append(time.monotonic() - start)
+    inverses.zero_grad()
+    planned = (layer_steps, joint_steps)
     if time_s is not None:
-        steps = max(0, min(steps, int(time_s / (2 * sum(per_step)))))
-    snapshots: list[nn.ModuleList] = []
-    losses: list[float] = []
+        need = layer_steps * per_layer + joint_steps * sum(per_joint)
+        if need > time_s:
+            scale = time_s / need
+            layer_steps, joint_steps = int(layer_steps * scale), int(joint_steps * scale)
     stopped_at: int | None = None
-    for k in range(1, depth + 1 if steps else 1):
-        phases = [(list(inverses[k - 1].parameters()), 2 * steps if k == 1 else steps)]
-        if k > 1:
-            phases.append((list(inverses[:k].parameters()), steps))
-        loss = torch.tensor(float("nan"))
-        for params, n in phases:
-            opt = torch.optim.Adam(params, lr=1e-3)
-            inverses.train()
-            for _ in range(n):
-                if not tick():
-                    stopped_at = k
-                    break
-                loss = dci_loss(blocks, inverses, sample(), k)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            if stopped_at is not None:
+    phases = [(0, list(inverses.parameters()), layer_steps)] if layer_steps else []
+    phases += [(k, list(inverses[:k].parameters()), joint_steps) for k in range(1, depth + 1)]
+    if not (layer_steps or joint_steps):
+        phases = []
+    snapshots: list[nn.ModuleList] = []
+    losses: list[float | None] = []
+    for k, params, steps in phases:
+        opt = torch.optim.Adam(params, lr=1e-3)
+        loss = None
+        for _ in range(steps):
+            if not tick():
+                stopped_at = k
                 break
+            fs = sample()
+            loss = layer_loss(inverses, fs) if k == 0 else dci_loss(blocks, inverses, fs, k)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
         if stopped_at is not None:
             break
-        losses.append(round(float(loss.detach()), 5))
-        snapshots.append(copy.deepcopy(inverses[:k]).eval())
+        if k:
+            losses.append(None if loss is None else round(float(loss.detach()), 5))
+            snapshots.append(copy.deepcopy(inverses[:k]).eval())
     record = {
-        "steps_per_split": 2 * steps, "steps_per_split_planned": 2 * planned, "batch": batch,
-        "optimiser": "Adam lr 1e-3", "loss": "L_layer + L_img + L_cyc (mean l1, unweighted)",
-        "final_loss_per_depth": losses, "seconds_per_step_per_depth": [round(t, 4) for t in per_step],
+        "phase_i_steps_all_blocks": layer_steps, "phase_ii_steps_per_split": joint_steps,
+        "steps_planned": {"phase_i": planned[0], "phase_ii_per_split": planned[1]}, "batch": batch,
+        "optimiser": "Adam lr 1e-3",
+        "loss": "phase (i): L_layer of every block at once; phase (ii): L_layer + L_img + L_cyc "
+                "(mean l1, unweighted)",
+        "final_loss_per_depth": losses, "feature_cache": cached is not None,
+        "seconds_per_step": {"phase_i": round(per_layer, 4), "phase_ii_per_depth": [round(t, 4) for t in per_joint]},
         "training_images": len(data),
     }
-    if steps < planned:
-        record["budget_note"] = f"steps per split cut from {2 * planned} to {2 * steps} to fit the time budget"
+    if (layer_steps, joint_steps) != planned:
+        record["budget_note"] = (f"steps cut from {planned[0]} + {planned[1]}/split to {layer_steps} + "
+                                 f"{joint_steps}/split to fit the time budget")
     if stopped_at is not None:
         record["stopped_early_at_depth"] = stopped_at
-    if not steps:
-        record["budget_note"] = "not trained: the time budget cannot hold one step per split; no DCI scores"
+    if not snapshots:
+        record["budget_note"] = "not trained: the time budget cannot hold the schedule; no DCI scores"
     return snapshots, record
 
 

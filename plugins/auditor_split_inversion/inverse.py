@@ -5,8 +5,9 @@ of its corresponding target counterpart" with reversed dimensions. The paper's F
 available, so the mirror rules are ours: per block we read its fx graph and count convolutions,
 resolution halvings and residual adds; a residual block becomes a residual block, each halving
 becomes nearest-neighbour upsampling + 3×3 conv (not a transposed conv: checkerboard artefacts,
-seed 001 §6.2 lesson 8), each further conv a conv-BN-ReLU, and a flattening block (GAP/FC) a
-linear layer to a small map followed by upsampling. The last layer is a plain 3×3 conv (no
+seed 001 §6.2 lesson 8) that halves the channels (never below the block's input channels), as
+the target doubles them when it halves the resolution; each further conv becomes a conv-BN-ReLU,
+and a flattening block (GAP/FC) a linear layer to a small map followed by upsampling. The last layer is a plain 3×3 conv (no
 activation), so it can produce images as well as signed features.
 """
 
@@ -80,15 +81,14 @@ def mirror(block: torch.fx.GraphModule, in_shape: tuple[int, ...], out_shape: tu
         layers += [nn.Flatten(), nn.Linear(c * h * (h if len(out_shape) == 3 else 1), math.prod(in_shape))]
         return nn.Sequential(*layers)
     halvings = max(0, round(math.log2(in_shape[1] / h))) if h else 0
-    width = max(c, c_in)
     for _ in range(halvings):
+        width = max(c_in, c // 2)
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c, width, 3, padding=1, bias=False),
                    nn.BatchNorm2d(width), nn.ReLU()]
         c = width
     extra = max(0, int(info["convs"]) - halvings - 2 * int(info["residual"]) - 1)
     for _ in range(min(extra, 2)):
-        layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
-        c = width
+        layers += [nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()]
     layers.append(nn.Upsample(size=tuple(in_shape[1:]), mode="nearest"))
     layers.append(nn.Conv2d(c, c_in, 3, padding=1))
     return nn.Sequential(*layers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import torch
 from torch import nn
 
 from auditor.plugin import (
@@ -21,9 +22,11 @@ from auditor.plugin import (
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
-from auditor_split_inversion.engine import SHARES, Clock, Inputs, audit
+from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
+from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate
 from auditor_split_inversion.plots import defence_chart, grid, line_chart, to_png_base64
 from auditor_split_inversion.rules import (
+    ENSEMBLER_DEFENCE,
     INCONCLUSIVE,
     LEAKY_SPLIT,
     NO_SAFE_SPLIT,
@@ -63,7 +66,8 @@ class SplitInversionPlugin:
 
     name = "split-inversion"
     family = "model-inversion"
-    summary = "Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence curve."
+    summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
+               "curve and an opt-in Ensembler evaluation.")
     requires = Requirements(budget_s=900, expensive=True)
     Config: ClassVar[type[SplitInversionConfig]] = SplitInversionConfig
     rules: tuple[Rule, ...] = RULES
@@ -100,12 +104,20 @@ class SplitInversionPlugin:
                 message="; ".join(f"{r['kind']} σ={r['sigma']:g}: utility {r['utility']:.2f}, PSNR {r['psnr']:.1f} dB, "
                                   f"SSIM {r['ssim']:.2f}" for r in defence["rows"]),
                 location=defence["split"], evidence=defence))
+        ensembler = self._ensembler(res, rows, defence, inputs, cfg, budget, ctx, clock)
+        if ensembler is not None and "rows" in ensembler:
+            findings.append(ENSEMBLER_DEFENCE.finding(
+                message="; ".join(f"{r['setting']}: accuracy {r['accuracy']:.2f}, best PSNR {r['psnr']:.1f} dB "
+                                  f"({r['best_attack']}), best SSIM {r['ssim']:.2f}" for r in ensembler["rows"]),
+                location=ensembler["split"], evidence=ensembler))
         metrics = {
             "floor": fl, "per_split": rows, "lpips": res["lpips"],
             "leaky_splits": [r["split"] for r in rows if r["leaky"]],
         }
         if "evaluator_clean_acc" in res:
             metrics["evaluator_clean_acc"] = res["evaluator_clean_acc"]
+        if ensembler is not None:
+            metrics["ensembler"] = ensembler
         provenance = {
             "threat_model": THREAT_MODEL, "budget_preset": cfg.budget, "budget": budget.__dict__,
             "time_budget_s": ctx.budget_s, "seed": ctx.seed, "device": str(ctx.device),
@@ -118,6 +130,8 @@ class SplitInversionPlugin:
             "training": res["records"], "notes": res["notes"],
         }
         artifacts = _artifacts(res, rows, fl, defence)
+        if ensembler is not None and "rows" in ensembler:
+            artifacts.append(_ensembler_csv(ensembler, fl))
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts)
 
     def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
@@ -137,6 +151,48 @@ class SplitInversionPlugin:
                              tv=cfg.rmle_tv, seed=ctx.seed, tick=clock.tick)
         return {"split": rows[k]["split"], "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
                 "attackers": "not retrained on noisy features (lower bound)"} if rows_d else None
+
+    def _ensembler(self, res: dict, rows: list[dict], defence: dict | None, inputs: Inputs,
+                   cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
+        """Retrain the model as Ensembler at the defence split, attack it, and return the table (or why not)."""
+        ens = cfg.ensembler
+        if ens is None or not rows:
+            return None
+        split = ens.split or (defence["split"] if defence else rows[0]["split"])
+        if inputs.aux is None or inputs.aux_labels is None or len(inputs.aux) < 50:
+            return {"skipped": "Ensembler retrains the model, so it needs labelled --data with at least 50 "
+                               "training images besides the probes (the synthetic set has no true labels)"}
+        try:
+            pieces = cut(ctx.model, ctx.profile, split)
+        except ValueError as exc:
+            return {"skipped": str(exc)}
+        template = pieces[0]
+        if cfg.input_mean and cfg.input_std:
+            pieces[0] = nn.Sequential(Normalize(cfg.input_mean, cfg.input_std).to(ctx.device), pieces[0])
+        perm = torch.randperm(len(inputs.aux), generator=torch.Generator().manual_seed(ctx.seed))
+        a, b = int(0.4 * len(perm)), int(0.8 * len(perm))
+        x, y = inputs.aux.to(ctx.device), inputs.aux_labels.to(ctx.device)
+        data = {"client": x[perm[:a]], "client_y": y[perm[:a]], "aux": x[perm[a:b]], "aux_y": y[perm[a:b]],
+                "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res["probes"]}
+        clock.stage(SHARES["ensembler"])
+        try:
+            out = evaluate(pieces, template, data, inputs.classes, ens, res["floor"], rmle_steps=budget.rmle_steps,
+                           seed=ctx.seed, tick=clock.tick)
+        except OutOfTime:
+            return {"skipped": f"the time budget ran out while training Ensembler ({ens.n_bodies} bodies, "
+                               f"{ens.epochs} epochs); give the plugin a larger --budget"}
+        return {**out, "split": split, "settings": ens.model_dump(),
+                "data": {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
+                         "source": f"{inputs.aux_source}, seeded 40/40/20 split"}}
+
+
+def _ensembler_csv(ens: dict, fl: dict) -> Artifact:
+    """Return the Ensembler table (setting, accuracy, every attack's PSNR/SSIM) as CSV."""
+    lines = ["setting,accuracy,attack,psnr_mean,ssim_mean,psnr_floor,ssim_floor"] + [
+        f"{r['setting']},{r['accuracy']},\"{a}\",{v['psnr_mean']},{v['ssim_mean']},{fl['psnr_mean']},{fl['ssim_mean']}"
+        for r in ens["rows"] for a, v in r["attacks"].items()]
+    return Artifact(name="split-ensembler.csv", media_type="text/csv", text="\n".join(lines),
+                    description=f"no defence, noise only and Ensembler at {ens['split']} (settings: metrics.ensembler)")
 
 
 def _findings(rows: list[dict], res: dict) -> list:

@@ -59,4 +59,13 @@ INCONCLUSIVE = Rule(
                 "attacker than a private model.",
 )
 
-RULES: tuple[Rule, ...] = (LEAKY_SPLIT, NO_SAFE_SPLIT, WEAK_ATTACKER, NOISE_DEFENCE, INCONCLUSIVE)
+ENSEMBLER_DEFENCE = Rule(
+    id="split.ensembler-defence",
+    title="Ensembler (N server bodies, secret subset, noise): utility versus leakage",
+    severity=Severity.INFO,
+    references=(Reference(source="seed-002", title=_ENS, locator="§4 Eqs. 1-3, Table 1; notes §6.3 item 6"),),
+    description="The model retrained as Ensembler, attacked by white-box rMLE and decoder and by the query-free "
+                "shadow attack, next to no defence and noise only.",
+)
+
+RULES: tuple[Rule, ...] = (LEAKY_SPLIT, NO_SAFE_SPLIT, WEAK_ATTACKER, NOISE_DEFENCE, INCONCLUSIVE, ENSEMBLER_DEFENCE)
