@@ -19,13 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
 from auditor.errors import PluginTimeout
-from auditor.report.model import Artifact, ArchitectureProfile, Finding, Reference, Severity
+from auditor.report.model import ArchitectureProfile, Artifact, Finding, Reference, Severity
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 PLUGIN_API_VERSION = 2  # 2: Requirements.torch_model; RunContext.model is None for profile-only plugins
 
@@ -56,7 +58,7 @@ class Requirements:
     torch_model: bool = True
 
 
-class PluginSkipped(Exception):  # noqa: N818 - a skip, not an error
+class PluginSkipped(Exception):
     """Raise from :meth:`Plugin.run` to be reported ``skipped`` with ``reason`` instead of run.
 
     Use it when what the plugin needs turns out to be missing only at run time (a data split,
@@ -132,6 +134,10 @@ class RunContext:
     data: Any = None
     started_at: float = field(default_factory=time.monotonic)
     plugin_name: str = ""
+
+    def config_as(self, cls: type[ConfigT]) -> ConfigT:
+        """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""
+        return self.config if isinstance(self.config, cls) else cls.model_validate(self.config.model_dump())
 
     def example_input(self, batch: int = 1) -> torch.Tensor:
         """Return a seeded random input of the profiled shape on the run's device."""

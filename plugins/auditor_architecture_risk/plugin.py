@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from auditor.plugin import Applicability, ArchitectureProfile, PluginResult, Requirements, Rule, RunContext
-
 from auditor_architecture_risk._facts import profile_metrics
 from auditor_architecture_risk.checks import evaluate
 from auditor_architecture_risk.config import ArchitectureRiskConfig
@@ -34,11 +33,7 @@ class ArchitectureRiskPlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Evaluate every rule on ``ctx.profile``; no data, no randomness, no model calls."""
-        config = (
-            ctx.config
-            if isinstance(ctx.config, ArchitectureRiskConfig)
-            else ArchitectureRiskConfig.model_validate(ctx.config.model_dump())
-        )
+        config = ctx.config_as(ArchitectureRiskConfig)
         profile = ctx.profile
         findings = [f.model_copy(update={"source": self.name}) for f in evaluate(profile, config)]
         provenance = {

@@ -29,7 +29,6 @@ from auditor.plugin import (
     RunContext,
     load_image,
 )
-
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from auditor_attribute_inference.rules import ATTRIBUTE_LEAK, RULES
 
@@ -56,11 +55,7 @@ class AttributeInferencePlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Hook the representation, fit the attack MLP on half the pairs, score the other half."""
-        cfg = (
-            ctx.config
-            if isinstance(ctx.config, AttributeInferenceConfig)
-            else AttributeInferenceConfig.model_validate(ctx.config.model_dump())
-        )
+        cfg = ctx.config_as(AttributeInferenceConfig)
         bundle = ctx.data
         lacking = bundle.missing("attributes")
         if lacking:

@@ -55,11 +55,7 @@ class GradientInversionPlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Run the attacks the budget allows and return findings, metrics, provenance and the grid."""
-        cfg = (
-            ctx.config
-            if isinstance(ctx.config, GradientInversionConfig)
-            else GradientInversionConfig.model_validate(ctx.config.model_dump())
-        )
+        cfg = ctx.config_as(GradientInversionConfig)
         model = ctx.model.to(ctx.device)
         shape = tuple(ctx.profile.input_shape)
         images, labels, data_desc = _private_inputs(ctx.data, shape, cfg)

@@ -19,7 +19,6 @@ from auditor.plugin import (
     Rule,
     RunContext,
 )
-
 from auditor_membership_inference import attacks
 from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.metrics import resolution_warnings, roc_png, summarise
@@ -56,11 +55,7 @@ class MembershipInferencePlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Score members vs non-members with every attack and report metrics with CIs."""
-        cfg = (
-            ctx.config
-            if isinstance(ctx.config, MembershipInferenceConfig)
-            else MembershipInferenceConfig.model_validate(ctx.config.model_dump())
-        )
+        cfg = ctx.config_as(MembershipInferenceConfig)
         bundle = ctx.data
         lacking = bundle.missing("train", "test")
         if lacking:

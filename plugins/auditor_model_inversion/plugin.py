@@ -22,7 +22,6 @@ from auditor.plugin import (
     RunContext,
     Severity,
 )
-
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
 from auditor_model_inversion.nets import VAE, EvalNet, fit_eval, fit_vae
@@ -55,11 +54,7 @@ class ModelInversionPlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Train the evaluation model (and prior), invert every class, report AttAcc and KNN distance."""
-        cfg = (
-            ctx.config
-            if isinstance(ctx.config, ModelInversionConfig)
-            else ModelInversionConfig.model_validate(ctx.config.model_dump())
-        )
+        cfg = ctx.config_as(ModelInversionConfig)
         bundle = ctx.data
         lacking = bundle.missing("train")
         if lacking:

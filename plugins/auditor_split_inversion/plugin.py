@@ -83,8 +83,7 @@ class SplitInversionPlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Attack the chosen splits, evaluate noise at the split, and return findings and artifacts."""
-        cfg = ctx.config if isinstance(ctx.config, SplitInversionConfig) else \
-            SplitInversionConfig.model_validate(ctx.config.model_dump())
+        cfg = ctx.config_as(SplitInversionConfig)
         budget = BUDGETS[cfg.budget]
         shape = tuple(ctx.profile.input_shape)
         inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
