@@ -126,10 +126,8 @@ def list_plugins(
         from auditor.load.loaders import load_checkpoint
 
         loaded = load_checkpoint(model, arch=arch)
-        if loaded.model is None:
-            raise InputError(f"{model} was refused by the static pickle check; run `auditor scan` for details")
         shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or (3, 224, 224))
-        profile = profile_model(loaded.model, shape)
+        profile = profile_model(loaded.require_model(), shape)
     table = Table(title="auditor plugins (entry-point group auditor.plugins)")
     for col in ("name", "family", "distribution", "requires", "summary", *(["applies"] if profile else [])):
         table.add_column(col)
@@ -303,10 +301,9 @@ def split(
         raise ConfigError("--at and --onnx go together: --at SPLIT_ID --onnx head.onnx (without both, split "
                           "points are listed)")
     loaded = load_checkpoint(model, arch=arch, imports=imports or [])
-    if loaded.model is None:
-        raise InputError(f"{model} was refused by the static pickle check; run `auditor scan` for details")
+    net = loaded.require_model()
     shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
-    profile = profile_model(loaded.model, shape)
+    profile = profile_model(net, shape)
     if profile.traced_with != "fx":
         raise InputError(f"{model}: cutting at split points needs an fx graph; the model was profiled with "
                          f"{profile.traced_with}")
@@ -326,7 +323,7 @@ def split(
     from auditor.onnx.runtime import ATOL, RTOL
 
     point = find_split(profile.split_points, at)
-    result = export_head(loaded.model, point, onnx_path, input_shape=shape, batch=batch, seed=seed)
+    result = export_head(net, point, onnx_path, input_shape=shape, batch=batch, seed=seed)
     a = result.agreement
     _out.print(f"head {model} -> {point.id} (depth {point.depth}, feature {'x'.join(map(str, point.shape[1:]))}) "
                f"written to {onnx_path} (opset {result.opset}, dynamic batch)", markup=False)

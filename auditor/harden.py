@@ -154,11 +154,10 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     say = progress or (lambda *_: None)
     rewrite = get_rewrite(opts.rewrite)
     loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
-    if loaded.model is None:
-        raise InputError(f"{model_path} was refused by the static pickle check; run `auditor scan` for details")
+    user_model = loaded.require_model()
     shape = tuple(opts.scan.input_shape or loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
     device = resolve_device(opts.scan.device)
-    model = copy.deepcopy(loaded.model).to(device).eval()
+    model = copy.deepcopy(user_model).to(device).eval()
     seed = opts.scan.seed
     torch.manual_seed(seed)
     train = held = None

@@ -111,6 +111,17 @@ def test_unsafe_pickle_is_refused_with_a_report(tmp_path: Path) -> None:
     validate_report_dict(report)
 
 
+@pytest.mark.parametrize("command", [["split"], ["reparam-check"], ["plugins"]])
+def test_commands_without_a_report_refuse_an_unsafe_pickle_in_one_line(
+        tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    canary = tmp_path / "PWNED"
+    path = tmp_path / "evil.pt"
+    torch.save({"state_dict": {}, "payload": _Evil(canary)}, path)
+    assert run_cli([*command, str(path)]) == 2 and not canary.exists()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "refused by the static pickle check" in line and f"auditor scan {path}" in line
+
+
 def test_hostile_module_names_are_escaped_in_html(tmp_path: Path) -> None:
     model = nn.Sequential()
     model.add_module("<script>alert(1)</script>", nn.Conv2d(3, 8, 3, padding=1))

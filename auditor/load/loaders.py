@@ -58,6 +58,14 @@ class LoadedModel:
     info: ModelInfo
     notes: list[str] = field(default_factory=list)
 
+    def require_model(self, label: str | None = None) -> torch.nn.Module:
+        """Return the model, or raise :class:`InputError` when it was refused (commands that write no report)."""
+        if self.model is None:
+            name = label or self.info.path
+            raise InputError(f"{name} was refused by the static pickle check; run `auditor scan {self.info.path}` "
+                             "for the details")
+        return self.model
+
 
 @dataclass
 class _Materialised:

@@ -142,12 +142,10 @@ def _run_reference(reference: Path, config: ScanConfig, x: torch.Tensor) -> tupl
         TraceError: the reference does not run on ``x``.
     """
     loaded = load_checkpoint(reference, arch=config.arch, imports=config.imports, trust=config.trust)
-    if loaded.model is None:
-        raise InputError(f"--reference {reference} was refused by the static pickle check "
-                         f"(run `auditor scan {reference}` for the details)")
+    net = loaded.require_model(f"--reference {reference}")
     try:
         with torch.no_grad():
-            out = loaded.model.cpu().eval()(x)
+            out = net.cpu().eval()(x)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's model, translated here
         text = str(exc).strip().splitlines()
         raise TraceError(f"--reference model does not run on an input of shape {tuple(x.shape)}: "

@@ -41,9 +41,7 @@ class ReparamReport:
 
 def _load(path: Path, arch: str | None, imports: list[str]) -> tuple[nn.Module, list[int] | None]:
     loaded = load_checkpoint(path, arch=arch, imports=imports)
-    if loaded.model is None:
-        raise InputError(f"{path} was refused by the static pickle check; run `auditor scan` for details")
-    return loaded.model, loaded.info.input_shape
+    return loaded.require_model(), loaded.info.input_shape
 
 
 def reparam_check(
