@@ -35,8 +35,16 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
     """
     example, shape = make_example(model, input_shape)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    example = example.to(device)
     with without_kv_cache(model):
-        result = trace_model(model, example.to(device))
+        result = trace_model(model, example)
+    return profile_trace(model, result, example, shape)
+
+
+def profile_trace(
+    model: torch.nn.Module, result: TraceResult, example: torch.Tensor, shape: list[int]
+) -> ArchitectureProfile:
+    """Profile ``model`` from a trace already made on ``example`` (``shape``: the recorded input shape)."""
     common = {
         "input_shape": shape,
         "family": type(model).__name__,
@@ -54,7 +62,7 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
         result.notes.append(f"the detectors failed on the {result.method} graph ({type(exc).__name__}: {exc}); "
                             "profiled from forward hooks instead (an auditor bug, please report it)")
         with without_kv_cache(model):
-            return _profile_from_hooks(trace_with_hooks(model, example.to(device), result.notes), common)
+            return _profile_from_hooks(trace_with_hooks(model, example, result.notes), common)
 
 
 def profile_graph(

@@ -23,7 +23,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from auditor.errors import InputError
 from auditor.graph import dataflow as df
 from auditor.graph.detect import skips as skip_detect
-from auditor.graph.profile import profile_model
+from auditor.graph.profile import profile_model, profile_trace
 from auditor.graph.trace import _Tracer, eval_mode, trace_model
 from auditor.report.model import ArchitectureProfile
 
@@ -143,8 +143,8 @@ def apply_rewrite(model: nn.Module, rewrite_id: str, input_shape: Sequence[int],
     work = copy.deepcopy(model)
     device = next((p.device for p in work.parameters()), torch.device("cpu"))
     example = torch.rand((2, *input_shape), generator=torch.Generator().manual_seed(0)).to(device)
-    profile = profile_model(work, tuple(input_shape))
     traced = trace_model(work, example[:1])
+    profile = profile_trace(work, traced, example[:1], list(input_shape))
     if traced.graph is None or traced.method != "fx":
         raise RewriteError(f"rewrites need a torch.fx trace; this model was traced with {traced.method}")
     gm = torch.fx.GraphModule(work, _Tracer().trace(work))
