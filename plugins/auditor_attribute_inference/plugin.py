@@ -10,12 +10,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
-from sklearn.model_selection import train_test_split
-from sklearn.neural_network import MLPClassifier
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from torch import nn
 
 from auditor.plugin import (
@@ -55,6 +49,13 @@ class AttributeInferencePlugin:
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Hook the representation, fit the attack MLP on half the pairs, score the other half."""
+        from sklearn.exceptions import ConvergenceWarning  # sklearn: imported when run, not at discovery
+        from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
+        from sklearn.model_selection import train_test_split
+        from sklearn.neural_network import MLPClassifier
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
         cfg = ctx.config_as(AttributeInferenceConfig)
         bundle = ctx.data
         lacking = bundle.missing("attributes")

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from auditor_gradient_inversion.attacks.analytic import recover_labels
 from auditor_gradient_inversion.attacks.dlg import dlg
@@ -165,6 +164,8 @@ class Campaign:
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""
+        from scipy.optimize import linear_sum_assignment  # imported when run, not at plugin discovery
+
         scores: list[dict[str, float]] = []
         for orig, rec in zip(pix.cpu(), recon.cpu()):
             table = [[image_metrics(o, r, self.scaling) for r in rec] for o in orig]

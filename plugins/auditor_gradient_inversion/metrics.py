@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 #: Seed 004's attack-success threshold on SSIM (§4.1, ASR).
 SUCCESS_SSIM = 0.5
@@ -27,6 +26,8 @@ def _scale(img: np.ndarray, scaling: str) -> np.ndarray:
 
 def image_metrics(original: torch.Tensor, recon: torch.Tensor, scaling: str = "minmax") -> dict[str, float]:
     """Return MSE, PSNR (dB) and SSIM of one (C, H, W) reconstruction in [0, 1]."""
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity  # not at plugin discovery
+
     a = _scale(original.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
     b = _scale(recon.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
     mse = float(np.mean((a - b) ** 2))

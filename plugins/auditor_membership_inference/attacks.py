@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from scipy.stats import norm
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.neural_network import MLPClassifier
+
+if TYPE_CHECKING:
+    from sklearn.neural_network import MLPClassifier
 
 
 def metric_scores(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, np.ndarray]:
@@ -60,6 +61,9 @@ def shadow_features(logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
 
 def shadow_mlp(train_x: np.ndarray, train_member: np.ndarray, seed: int) -> MLPClassifier:
     """Fit the 3-layer attack MLP (two hidden layers, 300 Adam epochs) on a shadow's in/out features."""
+    from sklearn.exceptions import ConvergenceWarning  # sklearn: imported when run, not at plugin discovery
+    from sklearn.neural_network import MLPClassifier
+
     mlp = MLPClassifier(hidden_layer_sizes=(64, 64), max_iter=300, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a fixed epoch budget, not a failure
@@ -88,6 +92,8 @@ def lira(
     Returns:
         (online, offline) scores; online is None when some target has no IN reference.
     """
+    from scipy.stats import norm
+
     k = keep[:, :, None]
     out_n, in_n = (~k).sum(0), k.sum(0)
     mu_out = np.where(~k, ref_phi, 0).sum(0) / np.maximum(out_n, 1)

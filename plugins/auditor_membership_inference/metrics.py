@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
 
 #: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
 MIN_FALSE_POSITIVES = 10
@@ -24,6 +23,8 @@ def summarise(
     member: np.ndarray, score: np.ndarray, fprs: Sequence[float], *, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% bootstrap CI."""
+    from sklearn.metrics import roc_auc_score, roc_curve  # imported when run, not at plugin discovery
+
     fpr, tpr, _ = roc_curve(member, score)
     point = {
         "auc": float(roc_auc_score(member, score)),

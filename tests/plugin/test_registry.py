@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from importlib.metadata import EntryPoint
@@ -71,3 +72,11 @@ def test_first_party_plugin_is_registered_through_its_entry_point() -> None:
     entries = {e.name: e for e in discover_plugins()}
     assert entries["architecture-risk"].plugin is not None
     assert entries["architecture-risk"].distribution == "auditor"
+
+
+def test_discovery_does_not_import_the_attacks_heavy_libraries() -> None:
+    """Every scan discovers every plugin: sklearn/scipy/skimage load only when an attack runs."""
+    code = ("import sys\nfrom auditor.plugin.registry import discover_plugins\ndiscover_plugins()\n"
+            "print(sorted(m for m in ('sklearn', 'scipy', 'skimage') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
