@@ -15,6 +15,7 @@ import torch
 
 #: Seed 004's attack-success threshold on SSIM (§4.1, ASR).
 SUCCESS_SSIM = 0.5
+PSNR_CAP_DB = 100.0  # a perfect reconstruction (MSE 0) scores the cap, not inf
 
 
 def _scale(img: np.ndarray, scaling: str) -> np.ndarray:
@@ -25,13 +26,14 @@ def _scale(img: np.ndarray, scaling: str) -> np.ndarray:
 
 
 def image_metrics(original: torch.Tensor, recon: torch.Tensor, scaling: str = "minmax") -> dict[str, float]:
-    """Return MSE, PSNR (dB) and SSIM of one (C, H, W) reconstruction in [0, 1]."""
+    """Return MSE, PSNR (dB, capped at 100) and SSIM of one (C, H, W) reconstruction in [0, 1]."""
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity  # not at plugin discovery
 
     a = _scale(original.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
     b = _scale(recon.detach().cpu().double().numpy().transpose(1, 2, 0), scaling)
     mse = float(np.mean((a - b) ** 2))
-    psnr = float(peak_signal_noise_ratio(a, b, data_range=1.0)) if mse > 0 else float("inf")
+    # capped like the split-inversion plugin's, so a perfect reconstruction counts in the mean
+    psnr = min(PSNR_CAP_DB, float(peak_signal_noise_ratio(a, b, data_range=1.0))) if mse > 1e-10 else PSNR_CAP_DB
     side = min(a.shape[0], a.shape[1])
     win = min(7, side if side % 2 else side - 1)
     ssim = float(structural_similarity(a, b, data_range=1.0, channel_axis=2, win_size=win))
@@ -43,9 +45,8 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {"n": len(rows)}
     for key in ("mse", "psnr", "ssim"):
         vals = np.array([r[key] for r in rows], dtype=np.float64)
-        finite = vals[np.isfinite(vals)]
-        out[f"{key}_mean"] = float(finite.mean()) if finite.size else float("inf")
-        out[f"{key}_std"] = float(finite.std()) if finite.size else 0.0
+        out[f"{key}_mean"] = float(vals.mean())
+        out[f"{key}_std"] = float(vals.std())
     ssims = [r["ssim"] for r in rows]
     out["ssim_max"] = float(max(ssims))
     out["asr"] = float(np.mean([s >= SUCCESS_SSIM for s in ssims]))

@@ -137,3 +137,12 @@ def test_dlg_and_idlg_invert_a_small_mlp(idlg: bool) -> None:
     )
     assert int(label) == 3 and loss < 1e-6
     assert torch.allclose(rec, x, atol=1e-3)
+
+
+def test_a_perfect_reconstruction_counts_in_the_psnr_mean() -> None:
+    from auditor_gradient_inversion.metrics import PSNR_CAP_DB, image_metrics, summarise
+
+    x = default_probe_images((3, 16, 16), 2)[0]  # (images, names)
+    exact, noisy = image_metrics(x[0], x[0]), image_metrics(x[1], (x[1] + 0.1).clamp(0, 1))
+    assert exact["psnr"] == PSNR_CAP_DB and exact["ssim"] == pytest.approx(1.0)
+    assert summarise([exact, noisy])["psnr_mean"] == pytest.approx((PSNR_CAP_DB + noisy["psnr"]) / 2)
