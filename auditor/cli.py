@@ -319,7 +319,8 @@ def split(
 
     require("onnx", "exporting a head to ONNX")
     require("onnxruntime", "verifying an ONNX head")
-    from auditor.onnx.export import export_head, find_split
+    from auditor.graph.split import find_split
+    from auditor.onnx.export import export_head
     from auditor.onnx.runtime import ATOL, RTOL
 
     point = find_split(profile.split_points, at)

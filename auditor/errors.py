@@ -15,7 +15,8 @@
     │   ├── NotAPyTorchModel
     │   ├── MissingDependency
     │   ├── OnnxRuntimeFailed
-    │   └── UnknownSplitPoint
+    │   ├── UnknownSplitPoint
+    │   └── UnsplittableModel    (also a ValueError)
     ├── UnsafeCheckpoint         refused by the static pickle check (exit 1, with a report)
     ├── ConfigError              bad configuration or flag combination (exit 4)
     ├── PluginError
@@ -157,6 +158,10 @@ class UnknownSplitPoint(InputError):
         self.split_id = split_id
         self.valid = list(valid)
         super().__init__(f"unknown split point {split_id!r}; valid ids: {', '.join(self.valid) or 'none'}")
+
+
+class UnsplittableModel(InputError, ValueError):
+    """A model cannot be cut into single-tensor pieces at the requested split points."""
 
 
 class HFDirectoryError(InputError):

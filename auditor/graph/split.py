@@ -16,7 +16,21 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
+from auditor.errors import UnknownSplitPoint, UnsplittableModel
 from auditor.graph.trace import _Tracer
+from auditor.report.model import SplitPoint
+
+
+def find_split(points: Sequence[SplitPoint], split_id: str) -> SplitPoint:
+    """Return the profiled split point with id ``split_id``.
+
+    Raises:
+        UnknownSplitPoint: no split point has that id (the message lists the valid ones).
+    """
+    for p in points:
+        if p.id == split_id:
+            return p
+    raise UnknownSplitPoint(split_id, [p.id for p in points])
 
 
 def split_model(model: torch.nn.Module, split_id: str) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
@@ -26,7 +40,7 @@ def split_model(model: torch.nn.Module, split_id: str) -> tuple[torch.fx.GraphMo
         >>> head, tail = split_model(torchvision.models.resnet18(), "layer2_1_relu_1")  # doctest: +SKIP
 
     Raises:
-        ValueError: ``split_id`` is not a node of the fx graph, or not a single-tensor cut.
+        UnsplittableModel: ``split_id`` is not a node of the fx graph, or not a single-tensor cut.
     """
     head, tail = split_segments(model, [split_id])
     return head, tail
@@ -39,16 +53,16 @@ def split_segments(model: torch.nn.Module, split_ids: Sequence[str]) -> list[tor
     cut ``i`` (the model output for the last piece), so chaining the pieces computes the model.
 
     Raises:
-        ValueError: an id is unknown, repeated, out of order, or not a single-tensor cut.
+        UnsplittableModel: an id is unknown, repeated, out of order, or not a single-tensor cut.
     """
     root = torch.fx.GraphModule(model, _Tracer().trace(model))
     names = [n.name for n in root.graph.nodes]
     missing = [s for s in split_ids if s not in names]
     if missing:
-        raise ValueError(f"unknown split point(s) {missing}: not nodes of the fx graph")
+        raise UnsplittableModel(f"unknown split point(s) {missing}: not nodes of the fx graph")
     positions = [names.index(s) for s in split_ids]
     if positions != sorted(set(positions)):
-        raise ValueError(f"split points {list(split_ids)} are repeated or not in input-to-output order")
+        raise UnsplittableModel(f"split points {list(split_ids)} are repeated or not in input-to-output order")
     bounds = [None, *split_ids, None]
     return [_segment(root, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
@@ -71,7 +85,8 @@ def _segment(root: torch.fx.GraphModule, start: str | None, end: str | None) -> 
     for ph in placeholders:
         if ph.users:
             if start is not None:
-                raise ValueError(f"cutting at {start!r} leaves a path from input {ph.name!r}: not a single-tensor cut")
+                raise UnsplittableModel(f"cutting at {start!r} leaves a path from input {ph.name!r} (a shape read or "
+                                        "a second branch): not a single-tensor cut")
             continue
         if start is not None or ph is not placeholders[0]:
             graph.erase_node(ph)

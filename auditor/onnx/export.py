@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from auditor.errors import InputError, UnknownSplitPoint
+from auditor.errors import InputError
 from auditor.graph.split import split_model
 from auditor.onnx import runtime
 from auditor.report.model import SplitPoint
@@ -75,18 +75,6 @@ def export_head(
     got = runtime.run_onnx(out, {INPUT_NAME: x.numpy()})
     return HeadExport(path=out, split=split, input_shape=list(x.shape), output_shape=list(got[0].shape),
                       opset=OPSET, agreement=runtime.compare(got, expected))
-
-
-def find_split(points: Sequence[SplitPoint], split_id: str) -> SplitPoint:
-    """Return the split point with id ``split_id``.
-
-    Raises:
-        UnknownSplitPoint: no split point has that id (the message lists the valid ones).
-    """
-    for p in points:
-        if p.id == split_id:
-            return p
-    raise UnknownSplitPoint(split_id, [p.id for p in points])
 
 
 @contextlib.contextmanager

@@ -19,7 +19,11 @@ from auditor.data import (
     default_probe_images as default_probe_images,
     load_image as load_image,
 )
-from auditor.graph.split import split_model as split_model, split_segments as split_segments
+from auditor.graph.split import (
+    find_split as find_split,
+    split_model as split_model,
+    split_segments as split_segments,
+)
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -47,6 +51,7 @@ __all__ = [
     "Severity",
     "default_probe_images",
     "load_image",
+    "find_split",
     "split_model",
     "split_segments",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, split_segments
+from auditor.plugin import ArchitectureProfile, find_split, split_segments
 from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
@@ -35,11 +35,8 @@ def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_sp
     """Return the split points to attack and a sentence saying how they were chosen."""
     points = list(profile.split_points)
     if wanted:
-        by_id = {p.id: p for p in points}
-        unknown = [w for w in wanted if w not in by_id]
-        if unknown:
-            raise ValueError(f"split ids {unknown} are not split points of this model")
-        chosen = [p for p in points if p.id in set(wanted)]
+        named = {find_split(points, w).id for w in wanted}  # an unknown id lists the valid ones
+        chosen = [p for p in points if p.id in named]
         return chosen, "the splits named in the configuration"
     last_per_res: dict[tuple[int, ...], object] = {}
     for p in points:

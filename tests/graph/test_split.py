@@ -6,8 +6,9 @@ import pytest
 import torch
 import torchvision
 
+from auditor.errors import InputError, UnknownSplitPoint
 from auditor.graph.profile import profile_model
-from auditor.graph.split import split_model, split_segments
+from auditor.graph.split import find_split, split_model, split_segments
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,15 @@ def test_segments_chain_to_the_model(resnet: torch.nn.Module) -> None:
 
 
 def test_a_node_inside_a_residual_block_is_refused(resnet: torch.nn.Module) -> None:
-    with pytest.raises(ValueError, match="single-tensor cut"):
+    with pytest.raises(ValueError, match="single-tensor cut") as inside:
         split_model(resnet, "layer1_0_conv1")
+    assert isinstance(inside.value, InputError)  # one line and exit 2 on the command line
     with pytest.raises(ValueError, match="unknown split point"):
         split_model(resnet, "no_such_node")
+
+
+def test_find_split_names_the_valid_ids(resnet: torch.nn.Module) -> None:
+    points = profile_model(resnet, (3, 64, 64)).split_points
+    assert find_split(points, "layer2_1_relu_1").id == "layer2_1_relu_1"
+    with pytest.raises(UnknownSplitPoint, match="valid ids: .*layer4_1_relu_1"):
+        find_split(points, "no_such_node")
