@@ -66,6 +66,9 @@ def scan(
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
     if sniff(Path(path)).container is Container.ONNX:
+        if config.input_spec is not None:
+            raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
+                              "read from the file (--input-shape fixes its symbolic image dimensions)")
         require("onnx", "scanning an ONNX model")
         require("onnxruntime", "checking an ONNX model")
         from auditor.onnx.scan import scan_onnx

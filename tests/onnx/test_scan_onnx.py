@@ -107,3 +107,10 @@ def test_reference_needs_an_onnx_model(resnet18_files: tuple[Path, Path], tmp_pa
                                        capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = _scan(tmp_path, str(resnet18_files[1]), "--reference", str(resnet18_files[1]))
     assert code == 4 and "--reference is for ONNX files" in capsys.readouterr().err
+
+
+def test_input_spec_is_refused_for_an_onnx_model(resnet18_files: tuple[Path, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _scan(tmp_path, str(resnet18_files[0]), "--input-spec", "tokens:1x8")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 4 and report is None and "--input-spec builds token inputs for PyTorch models" in line
