@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from auditor.errors import HFDirectoryError, MissingDependency
+from auditor.load.digest import hash_into
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 PICKLE_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"
-_CHUNK = 1 << 20
 
 WeightReader = Callable[[Path], Mapping[str, torch.Tensor]]
 
@@ -68,9 +68,7 @@ def directory_sha256(path: Path) -> str:
     files, _ = weight_files(path)
     for file in [path / CONFIG_FILE, *files]:
         digest.update(file.name.encode() + b"\0")
-        with file.open("rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
+        hash_into(digest, file)
     return digest.hexdigest()
 
 

@@ -6,7 +6,6 @@ subclasses with a one-line message.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import pickle
 import re
@@ -29,6 +28,7 @@ from auditor.errors import (
 )
 from auditor.load.allowlist import ImportPolicy, refusal_reason, resolve_global
 from auditor.load.arch import fit_state_dict
+from auditor.load.digest import sha256_file
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
@@ -46,7 +46,6 @@ FORMAT_LEGACY_PICKLE = "legacy-pickle"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 WEIGHTS_ONLY_LOADER = "torch.load(weights_only=True)"
-_CHUNK = 1 << 25  # 32 MiB: few GIL hand-offs while the hash runs beside the load
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -409,19 +408,9 @@ def _hash_in_background(path: Path, container: Container) -> Future[str]:
     It overlaps the pickle check and the load instead of adding to them.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
-    future = pool.submit(directory_sha256 if container is Container.HF_DIR else _sha256, path)
+    future = pool.submit(directory_sha256 if container is Container.HF_DIR else sha256_file, path)
     pool.shutdown(wait=False)
     return future
-
-
-def _sha256(path: Path) -> str:
-    """Hash the file in large chunks: each read and update releases the GIL for its whole length."""
-    digest = hashlib.sha256()
-    buffer = memoryview(bytearray(_CHUNK))
-    with path.open("rb", buffering=0) as fh:
-        while size := fh.readinto(buffer):
-            digest.update(buffer[:size])
-    return digest.hexdigest()
 
 
 def _weights_only_reason(exc: pickle.UnpicklingError) -> str:

@@ -8,7 +8,6 @@ names are not the ONNX split ids).
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -22,8 +21,9 @@ from pydantic import BaseModel
 
 from auditor._version import __version__
 from auditor.config import ScanConfig
-from auditor.errors import InputError, TraceError
+from auditor.errors import TraceError
 from auditor.gate import summarize
+from auditor.load.digest import sha256_file
 from auditor.load.loaders import load_checkpoint
 from auditor.onnx import graph as onnx_graph
 from auditor.onnx import reader, runtime
@@ -48,7 +48,6 @@ LOADER = "onnx.load(load_external_data=False): protobuf parse, no code runs"
 GRAPH_ONLY = "an ONNX graph"
 _ORT_REF = Reference(source="lit:onnxruntime", title="ONNX Runtime documentation",
                      locator="InferenceSession, CPUExecutionProvider")
-_CHUNK = 1 << 20
 
 
 def scan_onnx(
@@ -88,7 +87,7 @@ def scan_onnx(
     findings.extend(plugin_findings)
     findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
     info = ModelInfo(
-        path=str(path), format=FORMAT_ONNX, sha256=_sha256(path), size_bytes=path.stat().st_size,
+        path=str(path), format=FORMAT_ONNX, sha256=sha256_file(path), size_bytes=path.stat().st_size,
         params=sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer),
         input_shape=list(shape), input_shape_source=source,
         load_safety=LoadSafety(verdict="safe", loader=LOADER),
@@ -197,9 +196,3 @@ def _selected(config: ScanConfig) -> tuple[str, ...] | None:
     return tuple(config.plugins) if config.plugins is not None else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
