@@ -110,7 +110,7 @@ class AttributeInferencePlugin:
             "representation_dim": int(feats.shape[1]),
             "attack_train_pairs": len(ytr),
             "attack_test_pairs": len(yte),
-            "attribute_values": {str(c): int(n) for c, n in zip(classes, counts)},
+            "attribute_values": {str(c): int(n) for c, n in zip(*np.unique(values, return_counts=True))},
             **m,
         }
         findings = []

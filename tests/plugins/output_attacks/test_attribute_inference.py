@@ -35,8 +35,11 @@ def test_encoded_attribute_leaks_and_random_one_does_not(tmp_path: Path) -> None
     assert not r["leaks"] and random.findings == []
     assert r["accuracy_ci95"][0] <= r["majority_baseline_accuracy"]
     assert encoded.artifacts[0].media_type == "text/csv" and "majority baseline" in encoded.artifacts[0].text
-    hooked = plugin.run(context(model, data, AttributeInferenceConfig(attribute="large", layer="features")))
+    hooked = plugin.run(context(model, data, AttributeInferenceConfig(attribute="large", layer="features",
+                                                                      max_samples=200)))
     assert hooked.metrics["layer"] == "features" and hooked.metrics["representation_dim"] == 32
+    h = hooked.metrics  # the counts describe the pairs actually used, after the max_samples cut
+    assert sum(h["attribute_values"].values()) == h["attack_train_pairs"] + h["attack_test_pairs"] == 200
 
 
 def test_skips_without_attributes(tmp_path: Path) -> None:
