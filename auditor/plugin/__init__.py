@@ -19,6 +19,12 @@ from auditor.data import (
     default_probe_images as default_probe_images,
     load_image as load_image,
 )
+from auditor.plugin.images import (
+    image_grid as image_grid,
+    lpips_distances as lpips_distances,
+    lpips_status as lpips_status,
+    png_base64 as png_base64,
+)
 from auditor.graph.split import (
     find_split as find_split,
     split_model as split_model,
@@ -52,6 +58,10 @@ __all__ = [
     "default_probe_images",
     "load_image",
     "find_split",
+    "image_grid",
+    "lpips_distances",
+    "lpips_status",
+    "png_base64",
     "split_model",
     "split_segments",
 ]

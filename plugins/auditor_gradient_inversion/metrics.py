@@ -1,4 +1,4 @@
-"""Score reconstructions: MSE, PSNR, SSIM on [0, 1] images, LPIPS when it can run offline.
+"""Score reconstructions: MSE, PSNR, SSIM on [0, 1] images (LPIPS: :mod:`auditor.plugin.images`).
 
 SSIM and PSNR come from :mod:`skimage.metrics` (SSIM with ``data_range=1``, ``channel_axis``).
 With ``scaling="minmax"`` both images are first min-max scaled per image to [0, 1], the "Scaled"
@@ -6,9 +6,6 @@ metrics of seed 004 §4.1 whose success threshold (SSIM ≥ 0.5) the protocol us
 """
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,26 +48,3 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
     out["ssim_max"] = float(max(ssims))
     out["asr"] = float(np.mean([s >= SUCCESS_SSIM for s in ssims]))
     return out
-
-
-def lpips_status() -> tuple[bool, str]:
-    """Tell whether LPIPS can run here without downloading anything, and why not if it cannot."""
-    if importlib.util.find_spec("lpips") is None:
-        return False, "LPIPS not computed: the 'lpips' package is not installed (pip install auditor[lpips])"
-    hub = Path(torch.hub.get_dir()) / "checkpoints"
-    if not any(hub.glob("alexnet-*.pth")):
-        return (
-            False,
-            f"LPIPS not computed: pretrained AlexNet weights are not present in {hub} (no downloads)",
-        )
-    return True, "LPIPS (AlexNet) computed from locally cached weights"
-
-
-def lpips_distances(originals: torch.Tensor, recons: torch.Tensor) -> list[float]:
-    """Return LPIPS (AlexNet) per image pair in [0, 1]; call only when :func:`lpips_status` is True."""
-    import lpips
-
-    net = lpips.LPIPS(net="alex", verbose=False)
-    with torch.no_grad():
-        d = net(originals.float().cpu() * 2 - 1, recons.float().cpu() * 2 - 1)
-    return [float(v) for v in d.flatten()]

@@ -25,14 +25,17 @@ from auditor.plugin import (
     Rule,
     RunContext,
     default_probe_images,
+    image_grid,
+    lpips_distances,
+    lpips_status,
+    png_base64,
 )
 from auditor_gradient_inversion import rules as R
 from auditor_gradient_inversion.attacks.analytic import fc_input, patch_embedding_inputs
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import NORMALISATIONS, GradientInversionConfig
-from auditor_gradient_inversion.grid import grid_png, to_base64
 from auditor_gradient_inversion.groups import last_linear, parameter_groups
-from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_metrics, lpips_distances, lpips_status
+from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_metrics
 from auditor_gradient_inversion.oracle import GradientOracle
 from auditor_gradient_inversion.stochastic import split_parameters
 
@@ -115,7 +118,7 @@ class GradientInversionPlugin:
             name="gradient-inversion-grid.png",
             media_type="image/png",
             description="Originals (top row) and best-loss reconstructions per setting",
-            data_base64=to_base64(grid_png(grid)),
+            data_base64=png_base64(image_grid(grid)),
         )
         metrics = {
             "settings": camp.rows,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from auditor.plugin import png_base64
 
 #: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
 MIN_FALSE_POSITIVES = 10
@@ -117,6 +117,4 @@ def roc_png(curves: Mapping[str, list[list[float]]], n_nonmembers: int, title: s
             d.line(line, fill=color, width=2)
         d.line([w - right + 8, top + 14 * i + 6, w - right + 24, top + 14 * i + 6], fill=color, width=2)
         d.text((w - right + 28, top + 14 * i), name, fill="black")
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return png_base64(img)

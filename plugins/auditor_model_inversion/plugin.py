@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from auditor.plugin import (
@@ -20,6 +17,8 @@ from auditor.plugin import (
     Rule,
     RunContext,
     Severity,
+    image_grid,
+    png_base64,
 )
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
@@ -183,7 +182,7 @@ class ModelInversionPlugin:
         art = Artifact(
             name="mi-reconstructions.png",
             media_type="image/png",
-            data_base64=_grid(grids),
+            data_base64=png_base64(image_grid([("", row) for row in grids], cell=48, label_width=0)),
             description=f"one row per class ({', '.join(per_class)}), {cfg.restarts} restarts per row",
         )
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=[art])
@@ -242,19 +241,3 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: 
 
 def _features(model: EvalNet, x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return torch.cat([model.features(x[i : i + 256].to(device)).cpu() for i in range(0, len(x), 256)])
-
-
-def _grid(rows: list[torch.Tensor], cell: int = 48) -> str:
-    """Tile reconstructions (one row per class) into a PNG; return it as base64."""
-    from PIL import Image
-
-    cols = max(len(r) for r in rows)
-    sheet = Image.new("RGB", (cols * (cell + 2), len(rows) * (cell + 2)), "white")
-    for i, row in enumerate(rows):
-        for j, img in enumerate(row):
-            arr = (img.clamp(0, 1).permute(1, 2, 0).numpy() * 255).astype(np.uint8)
-            tile = Image.fromarray(arr[..., 0] if arr.shape[2] == 1 else arr).convert("RGB")
-            sheet.paste(tile.resize((cell, cell), Image.NEAREST), (j * (cell + 2), i * (cell + 2)))
-    buf = io.BytesIO()
-    sheet.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")

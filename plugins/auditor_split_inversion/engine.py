@@ -9,15 +9,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, find_split, split_segments
+from auditor.plugin import ArchitectureProfile, find_split, lpips_distances, lpips_status, split_segments
 from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import (
     accuracy,
     floor,
-    lpips_scores,
-    lpips_status,
     per_image,
     summarise,
     train_evaluator,
@@ -197,8 +195,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                                        steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
         out["records"]["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
                                        "trained_on": "auxiliary data (never the probes)"}
-    lp = lpips_status()
-    out["lpips"] = lp
+    lp_ok, out["lpips"] = lpips_status()
     fl = floor(probes)
     labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
     if evaluator is not None and labels is not None:
@@ -214,8 +211,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             scores = summarise(per_image(probes, rs[k]))
             if evaluator is not None and labels is not None:
                 scores["evaluator_acc"] = accuracy(evaluator, rs[k], labels)
-            if lp == "available":
-                scores["lpips_mean"] = round(sum(v := lpips_scores(probes, rs[k])) / len(v), 4)
+            if lp_ok:
+                scores["lpips_mean"] = round(sum(v := lpips_distances(probes, rs[k])) / len(v), 4)
             attacks[name] = scores
         best = max(attacks, key=lambda a: attacks[a]["psnr_mean"]) if attacks else None
         best_ssim = max((a["ssim_mean"] for a in attacks.values()), default=None)

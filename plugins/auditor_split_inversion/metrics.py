@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-
-LPIPS_WEIGHTS = "alexnet-owt-7be5be79.pth"
 
 
 def per_image(original: torch.Tensor, recon: torch.Tensor) -> dict[str, list[float]]:
@@ -50,30 +47,6 @@ def floor(probes: torch.Tensor) -> dict[str, float]:
     """Score the mean image of the probe set as a reconstruction of every probe."""
     mean = probes.mean(0, keepdim=True).expand_as(probes)
     return summarise(per_image(probes, mean))
-
-
-def lpips_status() -> str:
-    """Say whether LPIPS can run offline (the package and its AlexNet weights are present)."""
-    try:
-        import lpips  # noqa: F401
-    except ImportError:
-        return "not computed: the lpips package is not installed"
-    hub = Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_WEIGHTS
-    if not hub.is_file():
-        return f"not computed: AlexNet backbone weights {hub} are not present locally (no download is attempted)"
-    return "available"
-
-
-def lpips_scores(original: torch.Tensor, recon: torch.Tensor) -> list[float]:
-    """Return per-image LPIPS (AlexNet, v0.1) on [0, 1] images; call only when available."""
-    import lpips
-
-    net = lpips.LPIPS(net="alex", verbose=False).to(original.device).eval()
-    a, b = original * 2 - 1, recon * 2 - 1
-    if a.shape[1] == 1:
-        a, b = a.expand(-1, 3, -1, -1), b.expand(-1, 3, -1, -1)
-    with torch.no_grad():
-        return [float(v) for v in net(a, b).flatten()]
 
 
 class Evaluator(nn.Module):

@@ -1,38 +1,10 @@
-"""PNG artifacts drawn with PIL: the reconstruction grid, the leakage curve and the defence curve."""
+"""PNG charts drawn with PIL: the leakage curve and the defence curve (the grid is auditor.plugin's)."""
 
 from __future__ import annotations
 
-import base64
-import io
-
-import numpy as np
-import torch
 from PIL import Image, ImageDraw
 
 COLOURS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207)]
-
-
-def to_png_base64(img: Image.Image) -> str:
-    """Return the PNG encoding of ``img`` as base64 text."""
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def grid(rows: list[tuple[str, torch.Tensor]], cell: int = 64) -> Image.Image:
-    """Tile ``[N, C, H, W]`` image batches into labelled rows (originals first, then one per split)."""
-    label_w = 170
-    cols = max(len(t) for _, t in rows)
-    canvas = Image.new("RGB", (label_w + cols * (cell + 2), len(rows) * (cell + 2)), "white")
-    draw = ImageDraw.Draw(canvas)
-    for r, (label, batch) in enumerate(rows):
-        y = r * (cell + 2)
-        draw.text((4, y + cell // 2 - 6), label[:28], fill="black")
-        for c, img in enumerate(batch.detach().cpu().clamp(0, 1)):
-            arr = (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-            pil = Image.fromarray(arr[..., 0] if arr.shape[2] == 1 else arr).convert("RGB")
-            canvas.paste(pil.resize((cell, cell), Image.NEAREST), (label_w + c * (cell + 2), y))
-    return canvas
 
 
 def line_chart(title: str, xlabels: list[str], series: dict[str, tuple[list[float], list[float]]],

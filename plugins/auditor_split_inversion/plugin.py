@@ -19,12 +19,14 @@ from auditor.plugin import (
     Rule,
     RunContext,
     default_probe_images,
+    image_grid,
+    png_base64,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate
-from auditor_split_inversion.plots import defence_chart, grid, line_chart, to_png_base64
+from auditor_split_inversion.plots import defence_chart, line_chart
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
     INCONCLUSIVE,
@@ -235,7 +237,7 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
                          fl[f"{metric}_mean"], metric.upper())
         arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
                              description=f"{metric.upper()} per split and attack; dashed line = mean-image floor",
-                             data_base64=to_png_base64(img)))
+                             data_base64=png_base64(img)))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
@@ -250,11 +252,11 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
             grid_rows.append((f"{r['split']} ({r['best_attack']})", res["recons"][r["best_attack"]][k][:8]))
     arts.append(Artifact(name="split-grid.png", media_type="image/png",
                          description="originals (top) and the best attack's reconstruction at each split",
-                         data_base64=to_png_base64(grid(grid_rows))))
+                         data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
         arts.append(Artifact(name="split-noise-defence.png", media_type="image/png",
                              description=f"noise at {defence['split']}: utility vs best-attack PSNR, points = σ",
-                             data_base64=to_png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
+                             data_base64=png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
     return arts
 
 
