@@ -34,7 +34,8 @@ from auditor.report.model import (
 _PICKLE_REFS = [
     Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
               locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:torch.load", title="torch.load documentation", locator="weights_only"),
+    Reference(source="lit:pickle", title="Python pickle module documentation",
+              locator="'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 
@@ -79,7 +80,8 @@ def scan(
         raise ConfigError("--reference is for ONNX files: it names the PyTorch model the ONNX graph must match")
 
     say("checking pickles and loading the checkpoint")
-    loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust)
+    loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
+                             wait_for_sha256=False)
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)
@@ -90,7 +92,7 @@ def scan(
         plugins = [PluginRun(name=e.name, status="skipped", category=CATEGORY_NO_MODEL,
                              reason="the checkpoint was refused before loading") for e in entries]
         summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=True, strict=config.strict)
-        return Report(tool=tool, created_at=created, model=info, architecture=None, findings=findings,
+        return Report(tool=tool, created_at=created, model=loaded.with_sha256(info), architecture=None, findings=findings,
                       plugins=plugins, summary=summary, notes=notes)
 
     shape, source = _input_shape(config, loaded)
@@ -111,7 +113,7 @@ def scan(
     findings.extend(plugin_findings)
     findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
     summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=False, strict=config.strict)
-    return Report(tool=tool, created_at=created, model=info, architecture=profile, findings=findings,
+    return Report(tool=tool, created_at=created, model=loaded.with_sha256(info), architecture=profile, findings=findings,
                   plugins=plugins, summary=summary, notes=notes)
 
 

@@ -36,7 +36,7 @@ MODELS = ("resnet50", "vit_b_16")
 #: Phase of a scan -> (module or class, function) it is timed by; the sha256 runs in a worker thread.
 PHASES = {
     "pickle check": ("auditor.load.loaders", "scan_checkpoint"),
-    "sha256 (worker thread)": ("auditor.load.loaders", "_sha256"),
+    "sha256 (worker thread)": ("auditor.load.loaders", "sha256_file"),
     "safe load (weights_only, mmap)": ("auditor.load.loaders", "_materialise"),
     "fx trace": ("auditor.graph.trace:_Tracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),

@@ -7,7 +7,6 @@ subclasses with a one-line message.
 from __future__ import annotations
 
 import logging
-import pickle
 import re
 import warnings
 import zipfile
@@ -26,12 +25,14 @@ from auditor.errors import (
     TruncatedArchive,
     UnknownFormat,
 )
-from auditor.load.allowlist import ImportPolicy, refusal_reason, resolve_global
+from auditor.load.allowlist import ImportPolicy, refusal_reason
 from auditor.load.arch import fit_state_dict
 from auditor.load.digest import sha256_file
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
+from auditor.load.unpickler import gated_pickle_module
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,6 @@ FORMAT_TORCH_EXPORT = "torch-export"
 FORMAT_LEGACY_PICKLE = "legacy-pickle"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
-WEIGHTS_ONLY_LOADER = "torch.load(weights_only=True)"
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -56,6 +56,13 @@ class LoadedModel:
     model: torch.nn.Module | None
     info: ModelInfo
     notes: list[str] = field(default_factory=list)
+    pending_sha256: Future[str] | None = None
+
+    def with_sha256(self, info: ModelInfo) -> ModelInfo:
+        """Return ``info`` with the checkpoint's sha256, waiting for the hash when it is still running."""
+        if self.pending_sha256 is None:
+            return info
+        return info.model_copy(update={"sha256": self.pending_sha256.result()})
 
     def require_model(self, label: str | None = None) -> torch.nn.Module:
         """Return the model, or raise :class:`InputError` when it was refused (commands that write no report)."""
@@ -75,7 +82,12 @@ class _Materialised:
 
 
 def load_checkpoint(
-    path: str | Path, *, arch: str | None = None, imports: Sequence[str] = (), trust: bool = False
+    path: str | Path,
+    *,
+    arch: str | None = None,
+    imports: Sequence[str] = (),
+    trust: bool = False,
+    wait_for_sha256: bool = True,
 ) -> LoadedModel:
     """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
 
@@ -87,6 +99,8 @@ def load_checkpoint(
         arch: ``--arch`` (needed for state_dicts and safetensors).
         imports: module prefixes the user trusts (``--import``).
         trust: allow modules outside the allowlist, still refusing the denylist (``--trust``).
+        wait_for_sha256: with False the hash keeps running beside the caller's work: ``info.sha256``
+            is empty until :meth:`LoadedModel.with_sha256` fills it in.
 
     Raises:
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
@@ -123,10 +137,10 @@ def load_checkpoint(
         input_shape=input_shape,
         input_shape_source=shape_source,
         load_safety=safety,
-        sha256=hashing.result(),
+        sha256=hashing.result() if wait_for_sha256 else "",
         **common,
     )
-    return LoadedModel(model, info, notes)
+    return LoadedModel(model, info, notes, None if wait_for_sha256 else hashing)
 
 
 def _judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
@@ -179,7 +193,7 @@ def _materialise(
     path = sniffed.path
     if sniffed.container is Container.HF_DIR:
         _ignored_arch(arch, notes)
-        model, hf_arch, hf_notes = load_pretrained_dir(path, lambda file: _read_weight_file(file, allowed, notes))
+        model, hf_arch, hf_notes = load_pretrained_dir(path, lambda file: _read_weight_file(file, allowed))
         notes.extend(hf_notes)
         return _Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
     if sniffed.container is Container.SAFETENSORS:
@@ -202,18 +216,18 @@ def _materialise(
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.export.load") from exc
         return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
-    obj, loader = _torch_load(path, allowed, notes, mmap=_mappable(sniffed))
+    obj, loader = _torch_load(path, allowed, mmap=_mappable(sniffed))
     legacy = sniffed.container is Container.LEGACY_PICKLE
     return _interpret(obj, path, arch, legacy, loader, notes)
 
 
-def _read_weight_file(path: Path, allowed: list[tuple[str, str]], notes: list[str]) -> Mapping[str, torch.Tensor]:
+def _read_weight_file(path: Path, allowed: list[tuple[str, str]]) -> Mapping[str, torch.Tensor]:
     """Read one weight file of a Hugging Face directory: safetensors, or a statically checked pickle."""
     container = sniff(path).container
     if container is Container.SAFETENSORS:
         return _read_safetensors(path)
     if container in (Container.TORCH_ZIP, Container.LEGACY_PICKLE):
-        obj, _ = _torch_load(path, allowed, notes)
+        obj, _ = _torch_load(path, allowed)
         if _is_state_dict(obj):
             return obj  # type: ignore[return-value]
         raise UnknownFormat(path, "a Hugging Face weight file that holds no state_dict")
@@ -221,37 +235,20 @@ def _read_weight_file(path: Path, allowed: list[tuple[str, str]], notes: list[st
 
 
 def _torch_load(
-    path: Path, allowed: list[tuple[str, str]], notes: list[str], *, mmap: bool = False
+    path: Path, allowed: list[tuple[str, str]], *, mmap: bool = False
 ) -> tuple[object, str]:
-    """Run ``torch.load(weights_only=True)`` with the statically allowed globals registered.
+    """Run ``torch.load`` through the gated C unpickler that resolves only the statically allowed globals.
 
     ``mmap`` (zip archives only) maps the tensor data copy-on-write instead of copying it into memory.
-
-    The weights-only unpickler only knows protocol-2 opcodes; when it rejects a file that the
-    static check accepted, the full unpickler runs instead (every global it can reach was checked).
     """
-    safe = [
-        (resolve_global(module, name), f"{module}.{name}")
-        for module, name in allowed
-        if not module.startswith("__torch__")
-    ]
     try:
-        with torch.serialization.safe_globals(safe):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap), WEIGHTS_ONLY_LOADER
-    except pickle.UnpicklingError as exc:
-        detail = _weights_only_reason(exc)
+        obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed), weights_only=False,
+                         mmap=mmap)
+    except InputError:
+        raise
     except Exception as exc:  # translated at this boundary
         raise _translate(exc, path, "torch.load") from exc
-    logger.info("%s: weights-only unpickler refused (%s); using the full unpickler", path, detail)
-    notes.append(
-        f"torch.load(weights_only=True) could not read this file ({detail}); it was loaded with "
-        "weights_only=False after every import passed the static allowlist check"
-    )
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except Exception as exc:  # translated at this boundary
-        raise _translate(exc, path, "torch.load") from exc
-    return obj, "torch.load(weights_only=False) after the static allowlist check"
+    return obj, GATED_LOADER
 
 
 def _interpret(
@@ -411,17 +408,6 @@ def _hash_in_background(path: Path, container: Container) -> Future[str]:
     future = pool.submit(directory_sha256 if container is Container.HF_DIR else sha256_file, path)
     pool.shutdown(wait=False)
     return future
-
-
-def _weights_only_reason(exc: pickle.UnpicklingError) -> str:
-    """Return the specific reason from torch's verbose weights-only error."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    marker = "WeightsUnpickler error:"
-    for index, line in enumerate(lines):
-        if marker in line:
-            rest = line.split(marker, 1)[1].strip() or (lines[index + 1] if index + 1 < len(lines) else "")
-            return rest[:200]
-    return _one_line(exc)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -252,14 +252,18 @@ def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, pro
     """Record an import under the name(s) an unpickler would resolve.
 
     CPython maps Python 2 names (``__builtin__``, ``copy_reg``...) only for protocol < 3, torch's
-    weights-only unpickler always does; when the two disagree both names are recorded.
+    gated unpickler (:mod:`auditor.load.unpickler`) always does; when the two disagree both names are recorded.
     """
-    mapped = _compat_pickle.NAME_MAPPING.get((module, name))
-    if mapped is None:
-        mapped = (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
+    mapped = compat_name(module, name)
     scan.imports.append(ImportRef(mapped[0], mapped[1], opcode, rel))
     if proto >= 3 and mapped != (module, name):
         scan.imports.append(ImportRef(module, name, opcode, rel))
+
+
+def compat_name(module: str, name: str) -> tuple[str, str]:
+    """Return the Python 3 name an unpickler resolves a (possibly Python 2) global to."""
+    mapped = _compat_pickle.NAME_MAPPING.get((module, name))
+    return mapped if mapped is not None else (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
 
 
 def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int) -> list[PickleScan]:

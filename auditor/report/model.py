@@ -128,7 +128,7 @@ class LoadSafety(_Record):
     issues: list[LoadIssue] = Field(default_factory=list)
     pickles_checked: list[str] = Field(default_factory=list)
     globals_seen: list[str] = Field(default_factory=list, description="Every module.name the pickles import.")
-    loader: str = Field(default="", description="How the model was materialised, e.g. 'torch.load(weights_only=True)'.")
+    loader: str = Field(default="", description="How the model was materialised, e.g. 'torch.load with the allowlist-gated C unpickler'.")
     trusted_imports: list[str] = Field(default_factory=list)
     trust_all: bool = False
 

@@ -26,6 +26,7 @@ from auditor.errors import (
     UnknownFormat,
 )
 from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.load.unpickler import LOADER_NAME as GATED
 from tests.load._models import TINY_NET_SOURCE
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -46,7 +47,7 @@ def test_pickled_module(tmp_path: Path, tiny: torch.nn.Module) -> None:
     path = tmp_path / "m.pt"
     torch.save(tiny, path)
     loaded = load_checkpoint(path)
-    model = _check(loaded, "pickled-module", "torch.load(weights_only=True)")
+    model = _check(loaded, "pickled-module", GATED)
     torch.testing.assert_close(model(X), tiny(X))
     info = loaded.info
     assert info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -84,7 +85,7 @@ def test_pickled_torchvision_module(tmp_path: Path) -> None:
     path = tmp_path / "mobilenet.pt"
     torch.save(torchvision.models.mobilenet_v3_small(weights=None, num_classes=4), path)
     loaded = load_checkpoint(path)
-    _check(loaded, "pickled-module", "torch.load(weights_only=True)")
+    _check(loaded, "pickled-module", GATED)
     assert loaded.info.model_class == "torchvision.models.mobilenetv3.MobileNetV3"
 
 
@@ -92,7 +93,7 @@ def test_pickled_timm_module_reports_its_input_size(tmp_path: Path) -> None:
     path = tmp_path / "vit.pt"
     torch.save(timm.create_model("test_vit", pretrained=False), path)
     loaded = load_checkpoint(path)
-    _check(loaded, "pickled-module", "torch.load(weights_only=True)")
+    _check(loaded, "pickled-module", GATED)
     assert loaded.info.input_shape == [3, 160, 160]
     assert loaded.info.input_shape_source == "timm pretrained_cfg"
     assert loaded.info.arch == "test_vit"
@@ -104,7 +105,7 @@ def test_state_dict_with_torchvision_arch(
     path = tmp_path / "sd.pt"
     torch.save(resnet18_state_dict, path)
     loaded = load_checkpoint(path, arch="resnet18")
-    model = _check(loaded, "state-dict", "torch.load(weights_only=True)")
+    model = _check(loaded, "state-dict", GATED)
     assert loaded.info.arch == "resnet18"
     torch.testing.assert_close(model.state_dict()["fc.weight"], resnet18_state_dict["fc.weight"])
 
@@ -123,7 +124,7 @@ def test_checkpoint_dict_with_state_dict(
     prefixed = {f"module.{k}": v for k, v in resnet18_state_dict.items()}
     torch.save({"epoch": 3, "best_acc": 0.5, "state_dict": prefixed}, path)
     loaded = load_checkpoint(path, arch="torchvision/resnet18")
-    _check(loaded, "checkpoint-dict", "torch.load(weights_only=True)")
+    _check(loaded, "checkpoint-dict", GATED)
     assert any("'module.' prefix" in note for note in loaded.notes)
 
 
@@ -131,7 +132,7 @@ def test_checkpoint_dict_holding_a_module(tmp_path: Path, tiny: torch.nn.Module)
     path = tmp_path / "ckpt.pth"
     torch.save({"model": tiny, "epoch": 1}, path)
     loaded = load_checkpoint(path, arch="resnet18")
-    model = _check(loaded, "checkpoint-dict", "torch.load(weights_only=True)")
+    model = _check(loaded, "checkpoint-dict", GATED)
     torch.testing.assert_close(model(X), tiny(X))
     assert any("--arch resnet18 was ignored" in note for note in loaded.notes)
 
@@ -184,9 +185,7 @@ def test_legacy_pickle(
     torch.save(tiny if what == "module" else net.state_dict(), path, _use_new_zipfile_serialization=False)
     arch = None if what == "module" else f"{pkg}.models:make"
     loaded = load_checkpoint(path, arch=arch)
-    # legacy torch.save stores module classes as persistent ids, which only the full unpickler reads
-    loader = "torch.load(weights_only=False)" if what == "module" else "torch.load(weights_only=True)"
-    _check(loaded, "legacy-pickle", loader)
+    _check(loaded, "legacy-pickle", GATED)
     assert loaded.info.load_safety.pickles_checked == [f"legacy.pt[{i}]" for i in range(5)]
 
 
@@ -196,7 +195,7 @@ def test_factory_arch_infers_num_classes(tmp_path: Path, user_package: Callable[
     path = tmp_path / "sd.pt"
     torch.save(module.make(num_classes=7).state_dict(), path)
     loaded = load_checkpoint(path, arch=f"{pkg}.models:make", imports=[pkg])
-    model = _check(loaded, "state-dict", "torch.load(weights_only=True)")
+    model = _check(loaded, "state-dict", GATED)
     assert model.head.out_features == 7
     assert any("num_classes=7" in note for note in loaded.notes)
 
@@ -267,7 +266,7 @@ def test_user_class_needs_import_and_then_loads(tmp_path: Path, user_package: Ca
         "TinyNet",
     ) and "not on the allowlist" in issue.reason
     loaded = load_checkpoint(path, imports=[pkg])
-    _check(loaded, "pickled-module", "torch.load(weights_only=True)")
+    _check(loaded, "pickled-module", GATED)
     assert loaded.info.load_safety.trusted_imports == [pkg]
     trusted = load_checkpoint(path, trust=True)
     assert trusted.model is not None and any("--trust" in note for note in trusted.notes)
@@ -286,12 +285,15 @@ def test_trusted_class_that_is_not_importable(
         load_checkpoint(path, imports=[pkg])
 
 
-def test_protocol_4_pickle_falls_back_after_the_static_check(tmp_path: Path, tiny: torch.nn.Module) -> None:
-    path = tmp_path / "p4.pt"
-    torch.save(tiny, path, pickle_protocol=4)
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_every_pickle_protocol_loads_through_the_gate(tmp_path: Path, tiny: torch.nn.Module, protocol: int) -> None:
+    path = tmp_path / f"p{protocol}.pt"
+    torch.save(tiny, path, pickle_protocol=protocol)
     loaded = load_checkpoint(path)
-    _check(loaded, "pickled-module", "torch.load(weights_only=False) after the static allowlist check")
-    assert any("could not read this file" in note for note in loaded.notes)
+    model = _check(loaded, "pickled-module", GATED)
+    assert not loaded.notes
+    x = torch.rand(2, 3, 8, 8)
+    assert torch.equal(model(x), tiny.eval()(x))
 
 
 def test_bad_inputs_raise_one_line_input_errors(tmp_path: Path, tiny: torch.nn.Module) -> None:

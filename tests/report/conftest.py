@@ -235,7 +235,7 @@ def make_full_report() -> Report:
                 verdict="safe",
                 pickles_checked=["resnet18/data.pkl"],
                 globals_seen=["collections.OrderedDict", "torch._utils._rebuild_tensor_v2"],
-                loader="torch.load(weights_only=True)",
+                loader="torch.load with the allowlist-gated C unpickler",
                 trusted_imports=["mylib.Block"],
             ),
         ),
