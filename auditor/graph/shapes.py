@@ -1,16 +1,21 @@
 """Record the output shape of every fx node without paying for the model's arithmetic.
 
 The profile needs shapes only (stage resolutions, split-point sizes, hidden-skip checks), never
-activation values. Almost all of a forward pass's time goes into convolutions, matrix products and
-attention, so those ops (:data:`HEAVY_OPS`) get their output shape and strides from their meta
-kernel and return zeros of that layout; every other op runs for real. Running everything on the
-meta device instead was measured slower: norms, activations and ``linear`` have Python meta
-decompositions that cost more than the real op on one small input.
+activation values. Three passes, cheapest first, each tried when the one before cannot answer:
 
-The zeros are placeholders, not the real activations, so their storage is tracked: an op whose
-output shape or Python value depends on a placeholder's values (``nonzero``, boolean masks,
-``item()``, ``tolist()``) stops the pass, and a real forward pass runs instead. Either way
-``node.meta["tensor_meta"]`` holds what a real forward pass records.
+1. **meta** (:mod:`auditor.graph.meta_rules`): every value on the meta device; leaf modules that
+   hold weights answered by layout rules for the common ``torch.nn`` types. Tried only when every
+   leaf module has a rule or holds no tensors; resnet50 and vit_b_16 at 224 take ~0.04 / ~0.07 s.
+2. **shape-only**: convolutions, matrix products and attention (:data:`HEAVY_OPS`, nearly all of a
+   forward pass's time) get their layout from their meta kernel and return zeros
+   of that layout; every other op runs for real (running those on meta is slower where their meta
+   kernels are Python decompositions, as for norms, and impossible for modules with CPU weights).
+   The placeholders' storage is tracked: an op whose output shape or Python value depends on a
+   placeholder's values (``nonzero``, boolean masks, ``item()``, ``tolist()``) stops the pass.
+3. **forward**: a real forward pass.
+
+Whichever pass answers, ``node.meta["tensor_meta"]`` holds the shapes and dtypes a real forward
+pass records.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from auditor.graph.meta_rules import MetaRuleProp, rules_cover
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +58,10 @@ class PlaceholderValueRead(RuntimeError):
 
 @dataclass(frozen=True)
 class ShapePropagation:
-    """How the shapes were obtained: ``shape-only`` (heavy ops on meta) or ``forward`` (and why)."""
+    """How the shapes were obtained: ``meta`` (all on meta, leaf-module rules), ``shape-only`` (heavy
+    ops on meta, the rest for real) or ``forward`` (and why)."""
 
-    method: Literal["shape-only", "forward"]
+    method: Literal["meta", "shape-only", "forward"]
     reason: str = ""
 
 
@@ -63,13 +71,18 @@ def propagate_shapes(gm: torch.fx.GraphModule, example: torch.Tensor) -> ShapePr
     Raises:
         Exception: whatever the real forward pass raises when the model does not run on ``example``.
     """
+    if rules_cover(gm):
+        try:
+            MetaRuleProp(gm).propagate(example.to("meta"))
+            return ShapePropagation("meta")
+        except Exception as exc:  # noqa: BLE001 - any failure means: try the next, more literal pass
+            log.debug("the meta pass stopped (%s); running the real cheap ops", _reason(exc))
     try:
         with _mha_fastpath_disabled(), _HeavyOpsOnMeta():
             _ShapeOnlyProp(gm).propagate(example.clone())
         return ShapePropagation("shape-only")
     except Exception as exc:  # noqa: BLE001 - any failure means: run the real forward instead
-        cause = exc.__cause__ or exc  # ShapeProp wraps the op's error with the node it failed on
-        reason = f"{type(cause).__name__}: {_first_line(cause)}"
+        reason = _reason(exc)
     log.info("shapes from a real forward pass; the shape-only pass stopped (%s)", reason)
     ShapeProp(gm).propagate(example.clone())
     return ShapePropagation("forward", reason)
@@ -179,6 +192,11 @@ def _mha_fastpath_disabled() -> Iterator[None]:
         yield
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def _reason(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc  # ShapeProp wraps the op's error with the node it failed on
+    return f"{type(cause).__name__}: {_first_line(cause)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,10 +15,10 @@ from auditor.graph.trace import _Tracer
 
 
 def _shapes(gm: torch.fx.GraphModule) -> dict[str, object]:
-    """Return each node's recorded shape(s), as the profile reads them."""
+    """Return each node's recorded shape(s) and dtype, as the profile and the rewrites read them."""
     def shape_of(meta: object) -> object:
         if hasattr(meta, "shape"):
-            return tuple(meta.shape)
+            return tuple(meta.shape), meta.dtype
         if isinstance(meta, (list, tuple)):
             return [shape_of(m) for m in meta]
         return meta
@@ -105,22 +105,79 @@ class _MaskOnInput(nn.Module):
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "densenet121"])
 def test_torchvision_cnns_match_the_real_forward(name: str) -> None:
     model = torchvision.models.get_model(name, weights=None)
-    assert _compare(model, torch.rand(1, 3, 64, 64)) == "shape-only"
+    assert _compare(model, torch.rand(1, 3, 64, 64)) == "meta"
+
+
+def test_torchvision_vit_goes_through_the_attention_rule() -> None:
+    model = torchvision.models.VisionTransformer(32, 8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
+    assert _compare(model, torch.rand(2, 3, 32, 32)) == "meta"
+
+
+class _Weights(nn.Module):
+    """Attention weights returned (averaged or per head), sequence-first, cross-attention lengths."""
+
+    def __init__(self, average: bool) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2)
+        self.average = average
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, weights = self.attn(x, x[:3], x[:3], need_weights=True, average_attn_weights=self.average)
+        return out, weights
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_attention_weights_layouts_match(average: bool) -> None:
+    assert _compare(_Weights(average), torch.rand(5, 2, 8)) == "meta"
 
 
 @pytest.mark.parametrize(
-    "name", ["vit_tiny_patch16_224", "convnext_atto", "repvgg_a0", "swin_tiny_patch4_window7_224"]
+    ("layer", "example"),
+    [
+        (nn.Linear(8, 2), torch.rand(1, 7)),
+        (nn.LayerNorm(8), torch.rand(1, 7)),
+        (nn.BatchNorm2d(4), torch.rand(1, 3, 5, 5)),
+        (nn.BatchNorm2d(3), torch.rand(1, 3, 5)),
+        (nn.GroupNorm(2, 4), torch.rand(1, 6, 5)),
+        (nn.Conv2d(3, 4, 7), torch.rand(1, 3, 5, 5)),
+    ],
+    ids=["linear-features", "layernorm-shape", "batchnorm-channels", "batchnorm-dims", "groupnorm", "conv-kernel"],
 )
-def test_timm_models_match_the_real_forward(name: str) -> None:
+def test_a_layer_rule_refuses_what_the_layer_refuses(layer: nn.Module, example: torch.Tensor) -> None:
+    gm = torch.fx.GraphModule(nn.Sequential(layer).eval(), _Tracer().trace(nn.Sequential(layer).eval()))
+    with torch.no_grad(), pytest.raises((RuntimeError, ValueError)):
+        propagate_shapes(gm, example)
+
+
+def test_subclasses_and_non_contiguous_inputs_take_the_next_pass() -> None:
+    class Norm2d(nn.LayerNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    assert _compare(nn.Sequential(nn.Conv2d(3, 4, 3), Norm2d(4)), torch.rand(1, 3, 8, 8)) == "shape-only"
+    permuted = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(2), nn.Unflatten(2, (6, 6)))
+    assert _compare(permuted, torch.rand(1, 3, 8, 8)) == "meta"
+
+
+@pytest.mark.parametrize(
+    ("name", "method"),
+    [
+        ("vit_tiny_patch16_224", "meta"),
+        ("convnext_atto", "meta"),  # timm's LayerNorm2d: a named rule
+        ("repvgg_a0", "meta"),  # timm's BatchNormAct2d: a named rule
+        ("swin_tiny_patch4_window7_224", "meta"),
+    ],
+)
+def test_timm_models_match_the_real_forward(name: str, method: str) -> None:
     kwargs = {"img_size": 112} if name.startswith("vit") else {}
     model = timm.create_model(name, pretrained=False, **kwargs)
     size = 224 if name.startswith("swin") else 112 if name.startswith("vit") else 64
-    assert _compare(model, torch.rand(1, 3, size, size)) == "shape-only"
+    assert _compare(model, torch.rand(1, 3, size, size)) == method
 
 
 def test_multihead_attention_fast_path_matches_and_the_flag_is_restored() -> None:
     before = torch.backends.mha.get_fastpath_enabled()
-    assert _compare(_SelfAttention(), torch.rand(2, 5, 12)) == "shape-only"
+    assert _compare(_SelfAttention(), torch.rand(2, 5, 12)) == "meta"
     assert torch.backends.mha.get_fastpath_enabled() == before
 
 
@@ -132,6 +189,7 @@ def test_values_of_a_placeholder_fall_back_to_the_real_forward(model: nn.Module)
 
 
 def test_data_dependent_ops_on_real_values_stay_shape_only() -> None:
+    """The meta pass cannot mask on the input's values; the next pass does it on the real input."""
     assert _compare(_MaskOnInput(), torch.rand(1, 3, 8, 8)) == "shape-only"
 
 

@@ -1,0 +1,179 @@
+"""The cheapest shape pass: every value on the meta device, leaf modules answered by layout rules.
+
+Functions and methods in the graph run on meta tensors (their native meta kernels only compute
+layouts). Leaf modules with parameters cannot, since their weights live on the CPU; for the common
+``torch.nn`` types a rule gives the output layout from the module's settings after checking the
+input the way the real module would (channels, features, normalised shape). A parameter-free leaf
+runs on the meta tensors itself. The pass is only tried when every leaf module of the graph is one
+of those (:func:`rules_cover`); anything a rule does not handle (an unbatched or non-contiguous
+input, a padding mode other than zeros) raises :class:`NoRule`, and :mod:`auditor.graph.shapes`
+falls back to its next pass. Rules match the exact type, never ``isinstance``: a subclass may
+change the layout, so the few known ones (timm's ``LayerNorm``, ``LayerNorm2d``, ``BatchNormAct2d``)
+are named in :data:`NAMED_RULES`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+META = torch.device("meta")
+
+
+class NoRule(RuntimeError):
+    """No layout rule covers this module call; a more literal pass must answer."""
+
+
+def _meta(x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or x.device != META:
+        raise NoRule("the rules cover meta tensor inputs only")
+    return x
+
+
+def _contiguous(x: object) -> torch.Tensor:
+    """For layers whose output follows the input's memory format: only the contiguous case is ruled."""
+    if not _meta(x).is_contiguous():
+        raise NoRule("this rule covers contiguous inputs only")
+    return x  # type: ignore[return-value]
+
+
+def _batch_norm(m: nn.Module, x: object) -> torch.Tensor:
+    x = _contiguous(x)
+    m._check_input_dim(x)  # type: ignore[operator]
+    if x.shape[1] != m.num_features:  # type: ignore[attr-defined]
+        raise RuntimeError(f"{type(m).__name__}: expected {m.num_features} channels, got {x.shape[1]}")
+    return torch.empty_like(x)
+
+
+def _layer_norm(m: nn.Module, x: object) -> torch.Tensor:
+    x = _meta(x)
+    shape = tuple(m.normalized_shape)  # type: ignore[arg-type]
+    if tuple(x.shape[-len(shape):]) != shape:
+        raise RuntimeError(f"LayerNorm{shape}: input of shape {tuple(x.shape)}")
+    return torch.empty(x.shape, dtype=x.dtype, device=META)  # the CPU kernel writes a contiguous output
+
+
+def _channel_layer_norm(m: nn.Module, x: object) -> torch.Tensor:
+    """timm's ``LayerNorm2d``: a LayerNorm over the channels of an NCHW tensor (permuted there and back)."""
+    x = _meta(x)
+    if x.dim() != 4 or (x.shape[1],) != tuple(m.normalized_shape):  # type: ignore[arg-type]
+        raise RuntimeError(f"LayerNorm2d{tuple(m.normalized_shape)}: input of shape {tuple(x.shape)}")  # type: ignore[arg-type]
+    return torch.empty(x.shape, dtype=x.dtype, device=META)
+
+
+def _group_norm(m: nn.Module, x: object) -> torch.Tensor:
+    x = _contiguous(x)
+    if x.dim() < 2 or x.shape[1] != m.num_channels:  # type: ignore[attr-defined]
+        raise RuntimeError(f"GroupNorm: expected {m.num_channels} channels, got shape {tuple(x.shape)}")
+    return torch.empty_like(x)
+
+
+def _linear(m: nn.Module, x: object) -> torch.Tensor:
+    x = _meta(x)
+    if x.dim() == 0 or x.shape[-1] != m.in_features:  # type: ignore[attr-defined]
+        raise RuntimeError(f"Linear({m.in_features}): input of shape {tuple(x.shape)}")
+    return torch.empty(*x.shape[:-1], m.out_features, dtype=x.dtype, device=META)  # type: ignore[attr-defined]
+
+
+def _conv(m: nn.Module, x: object) -> torch.Tensor:
+    x = _contiguous(x)
+    conv: nn.modules.conv._ConvNd = m  # type: ignore[assignment]
+    dims = len(conv.kernel_size)
+    if x.dim() != dims + 2 or conv.padding_mode != "zeros":
+        raise NoRule("unbatched input or a non-zero padding mode")
+    if x.shape[1] != conv.in_channels:
+        raise RuntimeError(f"{type(m).__name__}: expected {conv.in_channels} input channels, got {x.shape[1]}")
+    padding = (0,) * dims if conv.padding == "valid" else conv.padding
+    sizes = []
+    for i in range(dims):
+        size = x.shape[2 + i]
+        if conv.padding == "same":
+            sizes.append(size)
+            continue
+        span = conv.dilation[i] * (conv.kernel_size[i] - 1) + 1
+        out = (size + 2 * padding[i] - span) // conv.stride[i] + 1  # type: ignore[index]
+        if out <= 0:
+            raise RuntimeError(f"{type(m).__name__}: input of shape {tuple(x.shape)} is smaller than the kernel")
+        sizes.append(out)
+    return torch.empty(x.shape[0], conv.out_channels, *sizes, dtype=x.dtype, device=META)
+
+
+_MHA_SIGNATURE = inspect.signature(nn.MultiheadAttention.forward)
+
+
+def _multihead_attention(m: nn.Module, *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Layouts of the composite path: (L, N, E) computed, returned transposed when ``batch_first``."""
+    mha: nn.MultiheadAttention = m  # type: ignore[assignment]
+    call = _MHA_SIGNATURE.bind(mha, *args, **kwargs)
+    call.apply_defaults()
+    query, key = _meta(call.arguments["query"]), call.arguments["key"]
+    if query.dim() != 3 or not isinstance(key, torch.Tensor) or key.dim() != 3 or query.shape[-1] != mha.embed_dim:
+        raise NoRule("unbatched or unexpected attention inputs")
+    batch, length = (0, 1) if mha.batch_first else (1, 0)
+    n, tgt, src = query.shape[batch], query.shape[length], key.shape[length]
+    out = torch.empty(tgt, n, mha.embed_dim, dtype=query.dtype, device=META)
+    if mha.batch_first:
+        out = out.transpose(0, 1)
+    weights = None
+    if call.arguments["need_weights"]:
+        heads = () if call.arguments["average_attn_weights"] else (mha.num_heads,)
+        weights = torch.empty(n, *heads, tgt, src, dtype=query.dtype, device=META)
+    return out, weights
+
+
+RULES: dict[type[nn.Module], Callable[..., Any]] = {
+    **dict.fromkeys((nn.Conv1d, nn.Conv2d, nn.Conv3d), _conv),
+    **dict.fromkeys((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d), _batch_norm),
+    nn.LayerNorm: _layer_norm,
+    nn.GroupNorm: _group_norm,
+    nn.Linear: _linear,
+    nn.MultiheadAttention: _multihead_attention,
+}
+
+
+#: Subclasses whose output layout is their base's, by qualified name (timm is not imported for this).
+NAMED_RULES: dict[str, Callable[..., Any]] = {
+    "timm.layers.norm.LayerNorm": _layer_norm,
+    "timm.layers.norm.LayerNorm2d": _channel_layer_norm,
+    "timm.layers.norm_act.BatchNormAct2d": _batch_norm,
+}
+
+
+def _rule(module: nn.Module) -> Callable[..., Any] | None:
+    cls = type(module)
+    return RULES.get(cls) or NAMED_RULES.get(f"{cls.__module__}.{cls.__qualname__}")
+
+
+def rules_cover(gm: torch.fx.GraphModule) -> bool:
+    """Tell whether every leaf module of ``gm`` has a rule or holds no tensors at all."""
+    return all(_covered(gm.get_submodule(n.target)) for n in gm.graph.nodes if n.op == "call_module")
+
+
+def _covered(module: nn.Module) -> bool:
+    if _rule(module) is not None:
+        return True
+    return next(module.parameters(), None) is None and next(module.buffers(), None) is None
+
+
+class MetaRuleProp(ShapeProp):
+    """:class:`ShapeProp` on meta tensors, with :data:`RULES` for leaf modules that hold weights."""
+
+    def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        value = super().get_attr(target, args, kwargs)
+        return value.to(META) if isinstance(value, torch.Tensor) else value
+
+    def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        module = self.fetch_attr(target)
+        rule = _rule(module)
+        if rule is not None:
+            return rule(module, *args, **kwargs)
+        if not _covered(module):
+            raise NoRule(f"no layout rule for {type(module).__name__}")
+        return module(*args, **kwargs)
+
