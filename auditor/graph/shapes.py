@@ -78,7 +78,7 @@ def propagate_shapes(gm: torch.fx.GraphModule, example: torch.Tensor) -> ShapePr
         except Exception as exc:  # noqa: BLE001 - any failure means: try the next, more literal pass
             log.debug("the meta pass stopped (%s); running the real cheap ops", _reason(exc))
     try:
-        with _mha_fastpath_disabled(), _HeavyOpsOnMeta():
+        with mha_fastpath_disabled(), _HeavyOpsOnMeta():
             _ShapeOnlyProp(gm).propagate(example.clone())
         return ShapePropagation("shape-only")
     except Exception as exc:  # noqa: BLE001 - any failure means: run the real forward instead
@@ -180,7 +180,7 @@ def _map_tensors(fn: Callable[[object], object], values: Iterable[object]) -> tu
 
 
 @contextmanager
-def _mha_fastpath_disabled() -> Iterator[None]:
+def mha_fastpath_disabled() -> Iterator[None]:
     """Make ``nn.MultiheadAttention`` use its composite path (linear + sdpa) for the duration.
 
     Its fused fast-path kernel has no faithful meta counterpart (undefined vs empty weights); both

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from auditor.errors import InputError
+from auditor.graph.shapes import mha_fastpath_disabled
 from auditor.graph.split import split_model
 from auditor.onnx import runtime
 from auditor.report.model import SplitPoint
@@ -56,12 +57,12 @@ def export_head(
         InputError: the head cannot be exported (the message names the exporter's reason).
         OnnxRuntimeFailed: onnxruntime cannot run the exported file.
     """
-    head, _tail = split_model(model, split.id)
-    head.eval()
     x = runtime.seeded_inputs((batch, *input_shape), seed)
     example = x[:1].clone()
+    head, _tail = split_model(model, split.id, example=example)
+    head.eval()
     try:
-        with _quiet(), torch.no_grad():
+        with _quiet(), torch.no_grad(), mha_fastpath_disabled():  # the fused MHA kernel has no ONNX export
             torch.onnx.export(
                 head, (example,), str(out), dynamo=False, opset_version=OPSET, input_names=[INPUT_NAME],
                 output_names=[OUTPUT_NAME], dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},

@@ -62,3 +62,19 @@ def test_at_without_onnx_is_a_usage_error(resnet18_files: tuple[Path, Path]) -> 
 def test_split_refuses_an_onnx_file(resnet18_files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["split", str(resnet18_files[0])]) == 2
     assert "is an ONNX model" in capsys.readouterr().err
+
+
+def test_a_vit_head_inside_the_encoder_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Token models cut inside the encoder; the fused attention kernel is kept out of the export."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    vit = torchvision.models.vision_transformer.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10).eval()
+    path, head = tmp_path / "vit.pt", tmp_path / "head.onnx"
+    torch.save(vit, path)
+    code = run_cli(["split", str(path), "--input-shape", "3,32,32", "--at", "add_1", "--onnx", str(head)])
+    out = capsys.readouterr().out
+    assert code == 0 and "AGREE" in out, out
+    assert [p.shape for p in profile_file(head).split_points][-1] == [1, 17, 32]
