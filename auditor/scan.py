@@ -66,7 +66,8 @@ def scan(
     entries = [e for e in entries if e.name not in config.disable_plugins]
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
-    if sniff(Path(path)).container is Container.ONNX:
+    sniffed = sniff(Path(path))
+    if sniffed.container is Container.ONNX:
         if config.input_spec is not None:
             raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
@@ -81,7 +82,7 @@ def scan(
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False)
+                             wait_for_sha256=False, sniffed=sniffed)
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)

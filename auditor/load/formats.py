@@ -43,6 +43,7 @@ class Sniffed:
     path: Path
     container: Container
     size_bytes: int
+    stored: bool = False  # a zip whose members are all uncompressed (torch.load can mmap its tensors)
 
 
 def sniff(path: Path) -> Sniffed:
@@ -92,14 +93,15 @@ def _sniff_zip(path: Path, size: int) -> Sniffed:
     """Open ``path`` as a zip and tell torch.save, TorchScript and torch.export archives apart."""
     try:
         with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
+            infos = zf.infolist()
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise TruncatedArchive(path, str(exc) or type(exc).__name__) from exc
+    names = [info.filename for info in infos]
     container = classify_zip_members(names)
     if container is None:
         raise UnknownFormat(path, "zip archive without data.pkl, TorchScript code or a torch.export layout")
     logger.debug("%s: %s with %d members", path, container.value, len(names))
-    return Sniffed(path, container, size)
+    return Sniffed(path, container, size, all(info.compress_type == zipfile.ZIP_STORED for info in infos))
 
 
 def _looks_like_safetensors(path: Path, head: bytes, size: int) -> bool:

@@ -88,6 +88,7 @@ def load_checkpoint(
     imports: Sequence[str] = (),
     trust: bool = False,
     wait_for_sha256: bool = True,
+    sniffed: Sniffed | None = None,
 ) -> LoadedModel:
     """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
 
@@ -99,6 +100,7 @@ def load_checkpoint(
         arch: ``--arch`` (needed for state_dicts and safetensors).
         imports: module prefixes the user trusts (``--import``).
         trust: allow modules outside the allowlist, still refusing the denylist (``--trust``).
+        sniffed: what :func:`sniff` said about ``path``, when the caller already asked.
         wait_for_sha256: with False the hash keeps running beside the caller's work: ``info.sha256``
             is empty until :meth:`LoadedModel.with_sha256` fills it in.
 
@@ -107,7 +109,7 @@ def load_checkpoint(
             raises :class:`NotAPyTorchModel`.
     """
     path = Path(path)
-    sniffed = sniff(path)
+    sniffed = sniffed or sniff(path)
     if sniffed.container is Container.ONNX:
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
@@ -216,7 +218,7 @@ def _materialise(
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.export.load") from exc
         return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
-    obj, loader = _torch_load(path, allowed, mmap=_mappable(sniffed))
+    obj, loader = _torch_load(path, allowed, mmap=sniffed.container is Container.TORCH_ZIP and sniffed.stored)
     legacy = sniffed.container is Container.LEGACY_PICKLE
     return _interpret(obj, path, arch, legacy, loader, notes)
 
@@ -386,17 +388,6 @@ def _class_name(model: torch.nn.Module) -> str:
         return "torch.fx.GraphModule"
     cls = type(model)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _mappable(sniffed: Sniffed) -> bool:
-    """Tell whether ``torch.load(mmap=True)`` can map the tensor data: a zip whose members are all stored."""
-    if sniffed.container is not Container.TORCH_ZIP:
-        return False
-    try:
-        with zipfile.ZipFile(sniffed.path) as zf:
-            return all(info.compress_type == zipfile.ZIP_STORED for info in zf.infolist())
-    except (zipfile.BadZipFile, OSError):
-        return False
 
 
 def _hash_in_background(path: Path, container: Container) -> Future[str]:
