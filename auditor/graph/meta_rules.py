@@ -76,9 +76,10 @@ def _group_norm(m: nn.Module, x: object) -> torch.Tensor:
 
 def _linear(m: nn.Module, x: object) -> torch.Tensor:
     x = _meta(x)
-    if x.dim() == 0 or x.shape[-1] != m.in_features:  # type: ignore[attr-defined]
-        raise RuntimeError(f"Linear({m.in_features}): input of shape {tuple(x.shape)}")
-    return torch.empty(*x.shape[:-1], m.out_features, dtype=x.dtype, device=META)  # type: ignore[attr-defined]
+    linear: nn.Linear = m  # type: ignore[assignment]
+    if x.dim() == 0 or x.shape[-1] != linear.in_features:
+        raise RuntimeError(f"Linear({linear.in_features}): input of shape {tuple(x.shape)}")
+    return torch.empty((*x.shape[:-1], linear.out_features), dtype=x.dtype, device=META)
 
 
 def _conv(m: nn.Module, x: object) -> torch.Tensor:
@@ -89,15 +90,13 @@ def _conv(m: nn.Module, x: object) -> torch.Tensor:
         raise NoRule("unbatched input or a non-zero padding mode")
     if x.shape[1] != conv.in_channels:
         raise RuntimeError(f"{type(m).__name__}: expected {conv.in_channels} input channels, got {x.shape[1]}")
-    padding = (0,) * dims if conv.padding == "valid" else conv.padding
+    if conv.padding == "same":
+        return torch.empty((x.shape[0], conv.out_channels, *x.shape[2:]), dtype=x.dtype, device=META)
+    padding: tuple[int, ...] = (0,) * dims if isinstance(conv.padding, str) else conv.padding  # "valid"
     sizes = []
     for i in range(dims):
-        size = x.shape[2 + i]
-        if conv.padding == "same":
-            sizes.append(size)
-            continue
         span = conv.dilation[i] * (conv.kernel_size[i] - 1) + 1
-        out = (size + 2 * padding[i] - span) // conv.stride[i] + 1  # type: ignore[index]
+        out = (x.shape[2 + i] + 2 * padding[i] - span) // conv.stride[i] + 1
         if out <= 0:
             raise RuntimeError(f"{type(m).__name__}: input of shape {tuple(x.shape)} is smaller than the kernel")
         sizes.append(out)

@@ -113,6 +113,20 @@ def test_torchvision_vit_goes_through_the_attention_rule() -> None:
     assert _compare(model, torch.rand(2, 3, 32, 32)) == "meta"
 
 
+@pytest.mark.parametrize(
+    ("layers", "example"),
+    [
+        ([nn.Conv2d(3, 4, 3, padding="same", dilation=2), nn.Conv2d(4, 5, (3, 5), stride=(2, 3), padding="valid"),
+          nn.Conv2d(5, 6, 4, stride=3, padding=(2, 1), dilation=(1, 2), groups=1)], torch.rand(2, 3, 17, 19)),
+        ([nn.Conv1d(3, 4, 5, stride=2, padding=1), nn.BatchNorm1d(4), nn.GroupNorm(2, 4)], torch.rand(2, 3, 23)),
+        ([nn.Conv3d(2, 3, 3, stride=(1, 2, 2)), nn.BatchNorm3d(3)], torch.rand(1, 2, 5, 9, 9)),
+    ],
+    ids=["conv2d-padding-stride-dilation", "conv1d-norms", "conv3d"],
+)
+def test_convolution_rules_match_the_real_layers(layers: list[nn.Module], example: torch.Tensor) -> None:
+    assert _compare(nn.Sequential(*layers), example) == "meta"
+
+
 class _Weights(nn.Module):
     """Attention weights returned (averaged or per head), sequence-first, cross-attention lengths."""
 
