@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,7 +24,10 @@ from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.model import (
     CATEGORY_NO_MODEL,
+    ArchitectureProfile,
     Finding,
+    ModelInfo,
+    OnnxInfo,
     PluginRun,
     Reference,
     Report,
@@ -86,15 +90,12 @@ def scan(
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)
-    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
     if loaded.model is None:
         plugins = [PluginRun(name=e.name, status="skipped", category=CATEGORY_NO_MODEL,
                              reason="the checkpoint was refused before loading") for e in entries]
-        summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=True, strict=config.strict)
-        return Report(tool=tool, created_at=created, model=loaded.with_sha256(info), architecture=None, findings=findings,
-                      plugins=plugins, summary=summary, notes=notes)
+        return assemble_report(config, device, model=loaded.with_sha256(info), architecture=None, findings=findings,
+                               plugins=plugins, notes=notes, unsafe=True)
 
     shape, source = _input_shape(config, loaded)
     recorded = [shape.length] if isinstance(shape, TokenSpec) else list(shape)
@@ -107,19 +108,39 @@ def scan(
 
     plugins, plugin_findings = run_plugins(
         entries, model=model, profile=profile, configs=plugin_configs,
-        settings=RunSettings(device=device, seed=config.seed, selected=_selected(config), budget_s=config.budget_s,
-                             data=data),
+        settings=run_settings(config, device, data),
         on_start=lambda name: say(f"running plugin {name}"),
     )
-    findings.extend(plugin_findings)
-    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=False, strict=config.strict)
-    return Report(tool=tool, created_at=created, model=loaded.with_sha256(info), architecture=profile, findings=findings,
-                  plugins=plugins, summary=summary, notes=notes)
+    return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
+                           findings=findings + plugin_findings, plugins=plugins, notes=notes)
 
 
-def _selected(config: ScanConfig) -> tuple[str, ...] | None:
-    return tuple(config.plugins) if config.plugins is not None else None
+def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
+    """Return the plugin runner's settings for a scan with ``config``."""
+    selected = tuple(config.plugins) if config.plugins is not None else None
+    return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
+                       graph_only=graph_only)
+
+
+def assemble_report(
+    config: ScanConfig,
+    device: torch.device,
+    *,
+    model: ModelInfo,
+    architecture: ArchitectureProfile | None,
+    findings: list[Finding],
+    plugins: list[PluginRun],
+    notes: list[str],
+    unsafe: bool = False,
+    onnx: OnnxInfo | None = None,
+) -> Report:
+    """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
+    findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
+    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict)
+    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
+    return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
+                  architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
+                  onnx=onnx)
 
 
 def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...] | TokenSpec, str]:

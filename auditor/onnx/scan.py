@@ -8,9 +8,7 @@ names are not the ONNX split ids).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +17,15 @@ import onnx
 import torch
 from pydantic import BaseModel
 
-from auditor._version import __version__
 from auditor.config import ScanConfig
 from auditor.errors import TraceError
-from auditor.gate import summarize
 from auditor.load.digest import sha256_file
 from auditor.load.loaders import load_checkpoint
 from auditor.onnx import graph as onnx_graph
 from auditor.onnx import reader, runtime
 from auditor.onnx.profile import profile_onnx
 from auditor.plugin.registry import PluginEntry
-from auditor.plugin.runner import RunSettings, run_plugins
+from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
     ArchitectureProfile,
     Finding,
@@ -40,8 +36,8 @@ from auditor.report.model import (
     Reference,
     Report,
     Severity,
-    ToolInfo,
 )
+from auditor.scan import assemble_report, run_settings
 
 FORMAT_ONNX = "onnx"
 LOADER = "onnx.load(load_external_data=False): protobuf parse, no code runs"
@@ -80,12 +76,9 @@ def scan_onnx(
     notes = [_check_note(check)]
     plugins, plugin_findings = run_plugins(
         entries, model=None, profile=profile, configs=plugin_configs,
-        settings=RunSettings(device=device, seed=config.seed, selected=_selected(config), budget_s=config.budget_s,
-                             data=data, graph_only=GRAPH_ONLY),
+        settings=run_settings(config, device, data, graph_only=GRAPH_ONLY),
         on_start=lambda name: progress(f"running plugin {name}"),
     )
-    findings.extend(plugin_findings)
-    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
     info = ModelInfo(
         path=str(path), format=FORMAT_ONNX, sha256=sha256_file(path), size_bytes=path.stat().st_size,
         params=sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer),
@@ -98,12 +91,8 @@ def scan_onnx(
         input_dims=list(inp.dims), node_count=len(model.graph.node), op_counts=onnx_graph.op_counts(model.graph.node),
         unknown_shapes=unknown, runtime_check=check,
     )
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=False, strict=config.strict)
-    return Report(
-        tool=ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv)),
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=info, architecture=profile,
-        findings=findings, plugins=plugins, summary=summary, notes=notes, onnx=onnx_info,
-    )
+    return assemble_report(config, device, model=info, architecture=profile, findings=findings + plugin_findings,
+                           plugins=plugins, notes=notes, onnx=onnx_info)
 
 
 def _runtime_check(
@@ -190,9 +179,3 @@ def _check_note(check: OnnxRuntimeCheck) -> str:
 
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
-
-
-def _selected(config: ScanConfig) -> tuple[str, ...] | None:
-    return tuple(config.plugins) if config.plugins is not None else None
-
-
