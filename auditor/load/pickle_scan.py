@@ -1,13 +1,17 @@
-"""Statically inspect every pickle in a checkpoint with ``pickletools`` — nothing is ever unpickled.
+"""Statically inspect every pickle in a checkpoint — nothing is ever unpickled.
 
 torch.export archives also get their graph JSON checked, since loading one evaluates its
 symbolic expressions and resolves its call targets.
 
 The scanner replays each opcode stream on a symbolic stack (strings are tracked, everything else
-is opaque), so ``STACK_GLOBAL`` operands are resolved even when they come from the memo. Imports
-are returned for the allowlist to judge; anything the scanner cannot resolve (``EXT*`` codes,
-non-constant ``STACK_GLOBAL`` operands, malformed streams, duplicate zip members) is a problem
-that makes the checkpoint unsafe on its own.
+is opaque), so ``STACK_GLOBAL`` operands are resolved even when they come from the memo. The
+common binary opcodes are decoded straight from the pickle's bytes, with a per-opcode table of
+argument sizes and stack effects built from ``pickletools.opcodes``; every other opcode (protocol 0
+text arguments, rare ones, anything near the end of the data) has its argument read by
+``pickletools``' own reader, which also words the errors. Imports are returned for the allowlist to
+judge; anything the scanner cannot resolve (``EXT*`` codes, non-constant ``STACK_GLOBAL``
+operands, malformed streams, duplicate zip members) is a problem that makes the checkpoint unsafe
+on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import io
 import json
 import logging
 import pickletools
+import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -40,22 +45,55 @@ _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _EXPORT_PAYLOAD_DIRS = ("data/weights/", "data/constants/", "data/sample_inputs/")
+_FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
+_UINT4 = struct.Struct("<I").unpack_from
+# Opcodes with meaning beyond their declared stack effect, all replayed by ``_Replay._step``
+# (some of them also have a fast path in ``_Replay.run``).
+_SPECIAL_OPS = (
+    _STRING_OPS
+    | _PUT_OPS
+    | _GET_OPS
+    | _EXT_OPS
+    | {"GLOBAL", "INST", "STACK_GLOBAL", "MEMOIZE", "DUP", "MARK", "PROTO", "STOP"}
+)
+_Effect = tuple[int, bool, bool]  # values popped below the mark (or in all), pops to a mark, pushes one
+_Plain = tuple[int, int, bool, bool]  # bytes taken with the opcode, then its _Effect
 
 
-class _Mark:
-    """The MARK sentinel on the symbolic stack."""
+def _effect(op: pickletools.OpcodeInfo) -> _Effect:
+    """The declared stack effect of an opcode (every non-special opcode pushes at most one value)."""
+    before = op.stack_before
+    to_mark = pickletools.markobject in before
+    return (before.index(pickletools.markobject) if to_mark else len(before)), to_mark, bool(op.stack_after)
+
+
+def _plain_table() -> list[_Plain | None]:
+    """Per opcode byte, the _Plain entry of the non-special opcodes whose argument (if any) has a fixed size."""
+    plain: list[_Plain | None] = [None] * 256
+    for op in pickletools.opcodes:
+        if op.name not in _SPECIAL_OPS and (op.arg is None or op.arg.n > 0):
+            plain[ord(op.code)] = (1 + (op.arg.n if op.arg else 0), *_effect(op))
+    return plain
+
+
+_OPCODES = {ord(op.code): op for op in pickletools.opcodes}
+_PLAIN = _plain_table()
+_LONGEST_FIXED = 1 + max(op.arg.n for op in pickletools.opcodes if op.arg is not None)  # FRAME: 1 + 8
 
 
 class _Opaque:
     """Any value the scanner does not track."""
 
 
-_MARK = _Mark()
 _OPAQUE = _Opaque()
 
 
 class _Malformed(Exception):
     """The opcode stream cannot be replayed (the real unpickler would fail or misbehave)."""
+
+
+class _NeedMore(Exception):
+    """The replay ran off the end of a chunk that is not the end of the stream."""
 
 
 @dataclass(frozen=True)
@@ -135,117 +173,237 @@ def scan_stream(fh: BinaryIO, name: str, max_pickles: int) -> list[PickleScan]:
 
 
 def scan_pickle(fh: BinaryIO, name: str) -> PickleScan:
-    """Replay one pickle from the current position of ``fh`` and collect its imports and problems."""
-    scan = PickleScan(name)
+    """Replay one pickle from the current position of ``fh``, leaving ``fh`` just past its STOP.
+
+    The stream is read in growing chunks; a replay that runs off the end of a chunk which is not
+    the end of the stream starts again on a chunk eight times larger.
+    """
     start = fh.tell()
-    stack: list[object] = []
-    memo: dict[int, object] = {}
-    proto = 0
-    op_name, rel = "", 0
-    try:
-        for op, arg, pos in pickletools.genops(fh):
-            op_name, rel = op.name, pos - start
-            if op_name == "PROTO":
-                proto = arg
-            _step(op, arg, rel, stack, memo, scan, proto, fh, pos)
-    except (_Malformed, ValueError, EOFError, OverflowError) as exc:
-        reason = f"malformed pickle stream after {op_name or 'start'} at byte {rel}: {exc}"
-        scan.problems.append(ScanProblem("malformed", rel, reason))
-    logger.debug("%s: %d import(s), %d problem(s)", name, len(scan.imports), len(scan.problems))
-    return scan
+    size = _FIRST_READ
+    while True:
+        data = fh.read(size)
+        replay = _Replay(data, name, start, final=len(data) < size)
+        try:
+            end = replay.run()
+        except _NeedMore:
+            fh.seek(start)
+            size *= 8
+            continue
+        fh.seek(start + end)
+        return replay.scan
 
 
-def _step(
-    op: pickletools.OpcodeInfo,
-    arg: object,
-    rel: int,
-    stack: list[object],
-    memo: dict[int, object],
-    scan: PickleScan,
-    proto: int,
-    fh: BinaryIO,
-    pos: int,
-) -> None:
-    """Apply one opcode to the symbolic stack, recording imports and problems."""
-    name = op.name
-    if name in _STRING_OPS:
-        stack.append(str(arg))
-    elif name in ("GLOBAL", "INST"):
-        module, attr = _read_global_lines(fh, pos)
-        _record(scan, module, attr, name, rel, proto)
-        if name == "INST":
-            _pop_to_mark(stack)
-        stack.append(_OPAQUE)
-    elif name == "STACK_GLOBAL":
-        attr, module = _pop(stack), _pop(stack)
-        if isinstance(module, str) and isinstance(attr, str):
-            _record(scan, module, attr, name, rel, proto)
+def _scan_bytes(data: bytes, name: str) -> PickleScan:
+    """Replay the pickle at the start of ``data``."""
+    replay = _Replay(data, name, 0, final=True)
+    replay.run()
+    return replay.scan
+
+
+class _Replay:
+    """One pickle's opcodes replayed from its bytes on a symbolic stack.
+
+    Strings are tracked, every other value is opaque. Marks are kept apart from the values, as the
+    stack heights at which they were pushed, so a pop is legal while the stack is above the last mark.
+    """
+
+    def __init__(self, data: bytes, name: str, base: int, final: bool) -> None:
+        self.data = data
+        self.base = base  # where ``data`` starts in its stream (for error messages)
+        self.final = final  # False when ``data`` may be a prefix of a longer stream
+        self.scan = PickleScan(name)
+        self.stack: list[object] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, object] = {}
+        self.proto = 0
+        self.stream = io.BytesIO(data)  # for pickletools' argument readers
+
+    def run(self) -> int:
+        """Replay up to STOP and return the offset just past it (or where the stream turned out malformed).
+
+        Raises:
+            _NeedMore: ``data`` ended early but is not the end of the stream.
+        """
+        data, stack, marks, memo = self.data, self.stack, self.marks, self.memo
+        push, plain, uint4, opaque = stack.append, _PLAIN, _UINT4, _OPAQUE
+        limit = len(data) - _LONGEST_FIXED  # below it, fixed-size arguments need no bounds check
+        i, last, floor = 0, -1, 0
+        try:
+            while True:
+                if i <= limit:
+                    code = data[i]
+                    if code == 104:  # BINGET
+                        try:
+                            push(memo[data[i + 1]])
+                        except KeyError:
+                            raise _Malformed(f"BINGET of unset memo slot {data[i + 1]}") from None
+                        last, i = i, i + 2
+                        continue
+                    if code == 114:  # LONG_BINPUT
+                        if len(stack) == floor:
+                            raise _Malformed("LONG_BINPUT with nothing to memoise")
+                        memo[uint4(data, i + 1)[0]] = stack[-1]
+                        last, i = i, i + 5
+                        continue
+                    effect = plain[code]
+                    if effect is not None:
+                        size, below, to_mark, pushes = effect
+                        if to_mark:
+                            if not marks:
+                                raise _Malformed("no MARK on the stack")
+                            del stack[marks.pop() :]
+                            floor = marks[-1] if marks else 0
+                        if below:
+                            if len(stack) - below < floor:
+                                raise _Malformed("stack underflow")
+                            del stack[-below:]
+                        if pushes:
+                            push(opaque)
+                        last, i = i, i + size
+                        continue
+                    if code == 40:  # MARK
+                        floor = len(stack)
+                        marks.append(floor)
+                        last, i = i, i + 1
+                        continue
+                    if code == 113:  # BINPUT
+                        if len(stack) == floor:
+                            raise _Malformed("BINPUT with nothing to memoise")
+                        memo[data[i + 1]] = stack[-1]
+                        last, i = i, i + 2
+                        continue
+                    if code == 88:  # BINUNICODE
+                        end = i + 5 + uint4(data, i + 1)[0]
+                        if end <= len(data):
+                            push(data[i + 5 : end].decode("utf-8", "surrogatepass"))
+                            last, i = i, end
+                            continue
+                    elif code == 140:  # SHORT_BINUNICODE
+                        end = i + 2 + data[i + 1]
+                        if end <= len(data):
+                            push(data[i + 2 : end].decode("utf-8", "surrogatepass"))
+                            last, i = i, end
+                            continue
+                    elif code == 106:  # LONG_BINGET
+                        key = uint4(data, i + 1)[0]
+                        if key not in memo:
+                            raise _Malformed(f"LONG_BINGET of unset memo slot {key}")
+                        push(memo[key])
+                        last, i = i, i + 5
+                        continue
+                    elif code == 148:  # MEMOIZE
+                        if len(stack) == floor:
+                            raise _Malformed("MEMOIZE with nothing to memoise")
+                        memo[len(memo)] = stack[-1]
+                        last, i = i, i + 1
+                        continue
+                last, i = i, self._step(i)
+                if data[last] == 46:  # STOP
+                    break
+                floor = marks[-1] if marks else 0
+        except _Malformed as exc:
+            self._malformed(i, exc)
+        except (ValueError, EOFError, OverflowError) as exc:  # the opcode at ``i`` could not be read
+            self._malformed(last, exc)
+        scan = self.scan
+        logger.debug("%s: %d import(s), %d problem(s)", scan.name, len(scan.imports), len(scan.problems))
+        return i
+
+    def _malformed(self, at: int, exc: Exception) -> None:
+        """Record that the stream cannot be replayed past the opcode at ``at`` (-1: before the first one)."""
+        op_name, rel = (_OPCODES[self.data[at]].name, at) if at >= 0 else ("start", 0)
+        reason = f"malformed pickle stream after {op_name} at byte {rel}: {exc}"
+        self.scan.problems.append(ScanProblem("malformed", rel, reason))
+
+    def _step(self, i: int) -> int:
+        """Replay any opcode at ``i``, its argument read by pickletools; return where the next one starts."""
+        if i >= len(self.data):
+            if not self.final:
+                raise _NeedMore
+            raise ValueError("pickle exhausted before seeing STOP")
+        op = _OPCODES.get(self.data[i])
+        if op is None:
+            raise ValueError(f"at position {self.base + i}, opcode {self.data[i : i + 1]!r} unknown")
+        arg, end = self._argument(op, i)
+        name, stack, memo = op.name, self.stack, self.memo
+        if name == "PROTO":
+            self.proto = arg  # type: ignore[assignment]
+        if name in _STRING_OPS:
+            stack.append(str(arg))
+        elif name in ("GLOBAL", "INST"):
+            # pickletools read two newline-terminated lines and checked that they are ASCII
+            module, attr = self.data[i + 1 : end - 1].decode("ascii").split("\n")
+            _record(self.scan, module, attr, name, i, self.proto)
+            if name == "INST":
+                self._pop_to_mark()
+            stack.append(_OPAQUE)
+        elif name == "STACK_GLOBAL":
+            top, below = self._pop(), self._pop()
+            if isinstance(below, str) and isinstance(top, str):
+                _record(self.scan, below, top, name, i, self.proto)
+            else:
+                reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
+                self.scan.problems.append(ScanProblem(name, i, reason, module="?", name="?"))
+            stack.append(_OPAQUE)
+        elif name in _EXT_OPS:
+            reason = f"extension registry code {arg} resolves through copyreg to an unchecked global"
+            self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
+            stack.append(_OPAQUE)
+        elif name in _PUT_OPS or name == "MEMOIZE":
+            memo[len(memo) if name == "MEMOIZE" else int(arg)] = self._top(name)  # type: ignore[call-overload]
+        elif name in _GET_OPS:
+            if arg not in memo:
+                raise _Malformed(f"{name} of unset memo slot {arg}")
+            stack.append(memo[arg])  # type: ignore[index]
+        elif name == "DUP":
+            stack.append(self._top(name))
+        elif name == "MARK":
+            self.marks.append(len(stack))
         else:
-            reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
-            scan.problems.append(ScanProblem(name, rel, reason, module="?", name="?"))
-        stack.append(_OPAQUE)
-    elif name in _EXT_OPS:
-        reason = f"extension registry code {arg} resolves through copyreg to an unchecked global"
-        scan.problems.append(ScanProblem(name, rel, reason, module="copyreg", name=f"extension {arg}"))
-        stack.append(_OPAQUE)
-    elif name in _PUT_OPS or name == "MEMOIZE":
-        if not stack or stack[-1] is _MARK:
-            raise _Malformed(f"{name} with nothing to memoise")
-        memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]  # type: ignore[call-overload]
-    elif name in _GET_OPS:
-        if arg not in memo:
-            raise _Malformed(f"{name} of unset memo slot {arg}")
-        stack.append(memo[arg])  # type: ignore[index]
-    elif name == "DUP":
-        stack.append(_top(stack))
-    elif name == "MARK":
-        stack.append(_MARK)
-    else:
-        _generic(op, stack)
+            self._apply(*_effect(op))
+        return end
 
+    def _argument(self, op: pickletools.OpcodeInfo, i: int) -> tuple[object, int]:
+        """Read the argument of the opcode at ``i`` with pickletools; return it and where it ends."""
+        if op.arg is None:
+            return None, i + 1
+        stream = self.stream
+        stream.seek(i + 1)
+        try:
+            arg = op.arg.reader(stream)
+        except (ValueError, EOFError, OverflowError):
+            if not self.final and stream.tell() >= len(self.data):
+                raise _NeedMore from None
+            raise
+        return arg, stream.tell()
 
-def _generic(op: pickletools.OpcodeInfo, stack: list[object]) -> None:
-    """Apply an opcode's declared stack effect, treating every value as opaque."""
-    before = op.stack_before
-    if pickletools.markobject in before:
-        _pop_to_mark(stack)
-        below = before.index(pickletools.markobject)
-    else:
-        below = len(before)
-    for _ in range(below):
-        _pop(stack)
-    stack.extend(_OPAQUE for _ in op.stack_after)
+    def _apply(self, below: int, to_mark: bool, pushes: bool) -> None:
+        """Apply a declared stack effect: pop to the last mark, pop ``below`` more, push an opaque value."""
+        if to_mark:
+            self._pop_to_mark()
+        for _ in range(below):
+            self._pop()
+        if pushes:
+            self.stack.append(_OPAQUE)
 
+    def _floor(self) -> int:
+        return self.marks[-1] if self.marks else 0
 
-def _pop(stack: list[object]) -> object:
-    if not stack or stack[-1] is _MARK:
-        raise _Malformed("stack underflow")
-    return stack.pop()
+    def _pop(self) -> object:
+        if len(self.stack) == self._floor():
+            raise _Malformed("stack underflow")
+        return self.stack.pop()
 
+    def _top(self, name: str) -> object:
+        """The value on top of the stack, for DUP and the memo opcodes."""
+        if len(self.stack) == self._floor():
+            raise _Malformed("stack underflow" if name == "DUP" else f"{name} with nothing to memoise")
+        return self.stack[-1]
 
-def _top(stack: list[object]) -> object:
-    if not stack or stack[-1] is _MARK:
-        raise _Malformed("stack underflow")
-    return stack[-1]
-
-
-def _pop_to_mark(stack: list[object]) -> None:
-    while stack:
-        if stack.pop() is _MARK:
-            return
-    raise _Malformed("no MARK on the stack")
-
-
-def _read_global_lines(fh: BinaryIO, pos: int) -> tuple[str, str]:
-    """Re-read the raw module and name lines of a GLOBAL/INST opcode at ``pos``."""
-    resume = fh.tell()
-    fh.seek(pos + 1)
-    module, name = fh.readline(), fh.readline()
-    fh.seek(resume)
-    try:
-        return module[:-1].decode("utf-8"), name[:-1].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _Malformed("GLOBAL names are not UTF-8") from exc
+    def _pop_to_mark(self) -> None:
+        if not self.marks:
+            raise _Malformed("no MARK on the stack")
+        del self.stack[self.marks.pop() :]
 
 
 def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> None:
@@ -293,7 +451,7 @@ def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int
             reason = f"archive member of {info.file_size} bytes is too large to check"
             scans.append(PickleScan(label, problems=[ScanProblem("zip", 0, reason)]))
         elif kind == "pickle":
-            scans.append(scan_pickle(io.BytesIO(zf.read(info)), label))
+            scans.append(_scan_bytes(zf.read(info), label))
         elif kind == "graph":
             scans.append(scan_export_graph(zf.read(info), label))
         else:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import collections
+import functools
 import io
+import os
 import pickle
+import pickletools
+import random
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,14 @@ import torch
 
 from auditor.load import pickle_scan
 from auditor.load.formats import sniff
-from auditor.load.pickle_scan import PickleScan, scan_checkpoint, scan_pickle, scan_stream
+from auditor.load.pickle_scan import (
+    LEGACY_PICKLE_COUNT,
+    PickleScan,
+    ScanProblem,
+    scan_checkpoint,
+    scan_pickle,
+    scan_stream,
+)
 from tests.fixtures.hostile import (
     Reduce,
     raw_ext,
@@ -20,7 +32,12 @@ from tests.fixtures.hostile import (
     raw_inst,
     raw_malformed,
     raw_memo_stack_global,
+    safetensors_header_only,
+    torch_save_bytes,
 )
+
+# pickletools warns about the invalid escapes of corrupted protocol 0 strings
+pytestmark = pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")
 
 
 def _scan(data: bytes) -> PickleScan:
@@ -105,3 +122,251 @@ def test_oversized_archive_members_are_not_read(
     monkeypatch.setattr(pickle_scan, "MAX_MEMBER_BYTES", 16)
     (scan,) = scan_checkpoint(sniff(path))
     assert "too large" in scan.problems[0].reason
+
+
+# --- equivalence with a replay over pickletools.genops -------------------------------------------------
+
+
+_STRINGS = frozenset(
+    ["STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"]
+)
+
+
+class _Bad(Exception):
+    pass
+
+
+def _reference(stream: io.BytesIO, name: str) -> PickleScan:
+    """The scan as it was computed over ``pickletools.genops``: the oracle for the byte-level replay."""
+    stack: list[object] = []
+    memo: dict[object, object] = {}
+    scan, mark, start, at, proto = PickleScan(name), object(), stream.tell(), ("start", 0), 0
+
+    def pop() -> object:
+        if not stack or stack[-1] is mark:
+            raise _Bad("stack underflow")
+        return stack.pop()
+
+    def pop_to_mark() -> None:
+        while stack:
+            if stack.pop() is mark:
+                return
+        raise _Bad("no MARK on the stack")
+
+    try:
+        for op, arg, pos in pickletools.genops(stream):
+            name, rel = op.name, pos - start
+            at, proto = (name, rel), arg if name == "PROTO" else proto
+            if name in _STRINGS:
+                stack.append(str(arg))
+            elif name in ("GLOBAL", "INST"):
+                lines = io.BytesIO(stream.getvalue()[pos + 1 :])
+                pickle_scan._record(
+                    scan, lines.readline()[:-1].decode(), lines.readline()[:-1].decode(), name, rel, proto
+                )
+                if name == "INST":
+                    pop_to_mark()
+                stack.append(None)
+            elif name == "STACK_GLOBAL":
+                attr, module = pop(), pop()
+                if isinstance(module, str) and isinstance(attr, str):
+                    pickle_scan._record(scan, module, attr, name, rel, proto)
+                else:
+                    reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
+                    scan.problems.append(ScanProblem(name, rel, reason, "?", "?"))
+                stack.append(None)
+            elif name.startswith("EXT"):
+                reason = f"extension registry code {arg} resolves through copyreg to an unchecked global"
+                scan.problems.append(ScanProblem(name, rel, reason, "copyreg", f"extension {arg}"))
+                stack.append(None)
+            elif name.endswith("PUT") or name == "MEMOIZE":
+                if not stack or stack[-1] is mark:
+                    raise _Bad(f"{name} with nothing to memoise")
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+            elif name.endswith("GET"):
+                if arg not in memo:
+                    raise _Bad(f"{name} of unset memo slot {arg}")
+                stack.append(memo[arg])
+            elif name == "DUP":
+                top = pop()
+                stack += [top, top]
+            elif name == "MARK":
+                stack.append(mark)
+            else:
+                before = op.stack_before
+                if pickletools.markobject in before:
+                    pop_to_mark()
+                    before = before[: before.index(pickletools.markobject)]
+                for _ in before:
+                    pop()
+                stack.extend(None for _ in op.stack_after)
+    except (_Bad, ValueError, EOFError, OverflowError) as exc:
+        reason = f"malformed pickle stream after {at[0]} at byte {at[1]}: {exc}"
+        scan.problems.append(ScanProblem("malformed", at[1], reason))
+    return scan
+
+
+def _reference_stream(data: bytes, name: str) -> tuple[list[PickleScan], list[int]]:
+    """Successive reference scans of ``data`` (as ``scan_stream`` makes them) and where each one ended."""
+    stream, scans, ends = io.BytesIO(data), [], []
+    while len(scans) < LEGACY_PICKLE_COUNT and stream.tell() < len(data):
+        scans.append(_reference(stream, f"{name}[{len(scans)}]"))
+        ends.append(stream.tell())
+        if _malformed(scans[-1]):
+            break
+    return scans, ends
+
+
+def _pickles() -> list[bytes]:
+    """Valid pickles: torch.save of models and state_dicts, plain objects at protocols 0-5, rare opcodes."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 2))
+    saved = []
+    for obj in (model, model.state_dict(), {"epoch": 3, "state": model.state_dict(), "names": ["a", "é"]}):
+        for protocol in (2, 3, 4, 5):
+            buffer = io.BytesIO()
+            torch.save(obj, buffer, pickle_protocol=protocol)
+            with zipfile.ZipFile(buffer) as zf:
+                saved += [zf.read(n) for n in zf.namelist() if n.endswith(".pkl")]
+    plain = {
+        "dict": {"a": 1, "b": [1.5, -2, 2**70, -(2**40)], "c": None, "d": True, "e": False, 7: (1,)},
+        "ordered": collections.OrderedDict(x=(1, 2, 3), y="text\n'quoted'\\ é ☃", z=b"\x00bytes\n"),
+        "sets": [set(range(5)), frozenset({"a", "b"}), bytearray(b"ba\nrr"), (), (1,), (1, 2), (1, 2, 3, 4)],
+        "shared": [[1, 2]] * 3 + [{"k": "v"}] * 2 + ["s" * 300, b"b" * 300, 10**600, 3.25e-300, 256, 65536],
+        "globals": [
+            len,
+            collections.OrderedDict,
+            Reduce(getattr, (collections.OrderedDict, "fromkeys")),
+            range(3),
+            complex(1, 2),
+        ],
+    }
+    lists = [[i] for i in range(300)]  # past 256 memo slots: LONG_BINPUT, LONG_BINGET
+    buffers = [pickle.PickleBuffer(b"buf"), pickle.PickleBuffer(bytearray(b"rw"))]
+    return [
+        *saved,
+        *(pickle.dumps(plain, protocol=p) for p in range(6)),
+        pickle.dumps(lists * 2, protocol=2),
+        pickle.dumps(buffers, protocol=5, buffer_callback=lambda b: False),  # NEXT_BUFFER, READONLY_BUFFER
+        b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01\x94N.",  # FRAME, MEMOIZE
+        b"(K\x01K\x02\x90\x8f(K\x01\x90\x91K\x012\x86(1N.",  # ADDITEMS, FROZENSET, DUP, POP_MARK
+        b"\x80\x02cbuiltins\nlist\n)\x81(cbuiltins\nobject\no\x82\x01\x83\x00\x01\x84\x00\x00\x01\x00\x87.",
+        b"\x80\x04\x8c\x01a\x8c\x01b\x93)}\x92\x8d\x02\x00\x00\x00\x00\x00\x00\x00ok\x8b\x01\x00\x00\x00\x01\x86.",
+        b"U\x03abcT\x02\x00\x00\x00hi\x86B\x01\x00\x00\x00x\x8e\x01\x00\x00\x00\x00\x00\x00\x00y"
+        + b"\x96\x00\x00\x00\x00\x00\x00\x00\x00\x87.",
+        b"I01\nI00\nL12L\nF1.5\nS'a\\x41'\nVb\\u00e9\n(Pid\nl(I1\ndp0\ng0\nS'k'\nI2\nsa.",
+        b"(S'x'\nicollections\nOrderedDict\np7\n0g7\n.",
+        b"(K\x01(ios\nsystem\n00" + b"N0" * 9 + b"N.",  # INST drops the stack floor to the outer MARK
+        b"\x80\x02c__builtin__\neval\nq\x00h\x00\x85R.",  # Python 2 name at protocol 2
+        b"\x80\x03ccopy_reg\n_reconstructor\nj\x00\x00\x00\x00.",  # unset LONG_BINGET after GLOBAL
+    ]
+
+
+def _hostile() -> list[bytes]:
+    """The raw hostile fixtures, torch.save gadgets (legacy streams and data.pkl) and broken streams."""
+    gadgets = [Reduce(os.system, ("touch CANARY",)), {"w": torch.ones(2), "x": Reduce(eval, ("1",))}]
+    return [
+        raw_memo_stack_global("posix", "system", "touch CANARY"),
+        raw_getattr_import("touch CANARY"),
+        raw_inst("touch CANARY"),
+        raw_ext(7),
+        raw_malformed(),
+        safetensors_header_only(1 << 20),
+        *(torch_save_bytes(g, legacy=True) for g in gadgets),
+        *(_zip_pickle(torch_save_bytes(g)) for g in gadgets),
+        b"\x80\x02\xff.",
+        b"\x80\x02h\x05.",
+        b"\x80\x020.",
+        b"\x80\x04K\x01K\x02\x93)R.",
+        b"\x80\x02X\x02\x00\x00\x00\xff\xfe.",  # invalid UTF-8
+        b"\x80\x04\x8c\x02\xc3(\x94.",
+        b"c\xc3\xa9\nx\n.",  # non-ASCII GLOBAL
+        b"cos\\\nsystem\n.",  # dangling escape
+        b"\x80\x02q\x00.",  # BINPUT on an empty stack
+        b"(q\x00.",  # BINPUT on a mark
+        b"(r\x00\x00\x00\x00.",
+        b"(\x94.",
+        b"(2.",  # DUP on a mark
+        b"K\x01u.",  # SETITEMS without MARK
+        b"(t0.",  # POP of nothing
+        b"\x80\x05K\x01.K\x02.",  # trailing second pickle
+        b"T\xff\xff\xff\xff.",  # negative length
+        b"I1x\n.",
+        b"g7\n.",
+        b"",
+    ]
+
+
+def _zip_pickle(archive: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+
+
+@functools.cache
+def _corpus() -> list[bytes]:
+    """The valid and hostile pickles, their truncations and seeded random corruptions of them."""
+    rng = random.Random(1234)
+    whole = _pickles() + _hostile()
+    cut = [
+        data[:end]
+        for data in whole
+        for end in {1, 2, 3, 5, 9, 17, len(data) // 2, len(data) - 10, len(data) - 1}
+    ]
+    corrupt = []
+    for _ in range(1500):
+        data = bytearray(rng.choice(whole))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(data) + 1)
+            data[at:at] = bytes([rng.randrange(256)]) if rng.random() < 0.5 else b""
+            if data and rng.random() < 0.7:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        corrupt.append(bytes(data))
+    return whole + [c for c in cut if c] + corrupt
+
+
+def _malformed(scan: PickleScan) -> bool:
+    return bool(scan.problems) and scan.problems[-1].opcode == "malformed"
+
+
+def test_corpus_covers_every_opcode_and_both_outcomes() -> None:
+    seen = {op.name for data in _pickles() for op, _, _ in pickletools.genops(io.BytesIO(data))}
+    assert seen == {op.name for op in pickletools.opcodes}
+    outcomes = collections.Counter(_malformed(_reference(io.BytesIO(data), "t")) for data in _corpus())
+    assert outcomes[True] > 1000 and outcomes[False] > 200
+
+
+def test_replay_matches_the_pickletools_replay_on_every_corpus_pickle() -> None:
+    for data in _corpus():
+        stream = io.BytesIO(data)
+        expected = _reference(stream, "t")
+        fh = io.BytesIO(data)
+        assert scan_pickle(fh, "t") == expected, data
+        if not _malformed(expected):
+            assert fh.tell() == stream.tell(), data
+
+
+@pytest.mark.parametrize("first_read", [1, 5, 64, 1 << 16])
+def test_streams_match_the_pickletools_replay_at_every_read_size(
+    first_read: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pickle_scan, "_FIRST_READ", first_read)
+    rng, corpus = random.Random(first_read), _corpus()
+    for index in range(0, len(corpus), 3):
+        data = b"".join(rng.sample(corpus, 3)) + b"raw storage bytes"
+        expected, ends = _reference_stream(data, "s")
+        fh = io.BytesIO(data)
+        assert scan_stream(fh, "s", LEGACY_PICKLE_COUNT) == expected, (index, data)
+        if not _malformed(expected[-1]):
+            assert fh.tell() == ends[-1], (index, data)
+
+
+def test_legacy_files_are_scanned_in_chunks_like_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pickle_scan, "_FIRST_READ", 64)
+    path = tmp_path / "legacy.pt"
+    path.write_bytes(
+        torch_save_bytes({"w": torch.zeros(3), "names": [str(i) for i in range(2000)]}, legacy=True)
+    )
+    scans = scan_checkpoint(sniff(path))
+    assert scans == _reference_stream(path.read_bytes(), "legacy.pt")[0]
+    assert len(scans) == LEGACY_PICKLE_COUNT and not any(s.problems for s in scans)
