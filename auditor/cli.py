@@ -6,6 +6,7 @@ or an unsafe checkpoint; 2 tool or input error; 4 usage error.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -18,8 +19,10 @@ from rich.table import Table
 from auditor._version import __version__
 
 try:  # typer >= 0.20 vendors its own copy of click
+    from typer._click import core as _click_core
     from typer._click import exceptions as _click_exc
 except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import core as _click_core  # type: ignore[no-redef]
     from click import exceptions as _click_exc  # type: ignore[no-redef]
 from auditor.config import build_config, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
@@ -388,11 +391,17 @@ def _print_verdict(report: Report, written: list[Path]) -> None:
     _out.print("reports: " + ", ".join(str(p) for p in written))
 
 
+@functools.cache
+def _command() -> _click_core.Command:
+    """Build the click command from the typer app once per process (tens of ms for six commands)."""
+    return typer.main.get_command(app)
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code instead of exiting."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    command = typer.main.get_command(app)
+    command = _command()
     try:
         result = command.main(args=args, prog_name="auditor", standalone_mode=False)
     except typer.Exit as exc:
