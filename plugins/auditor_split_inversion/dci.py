@@ -59,9 +59,13 @@ def layer_loss(inverses: nn.ModuleList, fs: Sequence[torch.Tensor]) -> torch.Ten
 
 def dci_loss(blocks: Sequence[nn.Module], inverses: nn.ModuleList, fs: Sequence[torch.Tensor], k: int
              ) -> torch.Tensor:
-    """Return L_layer + L_img + L_cyc (Eqs. 1-3, mean-reduced ℓ1) for depth ``k`` given ``fs = [x, f_1, …]``."""
-    l_layer = (fs[k - 1] - inverses[k - 1](fs[k])).abs().mean()
-    xr = chain(inverses[:k], fs[k])
+    """Return L_layer + L_img + L_cyc (Eqs. 1-3, mean-reduced ℓ1) for depth ``k`` given ``fs = [x, f_1, …]``.
+
+    Module k's output serves both L_layer and the chain (one pass through it, not two).
+    """
+    inner = inverses[k - 1](fs[k])
+    l_layer = (fs[k - 1] - inner).abs().mean()
+    xr = chain(inverses[:k - 1], inner)
     l_img = (fs[0] - xr).abs().mean()
     l_cyc = sum((a - b).abs().mean() for a, b in zip(fs[1:k + 1], _feats(blocks, xr, k)))
     return l_layer + l_img + l_cyc

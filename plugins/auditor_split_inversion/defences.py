@@ -26,8 +26,9 @@ def add_noise(feature: torch.Tensor, sigma: float, kind: str, gen: torch.Generat
     scale = sigma * float(feature.std())
     if kind == "gaussian":
         noise = torch.randn(feature.shape, generator=gen)
-    else:
-        noise = torch.distributions.Laplace(0.0, 1.0 / 2 ** 0.5).sample(feature.shape)
+    else:  # unit-variance Laplace as the difference of two Exp(1) draws, both from ``gen`` (reproducible)
+        u = torch.rand((2, *feature.shape), generator=gen)
+        noise = (torch.log1p(-u[1]) - torch.log1p(-u[0])) / 2 ** 0.5
     return feature + scale * noise.to(feature.device)
 
 

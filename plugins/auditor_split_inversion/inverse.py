@@ -6,9 +6,12 @@ available, so the mirror rules are ours: per block we read its fx graph and coun
 resolution halvings and residual adds; a residual block becomes a residual block, each halving
 becomes nearest-neighbour upsampling + 3×3 conv (not a transposed conv: checkerboard artefacts,
 seed 001 §6.2 lesson 8) that halves the channels (never below the block's input channels), as
-the target doubles them when it halves the resolution; each further conv becomes a conv-BN-ReLU,
-and a flattening block (GAP/FC) a linear layer to a small map followed by upsampling. The last layer is a plain 3×3 conv (no
-activation), so it can produce images as well as signed features.
+the target doubles them when it halves the resolution; each further conv becomes a conv-BN-ReLU
+(at most two), and a flattening block (GAP/FC) a linear layer to a small map followed by
+upsampling. The last layer is an added plain 3×3 conv (no activation), so it can produce images
+as well as signed features; it does not stand in for one of the block's convs, so the inverse of
+a single stride-1 conv-BN-ReLU is conv-BN-ReLU + conv, not one linear conv (on the digits CNN's
+first split that lifted DCI from 21.3 to 24.9 dB at the same steps; docs/split-inversion.md).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def mirror(block: torch.fx.GraphModule, in_shape: tuple[int, ...], out_shape: tu
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c, width, 3, padding=1, bias=False),
                    nn.BatchNorm2d(width), nn.ReLU()]
         c = width
-    extra = max(0, int(info["convs"]) - halvings - 2 * int(info["residual"]) - 1)
+    extra = max(0, int(info["convs"]) - halvings - 2 * int(info["residual"]))
     for _ in range(min(extra, 2)):
         layers += [nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()]
     layers.append(nn.Upsample(size=tuple(in_shape[1:]), mode="nearest"))
