@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
+from torch.fx.passes.shape_prop import TensorMetadata
 
 META = torch.device("meta")
 
@@ -149,6 +149,15 @@ def _rule(module: nn.Module) -> Callable[..., Any] | None:
     return RULES.get(cls) or NAMED_RULES.get(f"{cls.__module__}.{cls.__qualname__}")
 
 
+def _metadata(t: torch.Tensor) -> TensorMetadata:
+    """What ``ShapeProp`` records for a dense tensor, read from its layout alone."""
+    memory_format = next((f for f in _FORMATS if t.is_contiguous(memory_format=f)), None)
+    return TensorMetadata(t.shape, t.dtype, t.requires_grad, t.stride(), memory_format, False, {})
+
+
+_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+
+
 def rules_cover(gm: torch.fx.GraphModule) -> bool:
     """Tell whether every leaf module of ``gm`` has a rule or holds no tensors at all."""
     return all(_covered(gm.get_submodule(n.target)) for n in gm.graph.nodes if n.op == "call_module")
@@ -160,8 +169,33 @@ def _covered(module: nn.Module) -> bool:
     return next(module.parameters(), None) is None and next(module.buffers(), None) is None
 
 
-class MetaRuleProp(ShapeProp):
-    """:class:`ShapeProp` on meta tensors, with :data:`RULES` for leaf modules that hold weights."""
+class MetaRuleProp(torch.fx.Interpreter):
+    """Run the graph on meta tensors, with :data:`RULES` for leaf modules that hold weights.
+
+    Records ``tensor_meta`` like :class:`ShapeProp` (shape, dtype, strides, memory format) without
+    its per-node fake-mode bookkeeping, and lets errors propagate without printing them.
+    """
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        found = False
+
+        def record(obj: Any) -> Any:
+            nonlocal found
+            if isinstance(obj, torch.Tensor):
+                found = True
+                return _metadata(obj)
+            return obj
+
+        meta = torch.fx.node.map_aggregate(result, record)
+        if found:
+            n.meta["tensor_meta"] = meta
+        n.meta["type"] = type(result)
+        return result
+
+    def propagate(self, *args: Any) -> Any:
+        """Run the graph on ``args`` (meta tensors), recording every node's ``tensor_meta``."""
+        return self.run(*args)
 
     def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
         value = super().get_attr(target, args, kwargs)
