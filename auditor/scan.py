@@ -100,7 +100,7 @@ def scan(
     shape, source = _input_shape(config, loaded)
     recorded = [shape.length] if isinstance(shape, TokenSpec) else list(shape)
     info = info.model_copy(update={"input_shape": recorded, "input_shape_source": source})
-    model = loaded.model.to(device)
+    model = loaded.model if device.type == "cpu" else loaded.model.to(device)  # loaded on the CPU
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
     profile = profile_model(model, shape)
