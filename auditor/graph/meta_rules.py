@@ -158,9 +158,9 @@ def _metadata(t: torch.Tensor) -> TensorMetadata:
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
 
 
-def rules_cover(gm: torch.fx.GraphModule) -> bool:
-    """Tell whether every leaf module of ``gm`` has a rule or holds no tensors at all."""
-    return all(_covered(gm.get_submodule(n.target)) for n in gm.graph.nodes if n.op == "call_module")
+def rules_cover(root: nn.Module, graph: torch.fx.Graph) -> bool:
+    """Tell whether every leaf module that ``graph`` (traced from ``root``) calls has a rule or holds no tensors."""
+    return all(_covered(root.get_submodule(str(n.target))) for n in graph.nodes if n.op == "call_module")
 
 
 def _covered(module: nn.Module) -> bool:

@@ -65,18 +65,26 @@ class ShapePropagation:
     reason: str = ""
 
 
-def propagate_shapes(gm: torch.fx.GraphModule, example: torch.Tensor) -> ShapePropagation:
-    """Fill ``tensor_meta`` on every node of ``gm`` for ``example``, skipping the heavy arithmetic.
+def propagate_shapes(
+    gm: torch.nn.Module, example: torch.Tensor, *, graph: torch.fx.Graph | None = None
+) -> ShapePropagation:
+    """Fill ``tensor_meta`` on every node of ``gm``'s graph for ``example``, skipping the heavy arithmetic.
+
+    ``gm`` is a GraphModule, or the traced module itself with its ``graph`` (the meta pass needs
+    no generated code; the other passes build a GraphModule only when they run).
 
     Raises:
         Exception: whatever the real forward pass raises when the model does not run on ``example``.
     """
-    if rules_cover(gm):
+    graph = graph if graph is not None else gm.graph
+    if rules_cover(gm, graph):
         try:
-            MetaRuleProp(gm).propagate(example.to("meta"))
+            MetaRuleProp(gm, graph=graph).propagate(example.to("meta"))
             return ShapePropagation("meta")
         except Exception as exc:  # noqa: BLE001 - any failure means: try the next, more literal pass
             log.debug("the meta pass stopped (%s); running the real cheap ops", _reason(exc))
+    if not (isinstance(gm, torch.fx.GraphModule) and gm.graph is graph):
+        gm = torch.fx.GraphModule(gm, graph)
     try:
         with mha_fastpath_disabled(), _HeavyOpsOnMeta():
             _ShapeOnlyProp(gm).propagate(example.clone())

@@ -144,13 +144,12 @@ def _module_of(node: torch.fx.Node) -> tuple[str, str]:
 def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph:
     """Build the normalised graph from ``torch.fx`` symbolic tracing and shape propagation."""
     graph = _Tracer().trace(model)
-    gm = torch.fx.GraphModule(model, graph)
-    propagate_shapes(gm, example)
-    modules = dict(gm.named_modules())
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    propagate_shapes(model, example, graph=graph)
+    modules = dict(model.named_modules())
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     nodes: list[df.NodeInfo] = []
     index: dict[torch.fx.Node, int] = {}
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         info = df.NodeInfo(idx=len(nodes), name=node.name, kind=df.OTHER)
         info.module, info.module_class = _module_of(node)
         meta = node.meta.get("tensor_meta")
@@ -161,7 +160,7 @@ def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph
             info.kind = df.OUTPUT
         elif node.op == "get_attr":
             info.kind = df.PARAM
-            value = _resolve_attr(gm, str(node.target))
+            value = _resolve_attr(model, str(node.target))
             info.attrs = {"target": str(node.target), "learnable": isinstance(value, torch.nn.Parameter)}
             info.shape = df.tensor_shape(value)
         elif node.op == "call_module":
