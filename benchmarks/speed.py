@@ -4,8 +4,8 @@ Floor: ``torch.load`` of the file plus ``torch.fx.symbolic_trace`` of the loaded
 any fx-based profiler must do. Both run **in one process, after one warm-up run of each**, on
 the same pickled-module checkpoint (``torch.save(model)``, random init); the scan goes through
 the CLI entry point (``auditor.cli.run_cli``), so it includes the static pickle check, the safe
-``weights_only`` load, tracing, shape propagation at 3x224x224, the detectors, the plugin and
-writing JSON + HTML. The floor, the scan and a second floor (the floor plus one forward pass)
+load (the allowlist-gated C unpickler), the sha256, tracing, shape propagation at 3x224x224, the
+detectors, the plugin and writing JSON + HTML. The floor, the scan and a second floor (the floor plus one forward pass)
 run interleaved, one thread (``--threads``), and each timing is the median of ``--repeat`` runs.
 
 Run: ``python benchmarks/speed.py [--repeat 5] [--profile resnet50] [--breakdown]`` (prints a
@@ -37,7 +37,7 @@ MODELS = ("resnet50", "vit_b_16")
 PHASES = {
     "pickle check": ("auditor.load.loaders", "scan_checkpoint"),
     "sha256 (worker thread)": ("auditor.load.loaders", "sha256_file"),
-    "safe load (weights_only, mmap)": ("auditor.load.loaders", "_materialise"),
+    "safe load (gated unpickler, mmap)": ("auditor.load.loaders", "_materialise"),
     "fx trace": ("auditor.graph.trace:_Tracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
