@@ -25,6 +25,7 @@ from auditor.plugin.images import (
     lpips_status as lpips_status,
     png_base64 as png_base64,
 )
+from auditor.errors import UnsplittableModel as UnsplittableModel
 from auditor.graph.split import (
     find_split as find_split,
     split_model as split_model,
@@ -55,6 +56,7 @@ __all__ = [
     "Rule",
     "RunContext",
     "Severity",
+    "UnsplittableModel",
     "default_probe_images",
     "load_image",
     "find_split",

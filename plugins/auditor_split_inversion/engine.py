@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, find_split, lpips_distances, lpips_status, split_segments
+from auditor.plugin import (
+    ArchitectureProfile,
+    PluginSkipped,
+    UnsplittableModel,
+    find_split,
+    lpips_distances,
+    lpips_status,
+    split_model,
+    split_segments,
+)
 from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
@@ -41,14 +51,41 @@ def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_sp
         if len(p.shape) == 4:
             last_per_res[tuple(p.shape[2:])] = p
     chosen = [p for p in points if p in last_per_res.values()]
+    note = "the last split point at each spatial resolution plus the logits"
+    token_shapes = Counter(tuple(p.shape) for p in points if len(p.shape) == 3)
+    tokens = [p for p in points if token_shapes and tuple(p.shape) == token_shapes.most_common(1)[0][0]]
+    if len(last_per_res) <= 1 and len(tokens) > 1:  # a token model: a patchify stem, then (B, N, D) features
+        chosen = _evenly(tokens, (max_splits or len(tokens) + 1) - 1)
+        note = "evenly spaced token (B×N×D) split points plus the logits (a token model)"
     if points and len(points[-1].shape) == 2 and points[-1] not in chosen:
         chosen.append(points[-1])
-    note = "the last split point at each spatial resolution plus the logits"
     if max_splits is not None and len(chosen) > max_splits:
         idx = sorted({round(i * (len(chosen) - 1) / (max_splits - 1)) for i in range(max_splits)})
         chosen = [chosen[i] for i in idx]
         note += f", thinned evenly to {max_splits} (budget preset)"
     return chosen, note
+
+
+def _evenly(items: list, count: int) -> list:
+    """Return ``count`` items spread evenly from the first to the last (all of them when fewer)."""
+    if count >= len(items):
+        return list(items)
+    if count <= 1:
+        return items[-1:] if count == 1 else []
+    return [items[i] for i in sorted({round(i * (len(items) - 1) / (count - 1)) for i in range(count)})]
+
+
+def cuttable(model: nn.Module, splits: list, example: torch.Tensor) -> tuple[list, list[str]]:
+    """Keep the split points the model can be cut at; return them and a note per point dropped."""
+    kept, notes = [], []
+    for p in splits:
+        try:
+            split_model(model, p.id, example=example)
+        except UnsplittableModel as exc:
+            notes.append(f"split point {p.id!r} skipped: {exc}")
+        else:
+            kept.append(p)
+    return kept, notes
 
 
 class Normalize(nn.Module):
@@ -108,7 +145,11 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     torch.manual_seed(seed)
     model = model.to(device).eval().requires_grad_(False)
     splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
-    pieces = split_segments(model, [p.id for p in splits])
+    example = inputs.probes[:1].to(device)
+    splits, dropped = cuttable(model, splits, example)
+    if not splits:
+        raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped))
+    pieces = split_segments(model, [p.id for p in splits], example=example)
     norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
     if norm is not None:
         pieces[0] = nn.Sequential(norm, pieces[0])
@@ -116,10 +157,14 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     blocks, server = pieces[:-1], pieces[-1]
     shape = tuple(profile.input_shape)
     probes = inputs.probes.to(device)
-    out: dict = {"splits": splits, "split_note": split_note, "notes": [], "records": {}}
+    out: dict = {"splits": splits, "split_note": split_note, "notes": dropped, "records": {}}
 
     train_sets: dict[str, torch.Tensor] = {}
-    if "dci" in cfg.attacks:
+    tokens = [p.id for p in splits[:-1] if len(p.shape) != 4] if len(splits) > 1 else []
+    if "dci" in cfg.attacks and tokens:
+        out["notes"].append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
+                            f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
+    elif "dci" in cfg.attacks:
         has_bn = bool(bn_layers(model))
         if has_bn or inputs.aux is None:
             clock.stage(SHARES["synth"])

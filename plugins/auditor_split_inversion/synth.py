@@ -49,7 +49,8 @@ def synthesize(
     at least 32 pixels. On 8×8 digits the 1-pixel roll wrapped strokes onto the border (the
     synthetic set's border columns averaged 0.24 against 0.0 for real digits) and dropping it
     raised DCI's PSNR at every split (docs/split-inversion.md); larger inputs keep it (not
-    re-measured). ``tick()`` is called every step; when it returns False the current batch stops
+    re-measured). A model that takes only its own input size (a ViT's position table) gets no
+    half-resolution steps. ``tick()`` is called every step; when it returns False the current batch stops
     early and no further batches start (the record says how many steps and images were made).
     """
     gen = torch.Generator().manual_seed(seed)
@@ -66,7 +67,7 @@ def synthesize(
     images, done_steps, stopped = [], [], False
     large = min(shape[-2:]) >= 32
     shift = min(shape[-2:]) // 8 if large else 0
-    low_steps = int(low_res_share * steps) if large else 0
+    low_steps = int(low_res_share * steps) if large and _runs_at_half_size(model, shape, device) else 0
     try:
         while sum(len(b) for b in images) < n and not stopped:
             size = min(batch, n - sum(len(b) for b in images))
@@ -113,7 +114,10 @@ def synthesize(
     record = {
         "source": "bn-statistics" if bns else "image-prior-only",
         "bn_layers": len(bns), "images": len(out), "images_planned": n,
-        "steps_per_batch": done_steps, "steps_planned": steps, "half_resolution_steps": low_steps, "batch": batch, "cross_entropy": use_ce,
+        "steps_per_batch": done_steps, "steps_planned": steps, "half_resolution_steps": low_steps,
+        "half_resolution": "on" if low_steps else ("off (< 32 px)" if not large else "off (the model takes only its "
+                                                   "input size)"),
+        "batch": batch, "cross_entropy": use_ce,
         "priors": f"TV-l2 1e-4, l2 1e-5, jitter {f'±{shift} px' if shift else 'off (< 32 px)'}, flip, first BN x10",
         "optimiser": "Adam lr 0.1 cosine",
     }
@@ -125,3 +129,13 @@ def _tv_l2(x: torch.Tensor) -> torch.Tensor:
     dh = (x[..., 1:, :] - x[..., :-1, :]).pow(2).mean()
     dw = (x[..., :, 1:] - x[..., :, :-1]).pow(2).mean()
     return dh + dw
+
+
+def _runs_at_half_size(model: torch.nn.Module, shape: tuple[int, ...], device: torch.device) -> bool:
+    """Tell whether the model accepts a 2×2-pooled input (fixed-size models assert their image size)."""
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, shape[0], shape[1] // 2, shape[2] // 2), device=device))
+    except Exception:  # noqa: BLE001 - any failure means: this model only takes its own size
+        return False
+    return True

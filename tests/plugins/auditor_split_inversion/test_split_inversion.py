@@ -215,3 +215,26 @@ def test_split_noise_is_seeded_and_has_the_asked_scale(kind: str) -> None:
     noise = first - feature
     assert abs(float(noise.std()) / (0.5 * float(feature.std())) - 1) < 0.05
     assert abs(float(noise.mean())) < 0.05
+
+
+def test_a_vit_is_attacked_at_token_split_points() -> None:
+    """Token models: evenly spaced B×N×D split points plus the logits, each cut for real; rMLE runs on them
+    (DCI's inverse modules mirror conv blocks and say so), and a point that cannot be cut is skipped with a note."""
+    import torchvision
+
+    torch.manual_seed(0)
+    vit = torchvision.models.vision_transformer.VisionTransformer(
+        image_size=16, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4).eval()
+    profile = profile_model(vit, (3, 16, 16))
+    chosen, note = choose_splits(profile, None, 4)
+    assert "token" in note and len(chosen) == 4
+    assert all(len(p.shape) == 3 for p in chosen[:-1]) and len(chosen[-1].shape) == 2
+    cfg = SplitInversionConfig(noise_sigmas=[], splits=["conv_proj", chosen[0].id, chosen[1].id])
+    budget = dataclasses.replace(BUDGETS["fast"], rmle_steps=5, n_probes=3)
+    inputs = Inputs(probes=torch.rand(3, 3, 16, 16), probe_labels=None, probe_source="random")
+    clock = Clock(None, lambda: None, lambda: None)
+    res = audit(vit, profile, inputs, cfg, budget, seed=0, device=torch.device("cpu"), clock=clock)
+    assert [r["split"] for r in res["rows"]] == [chosen[0].id, chosen[1].id]
+    assert any("'conv_proj' skipped" in n for n in res["notes"])
+    assert any(n.startswith("DCI not run") for n in res["notes"]) and "synthesis" not in res["records"]
+    assert all(list(r["attacks"]) == ["rmle"] and r["attacks"]["rmle"]["psnr_mean"] > 0 for r in res["rows"])
