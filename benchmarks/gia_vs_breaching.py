@@ -24,10 +24,10 @@ import time
 import torch
 import torchvision
 from auditor_gradient_inversion.attacks.ig import IGSettings, invert
-from auditor_gradient_inversion.metrics import image_metrics, summarise
+from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle
 
-from auditor.plugin import default_probe_images
+from auditor.plugin import default_probe_images, image_scores
 
 
 def _model() -> torch.nn.Module:
@@ -123,7 +123,7 @@ def main() -> None:
         wall, cpu = time.monotonic(), time.process_time()
         rec = fn(images, labels, args.iters, args.tv)
         wall, cpu = time.monotonic() - wall, time.process_time() - cpu
-        rows = [image_metrics(images[i], rec[i].clamp(0, 1)) for i in range(args.images)]
+        rows = [image_scores(images[i], rec[i].clamp(0, 1), "minmax") for i in range(args.images)]
         stats = summarise(rows)
         print(
             json.dumps(

@@ -20,7 +20,10 @@ from auditor.data import (
     load_image as load_image,
 )
 from auditor.plugin.images import (
+    PSNR_CAP_DB as PSNR_CAP_DB,
+    Scaling as Scaling,
     image_grid as image_grid,
+    image_scores as image_scores,
     lpips_distances as lpips_distances,
     lpips_status as lpips_status,
     png_base64 as png_base64,
@@ -41,6 +44,7 @@ from auditor.report.model import (
 
 __all__ = [
     "PLUGIN_API_VERSION",
+    "PSNR_CAP_DB",
     "Applicability",
     "ArchitectureProfile",
     "Artifact",
@@ -55,12 +59,14 @@ __all__ = [
     "Requirements",
     "Rule",
     "RunContext",
+    "Scaling",
     "Severity",
     "UnsplittableModel",
     "default_probe_images",
     "load_image",
     "find_split",
     "image_grid",
+    "image_scores",
     "lpips_distances",
     "lpips_status",
     "png_base64",

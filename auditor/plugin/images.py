@@ -1,4 +1,5 @@
-"""Image helpers for attack plugins: a labelled PNG grid, base64 PNG text, and LPIPS when it can run offline.
+"""Image helpers for attack plugins: reconstruction scores, a labelled PNG grid, base64 PNG text, and
+LPIPS when it can run offline.
 
 PIL and lpips are imported inside the functions, so that plugin discovery (every scan) stays cheap.
 """
@@ -10,13 +11,19 @@ import importlib.util
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
     from PIL import Image
+
+#: A perfect reconstruction (MSE 0) scores this PSNR, not inf, so that it counts in a mean.
+PSNR_CAP_DB = 100.0
+#: How images are brought to [0, 1] before scoring: clamped, min-max scaled per image (seed 004 §4.1's
+#: "scaled" metrics), or used as they are.
+Scaling = Literal["clamp", "minmax", "none"]
 
 #: torchvision's AlexNet weights, the backbone lpips loads through torch.hub (never downloaded here).
 LPIPS_WEIGHTS = "alexnet-owt-7be5be79.pth"
@@ -70,3 +77,31 @@ def lpips_distances(original: torch.Tensor, recon: torch.Tensor) -> list[float]:
         a, b = a.expand(-1, 3, -1, -1), b.expand(-1, 3, -1, -1)
     with torch.no_grad():
         return [float(v) for v in net(a, b).flatten()]
+
+
+def image_scores(original: torch.Tensor, recon: torch.Tensor, scaling: Scaling = "clamp") -> dict[str, float]:
+    """Return MSE, PSNR (dB, 10·log10(1/MSE), capped at :data:`PSNR_CAP_DB`) and SSIM of one (C, H, W) image.
+
+    SSIM is :func:`skimage.metrics.structural_similarity` with ``data_range=1``, a 7×7 window (or
+    the largest odd one that fits) and channels averaged; both images are first brought to [0, 1]
+    by ``scaling``.
+    """
+    from skimage.metrics import structural_similarity  # not at plugin discovery
+
+    a = _to_unit(original.detach().cpu().double().numpy(), scaling)
+    b = _to_unit(recon.detach().cpu().double().numpy(), scaling)
+    mse = float(np.mean((a - b) ** 2))
+    psnr = PSNR_CAP_DB if mse <= 1e-10 else min(PSNR_CAP_DB, 10 * float(np.log10(1.0 / mse)))
+    side = min(a.shape[-2:])
+    win = min(7, side if side % 2 else side - 1)
+    ssim = float(structural_similarity(a, b, data_range=1.0, win_size=win, channel_axis=0))
+    return {"mse": mse, "psnr": psnr, "ssim": ssim}
+
+
+def _to_unit(img: np.ndarray, scaling: Scaling) -> np.ndarray:
+    if scaling == "clamp":
+        return np.clip(img, 0.0, 1.0)
+    if scaling == "minmax":
+        lo, hi = img.min(), img.max()
+        return 1 - (hi - img) / (hi - lo + 1e-5)
+    return img

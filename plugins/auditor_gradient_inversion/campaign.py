@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
+from auditor.plugin import Scaling, image_scores
 from auditor_gradient_inversion.attacks.analytic import recover_labels
 from auditor_gradient_inversion.attacks.dlg import dlg
 from auditor_gradient_inversion.attacks.ig import IGSettings, invert
-from auditor_gradient_inversion.metrics import image_metrics, summarise
+from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes
 
 
@@ -36,7 +37,7 @@ class Campaign:
     head: str | None
     num_classes: int
     settings: dict[str, Any]
-    scaling: str = "minmax"
+    scaling: Scaling = "minmax"
     check_budget: Callable[[], None] = lambda: None
     rows: list[dict[str, Any]] = field(default_factory=list)
     recons: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -168,7 +169,7 @@ class Campaign:
 
         scores: list[dict[str, float]] = []
         for orig, rec in zip(pix.cpu(), recon.cpu()):
-            table = [[image_metrics(o, r, self.scaling) for r in rec] for o in orig]
+            table = [[image_scores(o, r, self.scaling) for r in rec] for o in orig]
             rows, cols = linear_sum_assignment([[-m["ssim"] for m in line] for line in table])
             scores.extend(table[i][j] for i, j in zip(rows, cols))
         return scores

@@ -26,6 +26,7 @@ from auditor.plugin import (
     RunContext,
     default_probe_images,
     image_grid,
+    image_scores,
     lpips_distances,
     lpips_status,
     png_base64,
@@ -35,7 +36,7 @@ from auditor_gradient_inversion.attacks.analytic import fc_input, patch_embeddin
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import NORMALISATIONS, GradientInversionConfig
 from auditor_gradient_inversion.groups import last_linear, parameter_groups
-from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_metrics
+from auditor_gradient_inversion.metrics import SUCCESS_SSIM
 from auditor_gradient_inversion.oracle import GradientOracle
 from auditor_gradient_inversion.stochastic import split_parameters
 
@@ -229,7 +230,7 @@ def _analytic(camp: Campaign, profile: ArchitectureProfile) -> list:
         grid = (x.shape[-2] // kernel, x.shape[-1] // kernel)
         rec = patch_embedding_inputs(grads[f"{stem.module}.weight"], grads[pos.param], kernel, grid)
         pixels = camp.to_pixels(rec)
-        m = image_metrics(image[:, : pixels.shape[1], : pixels.shape[2]], pixels, "none")
+        m = image_scores(image[:, : pixels.shape[1], : pixels.shape[2]], pixels, "none")
         if m["psnr"] >= 40:
             out.append(
                 R.POSEMB.finding(

@@ -10,28 +10,19 @@ feature-matching reconstructions by construction).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
+from auditor.plugin import image_scores
+
 
 def per_image(original: torch.Tensor, recon: torch.Tensor) -> dict[str, list[float]]:
-    """Return per-image PSNR (dB, capped at 100) and SSIM of ``recon`` against ``original``."""
-    from skimage.metrics import structural_similarity
-
-    a = original.detach().cpu().clamp(0, 1).numpy().astype(np.float64)
-    b = recon.detach().cpu().clamp(0, 1).numpy().astype(np.float64)
-    side = min(a.shape[-2:])
-    win = min(7, side if side % 2 else side - 1)
-    psnr, ssim = [], []
-    for x, y in zip(a, b):
-        mse = float(np.mean((x - y) ** 2))
-        psnr.append(100.0 if mse <= 1e-10 else min(100.0, 10 * math.log10(1.0 / mse)))
-        ssim.append(float(structural_similarity(x, y, data_range=1.0, win_size=win, channel_axis=0)))
-    return {"psnr": psnr, "ssim": ssim}
+    """Return per-image PSNR (dB, capped at 100) and SSIM of ``recon`` against ``original``, both clamped to [0, 1]."""
+    scores = [image_scores(x, y, "clamp") for x, y in zip(original, recon)]
+    return {"psnr": [s["psnr"] for s in scores], "ssim": [s["ssim"] for s in scores]}
 
 
 def summarise(values: dict[str, list[float]]) -> dict[str, float]:

@@ -140,9 +140,11 @@ def test_dlg_and_idlg_invert_a_small_mlp(idlg: bool) -> None:
 
 
 def test_a_perfect_reconstruction_counts_in_the_psnr_mean() -> None:
-    from auditor_gradient_inversion.metrics import PSNR_CAP_DB, image_metrics, summarise
+    from auditor_gradient_inversion.metrics import summarise
+
+    from auditor.plugin import PSNR_CAP_DB, image_scores
 
     x = default_probe_images((3, 16, 16), 2)[0]  # (images, names)
-    exact, noisy = image_metrics(x[0], x[0]), image_metrics(x[1], (x[1] + 0.1).clamp(0, 1))
+    exact, noisy = image_scores(x[0], x[0], "minmax"), image_scores(x[1], (x[1] + 0.1).clamp(0, 1), "minmax")
     assert exact["psnr"] == PSNR_CAP_DB and exact["ssim"] == pytest.approx(1.0)
     assert summarise([exact, noisy])["psnr_mean"] == pytest.approx((PSNR_CAP_DB + noisy["psnr"]) / 2)

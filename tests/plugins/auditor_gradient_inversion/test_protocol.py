@@ -11,11 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 from auditor_gradient_inversion.attacks.ig import IGSettings, invert
-from auditor_gradient_inversion.metrics import image_metrics
 from auditor_gradient_inversion.oracle import GradientOracle, noise_shapes
 from auditor_gradient_inversion.stochastic import split_parameters
 
-from auditor.plugin import default_probe_images
+from auditor.plugin import default_probe_images, image_scores
 from tests.plugins.auditor_gradient_inversion import _models as M
 
 MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
@@ -49,7 +48,7 @@ def protocol_attack(model: torch.nn.Module, attack: str, n_images: int = N_IMAGE
         noise_shapes=shapes if attack == "joint" else None,
     )
     recon = (res.x[:, 0] * STD + MEAN).clamp(0, 1)
-    return [image_metrics(images[i], recon[i])["ssim"] for i in range(n_images)]
+    return [image_scores(images[i], recon[i], "minmax")["ssim"] for i in range(n_images)]
 
 
 def _mean(values: list[float]) -> float:
