@@ -22,7 +22,7 @@ from auditor.plugin import (
 from auditor_membership_inference import attacks
 from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.metrics import resolution_warnings, roc_png, summarise
-from auditor_membership_inference.references import logits, train_references, views
+from auditor_membership_inference.references import logits, train_references, view_logits
 from auditor_membership_inference.rules import AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, RULES
 
 _HOW = {
@@ -157,8 +157,12 @@ class MembershipInferencePlugin:
             tick=ctx.check_budget,
         )
         n = len(x)
+        ref_pool = []  # each reference's logits on the whole pool, queried once
+        for ref in refs:
+            ctx.check_budget()
+            ref_pool.append(logits(ref, pool_x, ctx.device))
         # Shadow model = reference 0: its in/out split of the pool is known to the attacker.
-        shadow_logits = logits(refs[0], pool_x, ctx.device)
+        shadow_logits = ref_pool[0]
         shadow_in = keep[0]
         for name, shadow_score in attacks.metric_scores(shadow_logits, pool_y).items():
             thr = attacks.classwise_thresholds(shadow_score, pool_y.numpy(), shadow_in, n_classes)
@@ -172,25 +176,16 @@ class MembershipInferencePlugin:
             "MLP (64-64) on softmax + correctness bit, trained on reference model 0's in/out "
             "split (the paper's network-based attack)"
         )
+        names = cfg.query_augmentations
         target_phi = np.stack(
-            [
-                attacks.lira_phi(logits(ctx.model, v, ctx.device), y)
-                for v in views(x, cfg.query_augmentations)
-            ],
-            axis=1,
+            [attacks.lira_phi(z, y) for z in view_logits(ctx.model, x, names, ctx.device, target_logits)], axis=1
         )
         ref_phi = []
-        for ref in refs:
+        for ref, pool_logits in zip(refs, ref_pool):
             ctx.check_budget()
-            ref_phi.append(
-                np.stack(
-                    [
-                        attacks.lira_phi(logits(ref, v, ctx.device), y)
-                        for v in views(x, cfg.query_augmentations)
-                    ],
-                    axis=1,
-                )
-            )
+            ref_phi.append(np.stack(
+                [attacks.lira_phi(z, y) for z in view_logits(ref, x, names, ctx.device, pool_logits[:n])], axis=1
+            ))
         pooled = cfg.global_variance == "always" or (cfg.global_variance == "auto" and k < 64)
         online, offline = attacks.lira(target_phi, np.stack(ref_phi), keep[:, :n], pooled=pooled)
         variance = "global (pooled median) variance" if pooled else "per-sample variance"
@@ -208,7 +203,7 @@ class MembershipInferencePlugin:
         if public is not None:
             pop_y = pool_y[n:]
             pop_target = torch.softmax(logits(ctx.model, pool_x[n:], ctx.device), 1)
-            ref_probs = [torch.softmax(logits(ref, pool_x, ctx.device), 1) for ref in refs]
+            ref_probs = [torch.softmax(z, 1) for z in ref_pool]
             scores["rmia"] = attacks.rmia(
                 torch.softmax(target_logits, 1).gather(1, y[:, None]).squeeze(1).numpy(),
                 np.stack([p[:n].gather(1, y[:, None]).squeeze(1).numpy() for p in ref_probs]),

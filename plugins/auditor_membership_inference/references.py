@@ -158,6 +158,13 @@ def views(x: torch.Tensor, names: Sequence[str]) -> list[torch.Tensor]:
     return out
 
 
+def view_logits(model: nn.Module, x: torch.Tensor, names: Sequence[str], device: torch.device,
+                identity: torch.Tensor) -> list[torch.Tensor]:
+    """Return the model's logits on each query view of ``x``, reusing ``identity`` (its logits on ``x``) for the identity."""
+    return [identity if name not in ("hflip", "shift") else logits(model, v, device)
+            for name, v in zip(names, views(x, names))]
+
+
 @torch.no_grad()
 def logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch: int = 256) -> torch.Tensor:
     """Return the model's logits on ``x`` (CPU, float64), batched on ``device``."""

@@ -12,7 +12,7 @@ from torch import nn
 from auditor.plugin import PluginSkipped
 from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
-from auditor_membership_inference.references import fresh_copy
+from auditor_membership_inference.references import fresh_copy, view_logits
 from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
 
 ORDER = np.random.default_rng(0).permutation(1797)
@@ -100,3 +100,14 @@ def test_reference_models_share_no_trained_values_with_the_target() -> None:
     assert not torch.equal(clone.pos, target.pos) and not torch.equal(clone.fc.weight, target.fc.weight)
     again, _ = fresh_copy(target, seed=3)
     assert torch.equal(again.pos, clone.pos) and torch.equal(again.fc.weight, clone.fc.weight)
+
+
+def test_the_identity_view_reuses_the_logits_already_computed() -> None:
+    calls = []
+    net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    net.register_forward_hook(lambda _m, inp, _out: calls.append(len(inp[0])))
+    x = torch.rand(5, 3, 2, 2)
+    identity = torch.zeros(5, 3)
+    got = view_logits(net, x, ["none", "hflip"], torch.device("cpu"), identity)
+    assert got[0] is identity and calls == [5]
+    assert torch.allclose(got[1], net(torch.flip(x, dims=(-1,))).double())
