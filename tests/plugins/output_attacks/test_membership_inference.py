@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
-from auditor.plugin import PluginSkipped
 from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 from auditor_membership_inference.references import fresh_copy, view_logits
+from torch import nn
+
+from auditor.plugin import PluginSkipped
 from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
 
 ORDER = np.random.default_rng(0).permutation(1797)
