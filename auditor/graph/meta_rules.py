@@ -111,9 +111,12 @@ def _multihead_attention(m: nn.Module, *args: object, **kwargs: object) -> tuple
     mha: nn.MultiheadAttention = m  # type: ignore[assignment]
     call = _MHA_SIGNATURE.bind(mha, *args, **kwargs)
     call.apply_defaults()
-    query, key = _meta(call.arguments["query"]), call.arguments["key"]
-    if query.dim() != 3 or not isinstance(key, torch.Tensor) or key.dim() != 3 or query.shape[-1] != mha.embed_dim:
-        raise NoRule("unbatched or unexpected attention inputs")
+    query, key, value = _meta(call.arguments["query"]), call.arguments["key"], call.arguments["value"]
+    if query.dim() != 3 or not all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in (key, value)):
+        raise NoRule("unbatched attention inputs")
+    if (query.shape[-1], key.shape[-1], value.shape[-1]) != (mha.embed_dim, mha.kdim, mha.vdim):
+        raise RuntimeError(f"MultiheadAttention({mha.embed_dim}, kdim={mha.kdim}, vdim={mha.vdim}): query, key and "
+                           f"value of shapes {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
     batch, length = (0, 1) if mha.batch_first else (1, 0)
     n, tgt, src = query.shape[batch], query.shape[length], key.shape[length]
     out = torch.empty(tgt, n, mha.embed_dim, dtype=query.dtype, device=META)

@@ -127,6 +127,17 @@ def test_convolution_rules_match_the_real_layers(layers: list[nn.Module], exampl
     assert _compare(nn.Sequential(*layers), example) == "meta"
 
 
+class _Attend(nn.Module):
+    """Self-attention of width 16, to be fed a width the layer refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
 class _Weights(nn.Module):
     """Attention weights returned (averaged or per head), sequence-first, cross-attention lengths."""
 
@@ -154,12 +165,14 @@ def test_attention_weights_layouts_match(average: bool) -> None:
         (nn.BatchNorm2d(3), torch.rand(1, 3, 5)),
         (nn.GroupNorm(2, 4), torch.rand(1, 6, 5)),
         (nn.Conv2d(3, 4, 7), torch.rand(1, 3, 5, 5)),
+        (_Attend(), torch.rand(2, 5, 12)),
     ],
-    ids=["linear-features", "layernorm-shape", "batchnorm-channels", "batchnorm-dims", "groupnorm", "conv-kernel"],
+    ids=["linear-features", "layernorm-shape", "batchnorm-channels", "batchnorm-dims", "groupnorm", "conv-kernel",
+         "attention-width"],
 )
 def test_a_layer_rule_refuses_what_the_layer_refuses(layer: nn.Module, example: torch.Tensor) -> None:
     gm = torch.fx.GraphModule(nn.Sequential(layer).eval(), _Tracer().trace(nn.Sequential(layer).eval()))
-    with torch.no_grad(), pytest.raises((RuntimeError, ValueError)):
+    with torch.no_grad(), pytest.raises((RuntimeError, ValueError, AssertionError)):
         propagate_shapes(gm, example)
 
 
