@@ -102,7 +102,7 @@ class _MaskOnInput(nn.Module):
         return self.conv(x).flatten()[: picked.numel()]
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "densenet121"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "densenet121", "convnext_tiny"])
 def test_torchvision_cnns_match_the_real_forward(name: str) -> None:
     model = torchvision.models.get_model(name, weights=None)
     assert _compare(model, torch.rand(1, 3, 64, 64)) == "meta"
@@ -176,7 +176,20 @@ def test_a_layer_rule_refuses_what_the_layer_refuses(layer: nn.Module, example: 
         propagate_shapes(gm, example)
 
 
-def test_subclasses_and_non_contiguous_inputs_take_the_next_pass() -> None:
+class _ChannelsLastBlock(nn.Module):
+    """A ConvNeXt-style block: a permuted (channels-last strided) tensor feeds a conv and norms."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn, self.gn, self.ln = nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.BatchNorm2d(4), \
+            nn.GroupNorm(2, 4), nn.LayerNorm(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # NCHW shape, channels-last strides
+        return self.gn(self.bn(self.conv(y))) + y
+
+
+def test_unknown_subclasses_take_the_next_pass_and_permuted_inputs_stay_in_the_meta_pass() -> None:
     class Norm2d(nn.LayerNorm):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
@@ -184,6 +197,7 @@ def test_subclasses_and_non_contiguous_inputs_take_the_next_pass() -> None:
     assert _compare(nn.Sequential(nn.Conv2d(3, 4, 3), Norm2d(4)), torch.rand(1, 3, 8, 8)) == "shape-only"
     permuted = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(2), nn.Unflatten(2, (6, 6)))
     assert _compare(permuted, torch.rand(1, 3, 8, 8)) == "meta"
+    assert _compare(_ChannelsLastBlock(), torch.rand(2, 4, 6, 6)) == "meta"
 
 
 @pytest.mark.parametrize(
