@@ -145,24 +145,17 @@ def train_references(
     return [ref for ref, _ in done], hits, uncovered
 
 
-def views(x: torch.Tensor, names: Sequence[str]) -> list[torch.Tensor]:
-    """Return the query views of a batch: the identity, a horizontal flip, a one-pixel roll."""
-    out = []
-    for name in names:
-        if name == "hflip":
-            out.append(torch.flip(x, dims=(-1,)))
-        elif name == "shift":
-            out.append(torch.roll(x, shifts=(1, 1), dims=(-2, -1)))
-        else:
-            out.append(x)
-    return out
+#: The query views besides the identity (any other name): a horizontal flip and a one-pixel roll.
+_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "hflip": lambda x: torch.flip(x, dims=(-1,)),
+    "shift": lambda x: torch.roll(x, shifts=(1, 1), dims=(-2, -1)),
+}
 
 
 def view_logits(model: nn.Module, x: torch.Tensor, names: Sequence[str], device: torch.device,
                 identity: torch.Tensor) -> list[torch.Tensor]:
     """Return the model's logits on each query view of ``x``, reusing ``identity`` (its logits on ``x``) for the identity."""
-    return [identity if name not in ("hflip", "shift") else logits(model, v, device)
-            for name, v in zip(names, views(x, names))]
+    return [logits(model, _VIEWS[name](x), device) if name in _VIEWS else identity for name in names]
 
 
 @torch.no_grad()

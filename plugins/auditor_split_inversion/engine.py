@@ -60,8 +60,7 @@ def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_sp
     if points and len(points[-1].shape) == 2 and points[-1] not in chosen:
         chosen.append(points[-1])
     if max_splits is not None and len(chosen) > max_splits:
-        idx = sorted({round(i * (len(chosen) - 1) / (max_splits - 1)) for i in range(max_splits)})
-        chosen = [chosen[i] for i in idx]
+        chosen = _evenly(chosen, max_splits)
         note += f", thinned evenly to {max_splits} (budget preset)"
     return chosen, note
 
