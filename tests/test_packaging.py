@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -52,3 +53,47 @@ def test_installed_wheel_scans_outside_the_source_tree(wheel: Path, tmp_path: Pa
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "exit 1" in proc.stdout
+
+
+# Distributions of the torch stack a fresh venv borrows from this one (installing torch again costs
+# minutes and gigabytes); everything auditor itself needs must come from the wheel's own metadata.
+_TORCH_STACK = ("torch", "torchgen", "functorch", "torchvision", "nvidia", "triton", "cuda", "sympy", "mpmath",
+                "networkx", "filelock", "fsspec", "isympy")
+
+
+def _torch_stack_dir(into: Path) -> Path:
+    import torch
+
+    site = Path(torch.__file__).parents[1]
+    into.mkdir()
+    for entry in site.iterdir():
+        stem = entry.name.split("-")[0].split(".")[0].lower()
+        if any(stem == name or stem.startswith(name + "_") for name in _TORCH_STACK):
+            (into / entry.name).symlink_to(entry)
+    return into
+
+
+@pytest.mark.slow
+def test_fresh_venv_plain_install_writes_every_report(wheel: Path, tmp_path: Path) -> None:
+    """`pip install auditor` without extras, then scan with --json --html --sarif: the install users get."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "_torch_stack.pth").write_text(f"{_torch_stack_dir(tmp_path / 'torch-stack')}\n")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+                   check=True, timeout=900)
+    model = tmp_path / "m.pt"
+    subprocess.run([str(python), "-c", "import torch, torchvision; torch.manual_seed(0); "
+                    f"torch.save(torchvision.models.resnet18(), {str(model)!r})"], check=True)
+    proc = subprocess.run(
+        [str(venv / "bin" / "auditor"), "scan", str(model), "--json", "r.json", "--html", "r.html", "--sarif",
+         "r.sarif"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["verdict"] == "fail"
+    assert "arch.last-stage-skip" in (tmp_path / "r.html").read_text()
+    assert json.loads((tmp_path / "r.sarif").read_text())["version"] == "2.1.0"
