@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import date
 from pathlib import Path, PurePath
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -135,6 +136,7 @@ def apply_acceptances(
     rules: Sequence[SuppressRule],
     fail_on: Severity,
     strict: bool,
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive",
     today: date | None = None,
 ) -> tuple[Report, list[str]]:
     """Fingerprint, mark accepted findings and re-decide the gate on the rest.
@@ -165,7 +167,7 @@ def apply_acceptances(
         findings.append(f.model_copy(update={"suppression": mark}))
     active = [f for f in findings if f.suppression is None]
     summary = summarize(active, report.plugins, fail_on=fail_on, unsafe=report.model.load_safety.verdict == "unsafe",
-                        strict=strict)
+                        strict=strict, on_inconclusive=on_inconclusive)
     accepted = len(findings) - len(active)
     if accepted:
         summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")

@@ -106,7 +106,7 @@ def audit_one(
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
                        error=f"internal error: {type(exc).__name__}: {exc}")
     report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress, fail_on=config.fail_on,
-                                         strict=config.strict, today=today)
+                                         strict=config.strict, on_inconclusive=config.on_inconclusive, today=today)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
 

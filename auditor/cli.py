@@ -1,7 +1,8 @@
 """The ``auditor`` command line: the only place that prints or exits.
 
 Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
-or an unsafe checkpoint; 2 tool or input error; 4 usage error. With several models, the worst.
+or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
+judged); 4 usage error. With several models, the worst (see :func:`auditor.batch.worst_exit_code`).
 
 Imports stay lazy: ``auditor version`` and ``--help`` must not pay for torch.
 """
@@ -150,6 +151,10 @@ def scan(
                                                         "and [[suppress]] tables (default: ./auditor.toml, else "
                                                         "[tool.auditor] in the nearest pyproject.toml).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
+    on_inconclusive: Annotated[Optional[str], typer.Option(
+        "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
+                                  "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
+                                  "[default: inconclusive].")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
@@ -170,7 +175,7 @@ def scan(
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
         "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
         "data_dir": data, "reference": reference,
-        "strict": strict or None,
+        "strict": strict or None, "on_inconclusive": on_inconclusive,
     })
     to_stdout = [name for name, on in (
         (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output is None),
@@ -192,7 +197,8 @@ def scan(
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
-                                                               fail_on=config.fail_on, strict=config.strict)))
+                                                               fail_on=config.fail_on, strict=config.strict,
+                                                               on_inconclusive=config.on_inconclusive)))
                 if r.report else r for r in rows]
     code = worst_exit_code(rows)
     written_paths = _write_outputs(rows, code, fmt=fmt, output=output, json_path=json_path, html_path=html_path,
@@ -721,7 +727,7 @@ def _report_of(path: Path, config: ScanConfig) -> Report:
 
 
 def _verdict_line(verdict: str, code: int, reasons: Sequence[str]) -> str:
-    style = "bold green" if verdict == "pass" else "bold red"
+    style = {"pass": "bold green", "inconclusive": "bold yellow"}.get(verdict, "bold red")
     return f"[{style}]{verdict.upper()}[/] (exit {code}): {safe('; '.join(reasons))}"
 
 
@@ -734,7 +740,7 @@ def _print_verdict(console: Console, rows: Sequence[ScanRow], code: int) -> None
     tally: dict[str, int] = {}
     for r in rows:
         tally[r.verdict] = tally.get(r.verdict, 0) + 1
-    verdict = "pass" if code == ExitCode.PASS else "error" if code == ExitCode.ERROR else "fail"
+    verdict = {ExitCode.PASS: "pass", ExitCode.ERROR: "error", ExitCode.INCONCLUSIVE: "inconclusive"}.get(code, "fail")
     counts = ", ".join(f"{n} {v}" for v, n in sorted(tally.items()))
     console.print(_verdict_line(verdict, code, [f"{len(rows)} model(s): {counts}"]))
 
@@ -750,7 +756,7 @@ def _print_rows(console: Console, rows: Sequence[ScanRow]) -> None:
             continue
         s = r.report.summary
         accepted = sum(1 for f in r.report.findings if f.suppression is not None)
-        style = "green" if s.verdict == "pass" else "red"
+        style = {"pass": "green", "inconclusive": "yellow"}.get(s.verdict, "red")
         table.add_row(safe(r.path), f"[{style}]{s.verdict}[/]", str(s.exit_code),
                       s.max_severity.value if s.max_severity else "-", str(len(r.report.findings) - accepted),
                       str(accepted), safe("; ".join(s.reasons)))
@@ -834,5 +840,15 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    """Entry point of the ``auditor`` console script."""
-    sys.exit(run_cli())
+    """Entry point of the ``auditor`` console script.
+
+    A plugin thread abandoned after its budget may still be inside torch; a normal interpreter
+    shutdown could then abort the process and lose the exit code, so leave without one.
+    """
+    code = run_cli()
+    runner = sys.modules.get("auditor.plugin.runner")  # not imported: no plugin ran, no thread to abandon
+    if runner is not None and runner.abandoned_workers():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -58,8 +58,14 @@ def test_model_identity_is_relative_to_the_working_directory(tmp_path: Path, mon
     assert model_identity("/elsewhere/a.pt") == "/elsewhere/a.pt"
 
 
-def test_baseline_accepts_recorded_findings_only(tmp_path: Path) -> None:
+def _judged():  # type: ignore[no-untyped-def]
+    """The full report with only its plugin that ran: nothing left unjudged, so it can pass."""
     report = make_full_report()
+    return report.model_copy(update={"plugins": [p for p in report.plugins if p.status == "ok"]})
+
+
+def test_baseline_accepts_recorded_findings_only(tmp_path: Path) -> None:
+    report = _judged()
     path = tmp_path / "baseline.json"
     write_baseline([report], path)
     gated, messages = _gate(report, baseline=load_baseline(path))
@@ -71,6 +77,8 @@ def test_baseline_accepts_recorded_findings_only(tmp_path: Path) -> None:
     gated, _ = _gate(grown, baseline=load_baseline(path))
     assert gated.summary.verdict == "fail" and gated.summary.counts["high"] == 1
     assert [f.rule_id for f in gated.findings if f.suppression is None] == ["arch.new-risk"]
+    gated, _ = _gate(make_full_report(), baseline=load_baseline(path))  # a plugin errored there
+    assert gated.summary.verdict == "inconclusive" and gated.summary.exit_code == 3
 
 
 def test_expired_baseline_entry_fails_again_with_a_message(tmp_path: Path) -> None:
