@@ -261,7 +261,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
             path.write_text(text, encoding="utf-8")
             written.append(path)
 
-    if json_path is not None:
+    if json_path is not None and (reports or len(rows) > 1):  # one model that failed to load: no report
         emit(json_path, _json_text(rows, code))
     if sarif_path is not None:
         emit(sarif_path, _sarif_text(rows, code))
@@ -491,10 +491,13 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-def _rewrite_help() -> str:
-    from auditor.rewrite import REGISTRY
+#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
+#: (tests/test_cli.py checks they agree).
+REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
 
-    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+def _rewrite_help() -> str:
+    return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
 @app.command()
