@@ -99,12 +99,12 @@ _STDOUT = Path("-")
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
-        help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[Optional[list[str]], typer.Option(help="Only files matching this glob (path or name; "
+    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option(help="Skip files matching this glob (path or name; "
+    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
                                                               "repeatable).")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
@@ -113,7 +113,7 @@ def scan(
     input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
@@ -140,7 +140,7 @@ def scan(
                                                              "severity [default: high].")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
@@ -306,14 +306,9 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 
 def _html_text(report: Report) -> str:
-    import tempfile
+    from auditor.report.render_html import render_html
 
-    from auditor.report.render_html import write_html
-
-    with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "report.html"
-        write_html(report, target)
-        return target.read_text(encoding="utf-8")
+    return render_html(report)
 
 
 def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
@@ -414,7 +409,7 @@ def list_plugins(
     model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
@@ -457,7 +452,7 @@ def reparam_check(
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
@@ -528,7 +523,7 @@ def harden(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Plugins of both audits (default: as auditor scan).")
@@ -594,7 +589,7 @@ def split(
     onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,

@@ -407,3 +407,19 @@ def test_rewrite_ids_in_the_help_match_the_registry() -> None:
     from auditor.rewrite import REGISTRY
 
     assert list(REWRITE_IDS) == list(REGISTRY)
+
+
+def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    import auditor.cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(auditor.cli, "_err", Console(file=screen, force_terminal=True, width=120))
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
+    shown = screen.getvalue()
+    assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences
+    assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err
