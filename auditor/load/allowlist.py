@@ -7,6 +7,7 @@ model-zoo class check, then ``--trust``. Anything left is refused as not on the 
 
 from __future__ import annotations
 
+import ast
 import enum
 import importlib
 import inspect
@@ -25,6 +26,9 @@ logger = logging.getLogger(__name__)
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_EXPR = 10_000
+_MAX_EXPR_NODES = 2_000
+_MAX_EXPONENT = 64
+_POW_CALLS = frozenset({"Pow", "PowByNatural", "FloatPow"})
 _QUOTED = re.compile(r"'[A-Za-z0-9_.+-]*'|\"[A-Za-z0-9_.+-]*\"")
 _EXPR_CHARS = re.compile(r"^[A-Za-z0-9_\s+\-*/%(),.<>=!&|~^]*$")
 _ATTRIBUTE = re.compile(r"\.\s*[A-Za-z_]|__")
@@ -197,7 +201,42 @@ def sym_expr_reason(expr: str) -> str | None:
         keyword = _KWARG.match(bare, match.end()) is not None
         if not (word in SYMPY_NAMES or _SYMBOL_NAME.match(word) or (keyword and word.isidentifier())):
             return f"symbolic expression uses the name {word!r}, which is not a sympy constructor or symbol"
+    return _complexity_reason(expr)
+
+
+def _complexity_reason(expr: str) -> str | None:
+    """Refuse expressions sympy would take unbounded time to evaluate: too many terms, or a power tower.
+
+    Parsing with :mod:`ast` evaluates nothing. A power's exponent must be a symbol or an integer
+    literal of at most ``_MAX_EXPONENT``: ``2**2**2**2**2`` (or ``Pow(2, Pow(...))``) is refused.
+    """
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        return "symbolic expression is not a valid expression"
+    nodes = list(ast.walk(tree))
+    if len(nodes) > _MAX_EXPR_NODES:
+        return f"symbolic expression has more than {_MAX_EXPR_NODES} terms"
+    for node in nodes:
+        exponent = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _POW_CALLS:
+            exponent = node.args[1] if len(node.args) == 2 else node
+        if exponent is not None and not _small_exponent(exponent):
+            return "symbolic expression raises to a power that is not a symbol or a small integer"
     return None
+
+
+def _small_exponent(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Integer":
+        node = node.args[0] if len(node.args) == 1 else node
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and abs(node.value) <= _MAX_EXPONENT
+    return isinstance(node, ast.Name) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Symbol")
 
 
 def resolve_global(module: str, name: str) -> object:

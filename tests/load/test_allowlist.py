@@ -133,6 +133,7 @@ def test_torch_internals_outside_the_list_are_not_allowed_by_default() -> None:
         "Add(Mul(Integer(8), Symbol('s65', positive=True, integer=True)), Integer(4))",
         "FloorDiv(s0, 2) + 1.5*s1",
         "Max(1, u0) <= 64",
+        "Pow(s0, 2) + s1**-3 + 2**s2 + PowByNatural(s3, Integer(4))",
     ],
 )
 def test_exported_sympy_expressions_that_are_plain_math(expr: str) -> None:
@@ -148,6 +149,11 @@ def test_exported_sympy_expressions_that_are_plain_math(expr: str) -> None:
         "lambdify(s0, s0)",
         "x[0]",
         "Symbol('a b')",
+        "2**2**2**2**2**2",
+        "Pow(2, Pow(2, Pow(2, 100)))",
+        "PowByNatural(s0, 10**9)",
+        "s0**100000",
+        "+".join(["s0"] * 1500),
     ],
 )
 def test_exported_sympy_expressions_with_code_are_refused(expr: str) -> None:
