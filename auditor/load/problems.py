@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The opcodes that import a global (the only issues the allowlist itself decided).
+IMPORT_OPCODES = frozenset({"GLOBAL", "STACK_GLOBAL", "INST"})
+
 
 @dataclass(frozen=True)
 class ImportRef:
