@@ -34,7 +34,7 @@ from auditor.load.export_scan import (
     scan_export_graph,
 )
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
-from auditor.load.hf import weight_files
+from auditor.load.hf import confinement_problems, weight_files
 from auditor.load.problems import ImportRef, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
@@ -122,7 +122,13 @@ def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
 
 
 def _scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors)."""
+    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors).
+
+    A directory whose files resolve outside it, or whose config names files or downloads, is refused first.
+    """
+    escapes = confinement_problems(sniffed.path)
+    if escapes:
+        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes]
     files, pickled = weight_files(sniffed.path)
     scans = []
     for file in files if pickled else []:
