@@ -201,7 +201,8 @@ def _rewrite_help() -> str:
 def harden(
     model: Annotated[Path, typer.Argument(help="Checkpoint to harden (any format `auditor scan` reads; fx-traceable).")],
     rewrite: Annotated[str, typer.Option(help=_rewrite_help())],
-    out: Annotated[Path, typer.Option(help="Where to save the hardened model (a TorchScript archive).")],
+    out: Annotated[Path, typer.Option(help="Where to save the hardened model (a pickled module that `auditor scan` "
+                                           "loads, traces, splits and attacks).")],
     k: Annotated[Optional[float], typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
                                                     "(concatenative, default 0.01).")] = None,
     after: Annotated[Optional[str], typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
@@ -228,8 +229,15 @@ def harden(
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
+                                                              "(for deployment; auditor audits --out).")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Plugins of both audits (default: as auditor scan).")
                        ] = None,
+    budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds, both audits "
+                                                         "(default: each plugin's own).")] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
+                                                                         "[plugins.NAME] tables (both audits).")
+                           ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the split, training and both audits.")] = 0,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     fail_on: Annotated[Optional[Severity], typer.Option(help="Gate of the after audit [default: high].")] = None,
@@ -248,13 +256,14 @@ def harden(
 
     options = {"k": k, "after": after, "at": at, "sigma": sigma, "kind": noise, "k_e": k_e, "s_e": s_e,
                "width": width, "beta": beta, "kl_mode": kl_mode, "sample_at_eval": sample_at_eval}
-    config = build_config({}, {
+    config = build_config(load_config_file(config_file) if config_file else {}, {
         "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,
-        "input_shape": parse_input_shape(input_shape) if input_shape else None,
+        "budget_s": budget, "input_shape": parse_input_shape(input_shape) if input_shape else None,
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
     })
     opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options={k_: v for k_, v in options.items() if v is not None},
-                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, scan=config)
+                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size,
+                         torchscript=torchscript, scan=config)
     with Progress(console=_err, transient=True) as bar:
         tasks: dict[str, int] = {}
 
@@ -274,12 +283,27 @@ def harden(
     for label, attr in (("params", "params"), ("accuracy", "accuracy"), ("skips", "skips"),
                         ("last-stage skips", "last_stage_skips"), ("verdict", "verdict")):
         table.add_row(label, str(getattr(c.before, attr)), str(getattr(c.after, attr)))
+    for name in sorted(set(c.before.plugin_metrics) | set(c.after.plugin_metrics)):
+        b, a = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
+        for key in [k for k in {**b, **a} if k == "status" or _is_number(b.get(k)) or _is_number(a.get(k))]:
+            table.add_row(f"{name}: {key}", _cell(b.get(key)), _cell(a.get(key)))
     _out.print(table)
     for note in c.notes:
         _out.print(f"note: {note}", markup=False)
     _out.print(f"saved {out}; reports: {json_path}, {html_path}")
     _print_verdict(result.after, [json_path, html_path])
     return result.after.summary.exit_code
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value: object) -> str:
+    """Format a comparison value: numbers to 4 significant digits, a missing one as a dash."""
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if _is_number(value) else str(value)
 
 
 @app.command()
