@@ -1,13 +1,15 @@
 """The ``auditor`` command line: the only place that prints or exits.
 
 Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
-or an unsafe checkpoint; 2 tool or input error; 4 usage error.
+or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
+judged); 4 usage error.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -29,6 +31,7 @@ from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
 from auditor.graph.tokens import parse_input_spec
 from auditor.plugin.registry import discover_plugins
+from auditor.plugin.runner import abandoned_workers
 from auditor.report.model import Report, Severity
 
 app = typer.Typer(
@@ -78,6 +81,10 @@ def scan(
     config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
                                                                          "[plugins.NAME] tables.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
+    on_inconclusive: Annotated[Optional[str], typer.Option(
+        "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
+                                  "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
+                                  "[default: inconclusive].")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
@@ -97,7 +104,7 @@ def scan(
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
         "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
         "data_dir": data, "reference": reference,
-        "strict": strict or None,
+        "strict": strict or None, "on_inconclusive": on_inconclusive,
     }
     config = build_config(file_values, cli_values)
     with _err.status("auditing", spinner="dots") as status:
@@ -410,7 +417,7 @@ def _fmt(value: float | None) -> str:
 
 def _print_verdict(report: Report, written: list[Path]) -> None:
     s = report.summary
-    style = "bold green" if s.verdict == "pass" else "bold red"
+    style = {"pass": "bold green", "inconclusive": "bold yellow"}.get(s.verdict, "bold red")
     _out.print(f"[{style}]{s.verdict.upper()}[/] (exit {s.exit_code}): {'; '.join(s.reasons)}")
     _out.print("reports: " + ", ".join(str(p) for p in written))
 
@@ -454,5 +461,14 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    """Entry point of the ``auditor`` console script."""
-    sys.exit(run_cli())
+    """Entry point of the ``auditor`` console script.
+
+    A plugin thread abandoned after its budget may still be inside torch; a normal interpreter
+    shutdown could then abort the process and lose the exit code, so leave without one.
+    """
+    code = run_cli()
+    if abandoned_workers():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -43,6 +43,22 @@ class ScanConfig(BaseModel):
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
+    #: What an inconclusive verdict exits with: its own code 3, 1 (fail the gate) or 0 (let it through).
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
+
+    @field_validator("plugins")
+    @classmethod
+    def _some_plugin(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("the plugin selection is empty: name at least one plugin, or 'all'")
+        return value
+
+    @field_validator("budget_s")
+    @classmethod
+    def _positive_budget(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError(f"the budget must be a positive number of seconds, got {value}")
+        return value
 
     @field_validator("input_spec")
     @classmethod

@@ -136,7 +136,8 @@ def assemble_report(
 ) -> Report:
     """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict)
+    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
+                        on_inconclusive=config.on_inconclusive)
     tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
     return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
                   architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
