@@ -28,8 +28,9 @@ from torch import nn
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.errors import InputError
+from auditor.gate import ExitCode, not_judged
 from auditor.load.loaders import load_checkpoint
-from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
+from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report, Summary
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
 from auditor.rewrite.program import RewrittenModel, save_module
@@ -135,11 +136,21 @@ def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> No
 
 
 def plugin_view(run: PluginRun) -> dict[str, Any]:
-    """Flatten one plugin run for the comparison: its status, why it did not complete, and its metrics."""
+    """Flatten one plugin run for the comparison: status, why it did not complete, headline numbers, metrics.
+
+    Each headline measurement gives ``NAME`` (the attack's value) and, when the plugin reports them,
+    ``NAME floor``, ``NAME margin`` and ``NAME margin CI``; each positive control gives ``power: METRIC``.
+    """
     view: dict[str, Any] = {"status": run.status}
     if run.status != "ok":
         view["reason"] = run.reason
-    view.update(run.metrics)
+    for m in run.headline:
+        view[m.name] = m.value
+        view.update({f"{m.name} {key}": value for key, value in (("floor", m.floor), ("margin", m.margin),
+                                                                  ("margin CI", m.ci)) if value is not None})
+    for p in run.power:
+        view[f"power: {p.metric}"] = f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
+    view.update({k: v for k, v in run.metrics.items() if k not in view})
     return view
 
 
@@ -163,9 +174,20 @@ def unvouched(before: Report, after: Report, trained: bool) -> list[str]:
     reasons = [] if trained else ["the rewritten model was not fine-tuned (no --data): its attack numbers describe "
                                   "an untrained rewrite"]
     for label, report in (("before", before), ("after", after)):
-        reasons += [f"{p.name} did not complete on the {label} side ({p.status}: {p.reason})"
-                    for p in report.plugins if p.category != CATEGORY_NOT_SELECTED and p.status != "ok"]
+        reasons += [f"{p.name} was not judged on the {label} side ({p.status}: {p.reason})"
+                    for p in not_judged(report.plugins)]
     return reasons
+
+
+def comparison_summary(summary: Summary, reasons: list[str], policy: str) -> Summary:
+    """Return the after audit's gate with the comparison's gaps: a pass becomes INCONCLUSIVE, a fail stays."""
+    if not reasons:
+        return summary
+    notes = summary.reasons + [f"before/after not judged: {r}" for r in reasons]
+    if summary.verdict == "fail":
+        return summary.model_copy(update={"reasons": notes})
+    code = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "pass": ExitCode.PASS}[policy]
+    return summary.model_copy(update={"verdict": "inconclusive", "exit_code": int(code), "reasons": notes})
 
 
 def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = None) -> HardenResult:
@@ -217,7 +239,9 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     before = scan(model_path, config)
     say("auditing the hardened model", 0, 1)
     after = scan(opts.out, config.model_copy(update={"arch": None}))
-    notes += unvouched(before, after, bool(train))
+    gaps = unvouched(before, after, bool(train))
+    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
+    notes += gaps
     after.comparison = Comparison(
         rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
         trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,
