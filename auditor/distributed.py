@@ -144,3 +144,31 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], *, num_cpus: float = 
     if failed is not None:
         raise RuntimeError(f"a Ray task failed: {failed.error}")
     return [o.value for o in outcomes]  # type: ignore[misc]
+
+
+def ray_executor(
+    on_failure: Callable[[T, str], R],
+    *,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+    timeout_s: float | None = None,
+    on_done: Callable[[T, R], None] | None = None,
+) -> Callable[[Callable[[T], R], Sequence[T]], list[R]]:
+    """Return an executor that maps a one-item function over items as Ray tasks.
+
+    A task that raised, died or timed out becomes ``on_failure(item, error)``, so a batch of audits
+    always has one row per item. Call the executor inside a :func:`ray_session`.
+    """
+
+    def row(item: T, outcome: Outcome[R]) -> R:
+        return outcome.value if outcome.ok else on_failure(item, outcome.error or "")  # type: ignore[return-value]
+
+    def execute(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        def done(i: int, outcome: Outcome[R]) -> None:
+            if on_done is not None:
+                on_done(items[i], row(items[i], outcome))
+
+        outcomes = ray_map(fn, items, num_cpus=num_cpus, num_gpus=num_gpus, timeout_s=timeout_s, on_done=done)
+        return [row(item, o) for item, o in zip(items, outcomes)]
+
+    return execute

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from auditor.distributed import Outcome, parallel_map, ray_active, ray_map, ray_session, require_ray
+from auditor.distributed import (
+    Outcome, parallel_map, ray_active, ray_executor, ray_map, ray_session, require_ray,
+)
 from auditor.errors import MissingDependency
 
 pytest.importorskip("ray")
@@ -52,3 +54,11 @@ def test_without_ray_nothing_is_imported(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
     with pytest.raises(MissingDependency, match=r"pip install 'auditor\[ray\]'"):
         require_ray()
+
+
+def test_the_executor_turns_failures_into_rows(ray_local: object) -> None:
+    finished: list[tuple[int, str]] = []
+    execute = ray_executor(lambda item, error: f"row {item}: {error}", timeout_s=20,
+                           on_done=lambda item, row: finished.append((item, str(row))))
+    assert execute(_square, [2, -3]) == [1004, "row -3: ValueError: negative input -3"]
+    assert sorted(finished) == [(-3, "row -3: ValueError: negative input -3"), (2, "1004")]
