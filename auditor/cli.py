@@ -261,7 +261,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
             path.write_text(text, encoding="utf-8")
             written.append(path)
 
-    if json_path is not None:
+    if json_path is not None and (len(rows) > 1 or reports):  # one model that could not be audited: no report
         emit(json_path, _json_text(rows, code))
     if sarif_path is not None:
         emit(sarif_path, _sarif_text(rows, code))
