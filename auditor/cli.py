@@ -155,6 +155,12 @@ def scan(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
                                   "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
                                   "[default: inconclusive].")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
+                                                   "on a local Ray instance with this many CPUs (needs "
+                                                   "auditor[ray]).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Submit the checkpoints' audits to "
+                                                       "this existing Ray cluster (e.g. ray://head:10001 or "
+                                                       "'auto').")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
@@ -191,9 +197,14 @@ def scan(
                          "their bytes; check --include/--exclude)")
     if html_path is not None and len(targets) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
-    progress = _Progress(enabled=not quiet, config=config)
-    with progress:
-        rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+    if workers is not None and ray_address is not None:
+        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
+    if workers is not None or ray_address is not None:
+        rows = _audit_on_ray(targets, config, accepted, workers=workers, address=ray_address, quiet=quiet)
+    else:
+        progress = _Progress(enabled=not quiet, config=config)
+        with progress:
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
@@ -222,6 +233,33 @@ def scan(
         if written_paths:
             human.print("reports: " + ", ".join(safe(p) for p in written_paths))
     return code
+
+
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
+                  address: str | None, quiet: bool) -> list[ScanRow]:
+    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
+    from auditor.batch import ScanRow, audit_many
+    from auditor.config import resolve_device
+    from auditor.distributed import ray_executor, ray_session
+
+    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
+    finished: list[Path] = []
+
+    def failed(path: Path, error: str) -> ScanRow:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
+
+    def done(path: Path, row: ScanRow) -> None:
+        finished.append(path)
+        if not quiet:
+            _err.print(f"auditor: [{len(finished)}/{len(targets)}] {plain(str(path))}: {row.verdict} "
+                       f"(exit {row.exit_code})", markup=False)
+
+    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
+    if not quiet:
+        _err.print(f"auditor: auditing {len(targets)} checkpoint(s) on {plain(where)}", markup=False)
+    with ray_session(workers=workers, address=address):
+        return audit_many(targets, config, baseline=accepted,
+                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
 
 
 def _accept(result: tuple[Report, list[str]]) -> dict[str, Any]:
