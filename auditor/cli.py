@@ -155,6 +155,12 @@ def scan(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
                                   "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
                                   "[default: inconclusive].")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
+                                                   "on a local Ray instance with this many CPUs (needs "
+                                                   "auditor[ray]).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Submit the checkpoints' audits to "
+                                                       "this existing Ray cluster (e.g. ray://head:10001 or "
+                                                       "'auto').")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
@@ -191,9 +197,14 @@ def scan(
                          "their bytes; check --include/--exclude)")
     if html_path is not None and len(targets) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
-    progress = _Progress(enabled=not quiet, config=config)
-    with progress:
-        rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+    if workers is not None and ray_address is not None:
+        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
+    if workers is not None or ray_address is not None:
+        rows = _audit_on_ray(targets, config, accepted, workers=workers, address=ray_address, quiet=quiet)
+    else:
+        progress = _Progress(enabled=not quiet, config=config)
+        with progress:
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
@@ -222,6 +233,33 @@ def scan(
         if written_paths:
             human.print("reports: " + ", ".join(safe(p) for p in written_paths))
     return code
+
+
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
+                  address: str | None, quiet: bool) -> list[ScanRow]:
+    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
+    from auditor.batch import ScanRow, audit_many
+    from auditor.config import resolve_device
+    from auditor.distributed import ray_executor, ray_session
+
+    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
+    finished: list[Path] = []
+
+    def failed(path: Path, error: str) -> ScanRow:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
+
+    def done(path: Path, row: ScanRow) -> None:
+        finished.append(path)
+        if not quiet:
+            _err.print(f"auditor: [{len(finished)}/{len(targets)}] {plain(str(path))}: {row.verdict} "
+                       f"(exit {row.exit_code})", markup=False)
+
+    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
+    if not quiet:
+        _err.print(f"auditor: auditing {len(targets)} checkpoint(s) on {plain(where)}", markup=False)
+    with ray_session(workers=workers, address=address):
+        return audit_many(targets, config, baseline=accepted,
+                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
 
 
 def _accept(result: tuple[Report, list[str]]) -> dict[str, Any]:
@@ -261,7 +299,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
             path.write_text(text, encoding="utf-8")
             written.append(path)
 
-    if json_path is not None and (reports or len(rows) > 1):  # one model that failed to load: no report
+    if json_path is not None and (len(rows) > 1 or reports):  # one model that could not be audited: no report
         emit(json_path, _json_text(rows, code))
     if sarif_path is not None:
         emit(sarif_path, _sarif_text(rows, code))
@@ -448,7 +486,8 @@ def list_plugins(
 @app.command("reparam-check")
 def reparam_check(
     train_model: Annotated[Path, typer.Argument(help="Training-form checkpoint (multi-branch blocks, conv+BN).")],
-    deploy_model: Annotated[Optional[Path], typer.Argument(help="Deploy-form checkpoint; fused here when omitted.")
+    deploy_model: Annotated[Optional[Path], typer.Argument(help="Deploy-form checkpoint, compared as given; "
+                                                                "fused here from the training form when omitted.")
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
@@ -474,8 +513,11 @@ def reparam_check(
         table.add_row(safe(b.name or "(root)"), "yes" if b.equivalent else "[red]NO[/]", f"{b.max_abs_error_output:.2e}",
                       f"{b.max_abs_error_input_grad:.2e}", f"{b.max_abs_error_output_fp64:.2e}", safe(b.cause or ""))
     _out.print(table)
-    _out.print(f"end to end: max |d out| {r.max_abs_error_output:.2e} (rel {r.max_rel_error_output:.2e}), "
-               f"max |d input grad| {r.max_abs_error_input_grad:.2e}; fp64 {r.max_abs_error_output_fp64:.2e}")
+    _out.print(f"end to end, float32: max |d out| {r.max_abs_error_output:.2e} (rel {r.max_rel_error_output:.2e}), "
+               f"max |d input grad| {r.max_abs_error_input_grad:.2e} ({'ok' if r.equivalent_fp32 else 'NOT ok'}); "
+               f"float64: max |d out| {r.max_abs_error_output_fp64:.2e}, max |d input grad| "
+               f"{r.max_abs_error_input_grad_fp64:.2e}, storage floor {r.storage_floor_output_fp64:.2e} "
+               f"({'ok' if r.equivalent_fp64 else 'NOT ok'})")
     _out.print(f"hidden skips in the training form: {len(report.hidden_skips)}; in the deploy graph: "
                f"{report.deploy_skips}")
     _out.print(plain(report.finding), markup=False)
@@ -499,7 +541,8 @@ def _rewrite_help() -> str:
 def harden(
     model: Annotated[Path, typer.Argument(help="Checkpoint to harden (any format `auditor scan` reads; fx-traceable).")],
     rewrite: Annotated[str, typer.Option(help=_rewrite_help())],
-    out: Annotated[Path, typer.Option(help="Where to save the hardened model (a TorchScript archive).")],
+    out: Annotated[Path, typer.Option(help="Where to save the hardened model (a pickled module that `auditor scan` "
+                                           "loads, traces, splits and attacks).")],
     k: Annotated[Optional[float], typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
                                                     "(concatenative, default 0.01).")] = None,
     after: Annotated[Optional[str], typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
@@ -526,17 +569,31 @@ def harden(
     imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
+                                                              "(for deployment; auditor audits --out).")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Plugins of both audits (default: as auditor scan).")
                        ] = None,
+    budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds, both audits "
+                                                         "(default: each plugin's own).")] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
+                                                                         "[plugins.NAME] tables (both audits).")
+                           ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the split, training and both audits.")] = 0,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     fail_on: Annotated[Optional[Severity], typer.Option(help="Gate of the after audit [default: high].")] = None,
+    on_inconclusive: Annotated[Optional[str], typer.Option(
+        "--on-inconclusive", help="Exit code of an INCONCLUSIVE comparison (an attack not judged on either side, "
+                                  "or no fine-tuning): 'inconclusive' (3), 'fail' (1) or 'pass' (0).")] = None,
     json_path: Annotated[Path, typer.Option("--json", help="JSON report of the hardened model.")] = Path(
         "harden-report.json"),
     html_path: Annotated[Path, typer.Option("--html", help="HTML report with before/after.")] = Path(
         "harden-report.html"),
 ) -> int:
-    """Rewrite a model, fine-tune it on --data, save it and audit before/after; exit code of the after audit."""
+    """Rewrite a model, fine-tune it on --data, save it and audit both with the same plugins, data and seed.
+
+    Exit code: the after audit's gate, INCONCLUSIVE (3) instead of a pass when an attack was not
+    judged on either side or the rewritten model was not fine-tuned.
+    """
     from rich.progress import Progress
 
     from auditor.harden import HardenOptions
@@ -546,13 +603,14 @@ def harden(
 
     options = {"k": k, "after": after, "at": at, "sigma": sigma, "kind": noise, "k_e": k_e, "s_e": s_e,
                "width": width, "beta": beta, "kl_mode": kl_mode, "sample_at_eval": sample_at_eval}
-    config = build_config({}, {
+    config = build_config(load_config_file(config_file) if config_file else {}, {
         "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,
-        "input_shape": parse_input_shape(input_shape) if input_shape else None,
+        "budget_s": budget, "on_inconclusive": on_inconclusive, "input_shape": parse_input_shape(input_shape) if input_shape else None,
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
     })
     opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options={k_: v for k_, v in options.items() if v is not None},
-                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, scan=config)
+                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size,
+                         torchscript=torchscript, scan=config)
     with Progress(console=_err, transient=True) as bar:
         tasks: dict[str, int] = {}
 
@@ -572,6 +630,11 @@ def harden(
     for label, attr in (("params", "params"), ("accuracy", "accuracy"), ("skips", "skips"),
                         ("last-stage skips", "last_stage_skips"), ("verdict", "verdict")):
         table.add_row(label, str(getattr(c.before, attr)), str(getattr(c.after, attr)))
+    for name in sorted(set(c.before.plugin_metrics) | set(c.after.plugin_metrics)):
+        b, a = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
+        for key in [k for k in {**b, **a} if k == "status" or k.startswith("power:") or k.endswith(" CI")
+                    or _is_number(b.get(k)) or _is_number(a.get(k))]:
+            table.add_row(f"{name}: {key}", _cell(b.get(key)), _cell(a.get(key)))
     _out.print(table)
     for note in c.notes:
         _out.print(f"note: {plain(note)}", markup=False)
@@ -580,6 +643,19 @@ def harden(
     _out.print(_verdict_line(s.verdict, s.exit_code, s.reasons))
     _out.print("reports: " + ", ".join(safe(p) for p in (json_path, html_path)))
     return result.after.summary.exit_code
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value: object) -> str:
+    """Format a comparison value: numbers to 4 significant digits, a missing one as a dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    return f"{value:.4g}" if _is_number(value) else str(value)
 
 
 @app.command()
