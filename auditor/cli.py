@@ -784,15 +784,26 @@ def diff(
 
 
 def _report_of(path: Path, config: ScanConfig) -> Report:
-    """Read a JSON report, or audit a checkpoint (with the config's baseline-free acceptances)."""
+    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
     import json
+
+    from pydantic import ValidationError
 
     from auditor.batch import audit_one
 
-    if path.is_file() and path.read_bytes()[:1] in (b"{", b" ", b"\n"):
+    data = None
+    if path.is_file():
+        with path.open("rb") as fh:
+            starts_like_json = fh.read(1) == b"{"
+        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+    if data is not None:
         try:
-            return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
+            return Report.model_validate(data)
+        except ValidationError as exc:
             raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
     row = audit_one(path, config)
     if row.report is None:
