@@ -105,8 +105,9 @@ def audit_one(
     except Exception as exc:  # noqa: BLE001 - a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
                        error=f"internal error: {type(exc).__name__}: {exc}")
-    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress, fail_on=config.fail_on,
-                                         strict=config.strict, on_inconclusive=config.on_inconclusive, today=today)
+    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress,
+                                         fail_on=config.fail_on, strict=config.strict,
+                                         on_inconclusive=config.on_inconclusive, today=today)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
 
@@ -143,7 +144,7 @@ def worst_exit_code(rows: Iterable[ScanRow]) -> int:
 
 
 def report_names(paths: Sequence[str]) -> list[str]:
-    """Return a distinct, file-system-safe report name per model path (``models/a/r.pt`` -> ``models_a_r.pt``)."""
+    """Return a distinct, file-system-safe report name per model path (``a/r.pt`` gives ``a_r.pt``)."""
     names: list[str] = []
     taken: set[str] = set()
     for path in paths:
