@@ -122,19 +122,25 @@ def audit_many(
     today: date | None = None,
     executor: Executor | None = None,
     progress: Callable[[int, int, Path], Progress | None] | None = None,
+    on_row: Callable[[ScanRow], None] | None = None,
 ) -> list[ScanRow]:
     """Audit every checkpoint under ``paths``; one row per checkpoint, in :func:`collect` order.
 
     Args:
         executor: maps the one-path function over the paths (default: a serial loop).
         progress: given (index, count, path), returns the progress callback of that checkpoint's scan.
+        on_row: called with each row as the serial loop finishes it.
     """
     targets = collect(paths, include, exclude)
     if executor is not None:
         return executor(functools.partial(audit_one, config=config, baseline=baseline, today=today), targets)
-    return [audit_one(p, config, baseline=baseline, today=today,
-                      progress=progress(i, len(targets), p) if progress else None)
-            for i, p in enumerate(targets)]
+    rows: list[ScanRow] = []
+    for i, p in enumerate(targets):
+        rows.append(audit_one(p, config, baseline=baseline, today=today,
+                              progress=progress(i, len(targets), p) if progress else None))
+        if on_row is not None:
+            on_row(rows[-1])
+    return rows
 
 
 def worst_exit_code(rows: Iterable[ScanRow]) -> int:

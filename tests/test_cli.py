@@ -378,7 +378,9 @@ def test_progress_lines_in_ci_logs(repo: Path, capsys: pytest.CaptureFixture[str
     lines = capsys.readouterr().err.splitlines()
     assert any(line.endswith("running plugin architecture-risk (budget 30 s)") or
                "running plugin architecture-risk (budget 30 s) [+" in line for line in lines)
-    assert any("plugin architecture-risk finished after" in line and "of its 30 s budget" in line for line in lines)
+    assert any("plugin architecture-risk finished (ok) after" in line and "of its 30 s budget" in line
+               for line in lines)
+    assert lines[-1] == "auditor: [1/1] models/plain.pt: pass (exit 0)"
 
 
 def test_plugins_command_takes_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
