@@ -24,7 +24,7 @@ SMALL_INITIALIZER = 64
 MAX_TENSOR_BYTES = 1 << 30
 #: Largest constant trip count of a Loop.
 MAX_LOOP_TRIPS = 1 << 16
-_SIZED_BY_DATA = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
+_SIZED_BY_DATA = frozenset({"ConstantOfShape", "Range"})  # sized by a tensor's values, not its shape
 _INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
 
@@ -155,9 +155,10 @@ def runaway_problems(model: onnx.ModelProto, feeds: Mapping[str, Sequence[int]])
     """Return why running ``model`` on inputs of these shapes could exhaust memory or never end.
 
     Shape inference (with constant propagation) runs first, on the skeleton with the fed shapes
-    fixed; a tensor it sizes above ``MAX_TENSOR_BYTES`` is refused, so is a ``ConstantOfShape``,
-    ``Expand``, ``Tile`` or ``Range`` whose output size it cannot fix, and a ``Loop`` without a
-    constant trip count of at most ``MAX_LOOP_TRIPS``.
+    fixed; a tensor it sizes above ``MAX_TENSOR_BYTES`` is refused, so is a ``ConstantOfShape`` or
+    ``Range`` whose output size it cannot fix, and a ``Loop`` without a constant trip count of at
+    most ``MAX_LOOP_TRIPS``. (``Expand``/``Tile`` of unknown size are left to onnxruntime: exports
+    of token models use them with shapes data propagation does not always fix.)
     """
     skel = skeleton(model)
     for value in skel.graph.input:
