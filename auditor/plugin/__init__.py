@@ -34,6 +34,12 @@ from auditor.graph.split import (
     split_model as split_model,
     split_segments as split_segments,
 )
+from auditor.report.charts import (
+    CHART_COLOURS as CHART_COLOURS,
+    chart as chart,
+    figure_svg as figure_svg,
+    svg_artifact as svg_artifact,
+)
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -46,6 +52,7 @@ __all__ = [
     "PLUGIN_API_VERSION",
     "PSNR_CAP_DB",
     "Applicability",
+    "CHART_COLOURS",
     "ArchitectureProfile",
     "Artifact",
     "DataBundle",
@@ -62,8 +69,10 @@ __all__ = [
     "Scaling",
     "Severity",
     "UnsplittableModel",
+    "chart",
     "default_probe_images",
     "load_image",
+    "figure_svg",
     "find_split",
     "image_grid",
     "image_scores",
@@ -72,4 +81,5 @@ __all__ = [
     "png_base64",
     "split_model",
     "split_segments",
+    "svg_artifact",
 ]

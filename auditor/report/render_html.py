@@ -1,7 +1,9 @@
 """Render a :class:`Report` as one self-contained HTML page for a human reviewer.
 
 The page inlines its CSS, embeds images as ``data:`` URIs, loads nothing from the network and
-runs no JavaScript. Every value from the report goes through Jinja2 autoescaping.
+runs no JavaScript. Every value from the report goes through Jinja2 autoescaping; the one
+exception is an ``image/svg+xml`` chart, inlined after :func:`auditor.report.charts.sanitize_svg`
+rebuilt it from an allowlist.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 
 from jinja2 import Environment, FunctionLoader, StrictUndefined
 
+from markupsafe import Markup
+
+from auditor.report.charts import SVG_MEDIA_TYPE, sanitize_svg
 from auditor.report.model import Artifact, Finding, Report, Severity
 
 TEMPLATE = "report.html.j2"
@@ -110,6 +115,13 @@ def image_data_uri(artifact: Artifact) -> str | None:
     return f"data:{artifact.media_type.lower()};base64,{payload}"
 
 
+def svg_markup(artifact: Artifact) -> Markup | None:
+    """Return an ``image/svg+xml`` artifact's SVG, sanitised for inlining, else None."""
+    if artifact.text is None or artifact.media_type.lower() != SVG_MEDIA_TYPE:
+        return None
+    return sanitize_svg(artifact.text, artifact.description or artifact.name)
+
+
 def decoded_size(artifact: Artifact) -> int | None:
     """Return the size in bytes of an artifact's base64 payload, or None when it has none."""
     if artifact.data_base64 is None:
@@ -182,6 +194,7 @@ def _environment() -> Environment:
     )
     env.globals.update(
         image_data_uri=image_data_uri,
+        svg_markup=svg_markup,
         decoded_size=decoded_size,
         csv_rows=csv_rows,
         rewrite_proposal=rewrite_proposal,

@@ -11,17 +11,18 @@ import torch
 from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
-    Artifact,
     Finding,
     PluginResult,
     PluginSkipped,
     Requirements,
     Rule,
     RunContext,
+    svg_artifact,
 )
 from auditor_membership_inference import attacks
 from auditor_membership_inference.config import MembershipInferenceConfig
-from auditor_membership_inference.metrics import resolution_warnings, roc_png, summarise
+from auditor_membership_inference.metrics import resolution_warnings, summarise
+from auditor_membership_inference.plots import roc_chart
 from auditor_membership_inference.references import logits, train_references, view_logits
 from auditor_membership_inference.rules import AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, RULES
 
@@ -94,7 +95,6 @@ class MembershipInferencePlugin:
         warnings = resolution_warnings(side, cfg.fprs)
         best = max(results, key=lambda k: results[k]["auc"])
         findings = self._findings(cfg, results, best, gap, warnings, side)
-        png = roc_png({k: v["roc"] for k, v in results.items()}, side, "membership inference")
         metrics = {
             "members": side,
             "non_members": side,
@@ -115,11 +115,10 @@ class MembershipInferencePlugin:
             f"from {cfg.bootstrap} stratified bootstrap resamples (seed {ctx.seed})",
             **extra,
         }
-        artifact = Artifact(
-            name="mia-roc.png",
-            media_type="image/png",
-            data_base64=png,
-            description=f"ROC of every attack on log-log axes ({side} members, {side} non-members)",
+        artifact = svg_artifact(
+            roc_chart(results, side, cfg.fprs),
+            "mia-roc.svg",
+            f"ROC of every attack on log-log axes ({side} members, {side} non-members)",
         )
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=[artifact])
 

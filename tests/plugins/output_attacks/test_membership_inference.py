@@ -52,7 +52,8 @@ def test_overfitted_target_leaks_more_than_regularised(tmp_path: Path) -> None:
     assert "mia.auc" not in {f.rule_id for f in res_r.findings}
     # 150 non-members cannot resolve 1% or 0.1% FPR; the report says so.
     assert len(mo["low_fpr_warnings"]) == 2
-    assert res_o.artifacts[0].media_type == "image/png" and res_o.artifacts[0].data_base64
+    roc = res_o.artifacts[0]
+    assert roc.media_type == "image/svg+xml" and "AUC" in (roc.text or "") and "@ 1.0% FPR" in (roc.text or "")
     # A second run loads every reference model from the content-hash cache.
     again = plugin.run(context(overfit, overfit_data, _config(tmp_path, overfit_recipe)))
     assert again.provenance["references_from_cache"] == 4
