@@ -46,6 +46,25 @@ def render_html(report: Report) -> str:
     )
 
 
+def architecture_name(report: Report) -> tuple[str, str] | None:
+    """Return the architecture's display name and, when it is not a recorded name, where it came from.
+
+    ``ModelInfo.arch`` (``--arch`` or the timm config) is used as is; otherwise the model class's
+    name (``ResNet`` for ``torchvision.models.resnet.ResNet``) with its library and the profiled family.
+    """
+    if report.model.arch:
+        return report.model.arch, ""
+    cls = report.model.model_class
+    if not cls or cls == "torch.fx.GraphModule":
+        family = report.architecture.family if report.architecture else None
+        return (family, "family guessed from the module classes") if family else None
+    module, _, name = cls.rpartition(".")
+    origin = [f"class from {module.split('.')[0]}"] if module else []
+    if report.architecture and report.architecture.family and report.architecture.family.lower() != name.lower():
+        origin.append(f"family {report.architecture.family}")
+    return name, "; ".join(origin + ["no architecture name recorded in the checkpoint"])
+
+
 def write_html(report: Report, path: str | Path) -> None:
     """Write the HTML report to ``path`` (UTF-8)."""
     Path(path).write_text(render_html(report), encoding="utf-8")
@@ -194,6 +213,7 @@ def _environment() -> Environment:
     )
     env.globals.update(
         image_data_uri=image_data_uri,
+        architecture_name=architecture_name,
         svg_markup=svg_markup,
         decoded_size=decoded_size,
         csv_rows=csv_rows,

@@ -215,7 +215,7 @@ def check_few_activations_per_block(
 
 
 def check_per_sample_norm(profile: ArchitectureProfile, config: ArchitectureRiskConfig) -> list[Finding]:
-    """Flag per-sample norms, and note BatchNorm recorded in eval mode (R4)."""
+    """Flag per-sample norms (R4); BatchNorm in eval mode only when the config counts it as one."""
     kinds = facts.per_sample_norms(profile)
     batchnorm = profile.norms.get("BatchNorm", 0)
     bn_eval = bool(batchnorm and profile.batchnorm_in_eval)
@@ -237,9 +237,9 @@ def check_per_sample_norm(profile: ArchitectureProfile, config: ArchitectureRisk
         if bn_eval:
             message += f" {bn_note}"
         return [PER_SAMPLE_NORM.finding(message=message, evidence=evidence)]
-    if bn_eval:
-        severity = Severity.MEDIUM if config.batchnorm_eval_as_per_sample else Severity.INFO
-        return [PER_SAMPLE_NORM.finding(message=bn_note, evidence=evidence, severity=severity)]
+    if bn_eval and config.batchnorm_eval_as_per_sample:
+        finding = PER_SAMPLE_NORM.finding(message=bn_note, evidence=evidence)
+        return [finding.model_copy(update={"title": "BatchNorm in eval mode, counted as per-sample normalisation"})]
     return []
 
 

@@ -28,7 +28,7 @@ class ArchitectureRiskConfig(BaseModel):
     batchnorm_eval_as_per_sample: bool = Field(
         default=False,
         description=(
-            "Report BatchNorm recorded in eval mode under arch.per-sample-norm at medium instead of "
-            "as an info note. Turn on when clients fine-tune with frozen BatchNorm."
+            "Report BatchNorm recorded in eval mode under arch.per-sample-norm at medium (off: not "
+            "reported). Turn on when clients fine-tune with frozen BatchNorm."
         ),
     )

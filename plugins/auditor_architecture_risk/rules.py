@@ -101,8 +101,8 @@ PER_SAMPLE_NORM = Rule(
     severity=Severity.MEDIUM,
     references=(_ref("seed-003", "Table 8 step 12; Figs. 9b and 10", "B"),),
     description=(
-        "Seed 003 rule R4. BatchNorm recorded in eval mode is reported as an info note: frozen "
-        "BatchNorm is a per-sample affine map too."
+        "Seed 003 rule R4. BatchNorm recorded in eval mode is a per-sample affine map too; it is "
+        "reported (at medium) only with batchnorm_eval_as_per_sample, since nearly every CNN is audited in eval mode."
     ),
 )
 PATCHIFY_STEM = Rule(
