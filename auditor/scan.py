@@ -29,17 +29,15 @@ from auditor.report.model import (
     ModelInfo,
     OnnxInfo,
     PluginRun,
-    Reference,
     Report,
     Severity,
     ToolInfo,
 )
+from auditor.report.sources import cite
 
 _PICKLE_REFS = [
-    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
-              locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:pickle", title="Python pickle module documentation",
-              locator="'Restricting Globals' (the gate auditor loads through)"),
+    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
+    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 

@@ -40,6 +40,7 @@ from auditor.report.charts import (
     figure_svg as figure_svg,
     svg_artifact as svg_artifact,
 )
+from auditor.report.sources import cite as cite
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -70,6 +71,7 @@ __all__ = [
     "Severity",
     "UnsplittableModel",
     "chart",
+    "cite",
     "default_probe_images",
     "load_image",
     "figure_svg",

@@ -30,6 +30,24 @@ from auditor.report.model import Artifact, Finding, Report, Severity
 TEMPLATE = "report.html.j2"
 SEVERITIES_DESC = [Severity.CRITICAL, Severity.HIGH, Severity.MEDIUM, Severity.LOW, Severity.INFO]
 
+_HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~/%?=&+#:-]*)?$")
+
+#: What the remedy ids that are not rewrites (see ``auditor.rewrite``) ask a reader to do.
+REMEDIES = {
+    "dp-sgd": "Retrain with differentially private SGD (e.g. Opacus); it costs accuracy.",
+    "regularise": "Reduce overfitting and close the train-test gap (weight decay, augmentation, early stopping); "
+    "needs retraining.",
+    "secure-aggregation": "Share only securely aggregated updates of many clients, never one client's gradient.",
+    "remove-bias": "Drop the bias of the fully connected layer after the flatten, then fine-tune.",
+    "partial-sharing": "Do not share the leaking parameter group's gradients (keep it local or frozen).",
+    "adversarial-representation": "Train the representation adversarially against the sensitive attribute, "
+    "or do not release it.",
+    "freeze-positional-embedding": "Freeze the positional embedding (or use a fixed sinusoidal one) so its "
+    "gradient is never shared.",
+    "resave-as-safetensors": "Re-save the weights as safetensors (no code runs on load) from a trusted "
+    "environment, and distribute that file.",
+}
+
 _IMAGE_TYPE = re.compile(r"^image/[a-z0-9][a-z0-9.+-]*$")
 _TEMPLATE_NAME = re.compile(r"^_?[a-z][a-z0-9_.]*\.(?:j2|css)$")
 
@@ -141,6 +159,16 @@ def svg_markup(artifact: Artifact) -> Markup | None:
     return sanitize_svg(artifact.text, artifact.description or artifact.name)
 
 
+def safe_url(url: str | None) -> str | None:
+    """Return ``url`` if it is a plain https link (for a reference's title), else None."""
+    return url if url and _HTTPS_URL.match(url) else None
+
+
+def remedy_text(remedy: str) -> str | None:
+    """Return what a non-rewrite remedy id asks the reader to do, or None for other ids and sentences."""
+    return REMEDIES.get(remedy)
+
+
 def decoded_size(artifact: Artifact) -> int | None:
     """Return the size in bytes of an artifact's base64 payload, or None when it has none."""
     if artifact.data_base64 is None:
@@ -218,5 +246,7 @@ def _environment() -> Environment:
         decoded_size=decoded_size,
         csv_rows=csv_rows,
         rewrite_proposal=rewrite_proposal,
+        safe_url=safe_url,
+        remedy_text=remedy_text,
     )
     return env

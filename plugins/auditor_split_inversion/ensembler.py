@@ -278,7 +278,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
         "rows": rows, "secret": secret,
         "query_free_gate": "passed" if beats else (
             "inconclusive: the query-free shadow attack does not beat the mean-image floor even without a "
-            "defence, so it cannot show what Ensembler adds (seed 002 §6.2 sanity gate)"),
+            "defence, so it cannot show what Ensembler adds (the mean-image sanity gate)"),
         "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
         "stage1_accuracy": [accuracy(n, data["eval"], data["eval_y"]) for n in nets],
         "cs_to_stage1_heads": cs_all,
