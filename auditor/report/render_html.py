@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import json
 import math
 import re
 import shlex
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -47,6 +49,11 @@ REMEDIES = {
     "resave-as-safetensors": "Re-save the weights as safetensors (no code runs on load) from a trusted "
     "environment, and distribute that file.",
 }
+
+TABLE_MEDIA_TYPE = "application/vnd.auditor.table+json"
+
+#: A list this long or longer, or one holding lists or mappings, is not a single table cell's worth.
+_SHORT_LIST = 8
 
 _IMAGE_TYPE = re.compile(r"^image/[a-z0-9][a-z0-9.+-]*$")
 _TEMPLATE_NAME = re.compile(r"^_?[a-z][a-z0-9_.]*\.(?:j2|css)$")
@@ -184,6 +191,102 @@ def csv_rows(artifact: Artifact) -> list[list[str]] | None:
     return [row for row in csv.reader(artifact.text.splitlines()) if row] or None
 
 
+@dataclass
+class Table:
+    """A table of metric values for the template: a caption, column labels and raw cell values."""
+
+    caption: str | None
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+
+
+def metric_tables(metrics: dict[str, Any]) -> list[Table]:
+    """Lay plugin metrics out as tables a person reads (the documented convention).
+
+    Scalars and short lists form one ``metric | value`` table. A list of mappings becomes a table
+    with one row per item and one column per key (first-seen order); a mapping of mappings (e.g.
+    one entry per attack) a table with one row per entry; any other mapping a ``key | value`` table.
+    Long lists stay in cells as collapsible text; the raw JSON is always shown beside the tables.
+    """
+    flat = [[label(key), v] for key, v in metrics.items() if _is_cell(v)]
+    tables = [Table(None, ["metric", "value"], flat)] if flat else []
+    for key, v in metrics.items():
+        if not _is_cell(v):
+            tables.append(_table(label(key), v))
+    return tables
+
+
+def table_artifact(artifact: Artifact) -> Table | None:
+    """Return a ``application/vnd.auditor.table+json`` artifact as a :class:`Table`, else None.
+
+    The text is JSON ``{"columns": [...], "rows": [[...], ...]}``, or ``{"rows": [{...}, ...]}`` whose
+    keys become the columns; the artifact's description is the caption. Malformed specs give None.
+    """
+    if artifact.text is None or artifact.media_type.lower() != TABLE_MEDIA_TYPE:
+        return None
+    try:
+        spec = json.loads(artifact.text)
+    except ValueError:
+        return None
+    rows = spec.get("rows") if isinstance(spec, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return None
+    caption = artifact.description or artifact.name
+    if all(isinstance(r, dict) for r in rows):
+        return _table(caption, rows)
+    columns = spec.get("columns")
+    if not isinstance(columns, list) or not all(isinstance(r, list) and len(r) == len(columns) for r in rows):
+        return None
+    return Table(caption, [str(c) for c in columns], rows)
+
+
+def raw_json(value: Any) -> str:
+    """Return ``value`` as indented JSON (non-JSON values as text), for the collapsed raw view."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def label(key: str) -> str:
+    """Return a metric key as a label that can wrap: ``tpr_at_1pct_fpr`` -> ``tpr at 1pct fpr``."""
+    return key.replace("_", " ")
+
+
+def _is_cell(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return len(value) < _SHORT_LIST and not any(isinstance(v, (list, tuple, dict)) for v in value)
+    return not isinstance(value, dict)
+
+
+def _table(caption: str, value: Any) -> Table:
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        keys, omitted = _columns(value)
+        rows = [[item.get(k) for k in keys] for item in value]
+        return Table(_omitting(caption, omitted), [label(k) for k in keys], rows)
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        keys, omitted = _columns(list(value.values()))
+        rows = [[name, *(item.get(k) for k in keys)] for name, item in value.items()]
+        return Table(_omitting(caption, omitted), ["", *(label(k) for k in keys)], rows)
+    if isinstance(value, dict):
+        return Table(caption, ["key", "value"], [[label(str(k)), v] for k, v in value.items()])
+    return Table(caption, ["value"], [[value]])
+
+
+def _columns(items: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Return the columns of a list of records (short values first, long text last) and those left out.
+
+    A key whose values are long lists or nested records (a ROC curve, per-class detail) does not fit
+    a cell; it is left out of the table and stays in the raw JSON.
+    """
+    keys = list(dict.fromkeys(k for item in items for k in item))
+    omitted = [k for k in keys if not all(_is_cell(item.get(k)) for item in items)]
+    kept = [k for k in keys if k not in omitted]
+    long = [k for k in kept if any(len(compact(item.get(k))) > 48 for item in items)]
+    return [k for k in kept if k not in long] + long, omitted
+
+
+def _omitting(caption: str, omitted: list[str]) -> str:
+    return f"{caption} ({', '.join(omitted)}: in the raw JSON)" if omitted else caption
+
+
 def slug(value: str) -> str:
     """Return a lowercase id fragment made of ``a-z0-9-`` (for in-page anchors)."""
     return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-") or "x"
@@ -245,6 +348,9 @@ def _environment() -> Environment:
         svg_markup=svg_markup,
         decoded_size=decoded_size,
         csv_rows=csv_rows,
+        metric_tables=metric_tables,
+        table_artifact=table_artifact,
+        raw_json=raw_json,
         rewrite_proposal=rewrite_proposal,
         safe_url=safe_url,
         remedy_text=remedy_text,

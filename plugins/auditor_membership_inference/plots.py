@@ -11,13 +11,13 @@ from auditor.plugin import CHART_COLOURS, chart, figure_svg
 def roc_chart(results: Mapping[str, Mapping[str, Any]], n_nonmembers: int, fprs: Sequence[float]) -> str:
     """Return an SVG of each attack's ROC on log axes (from ``results[name]["roc"]``).
 
-    The legend gives each attack's AUC; dotted verticals mark each FPR in ``fprs`` and the best
+    The legend (outside the axes, best attack first) gives each attack's AUC; dotted verticals mark each FPR in ``fprs`` and the best
     attack's TPR there (the exact ``tpr_at_*`` metric when present) is marked and written. The x axis starts at 1/``n_nonmembers``, the
     smallest FPR the targets can resolve.
     """
     lo = max(1.0 / max(n_nonmembers, 1), 1e-4)
     ranked = sorted(results, key=lambda k: -results[k]["auc"])
-    with chart(6.4, 4.2) as fig:
+    with chart(7.6, 4.2) as fig:
         ax = fig.add_subplot()
         ax.plot([lo, 1], [lo, 1], color="#999999", linestyle=":", linewidth=1, label="chance (AUC 0.5)")
         for k, name in enumerate(ranked):
@@ -26,7 +26,8 @@ def roc_chart(results: Mapping[str, Mapping[str, Any]], n_nonmembers: int, fprs:
                 continue
             fx, ty = zip(*pts)
             ax.plot(fx, [max(t, lo) for t in ty], color=CHART_COLOURS[k % len(CHART_COLOURS)],
-                    linewidth=2.0 if k == 0 else 1.2, label=f"{name} (AUC {results[name]['auc']:.3f})")
+                    linestyle=("-", "--", ":")[k // len(CHART_COLOURS) % 3], linewidth=2.0 if k == 0 else 1.2,
+                    label=f"{name} (AUC {results[name]['auc']:.3f})")
         best = results[ranked[0]] if ranked else None
         for fpr in fprs:
             if fpr < lo:
@@ -46,7 +47,7 @@ def roc_chart(results: Mapping[str, Mapping[str, Any]], n_nonmembers: int, fprs:
         ax.set_xlabel(f"false positive rate (log; {n_nonmembers} non-members)")
         ax.set_ylabel("true positive rate (log)")
         ax.set_title("Membership inference: ROC per attack")
-        ax.legend(loc="lower right", fontsize=7)
+        fig.legend(loc="outside right upper", fontsize=7, title="attack, by AUC", title_fontsize=7)
         return figure_svg(fig)
 
 
