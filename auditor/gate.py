@@ -5,32 +5,69 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import Literal
 
-from auditor.report.model import Finding, PluginRun, Severity, Summary
+from auditor.report.model import (
+    CATEGORY_NOT_APPLICABLE,
+    CATEGORY_NOT_SELECTED,
+    Finding,
+    PluginRun,
+    Severity,
+    Summary,
+)
 
 
 class ExitCode(IntEnum):
-    """Exit codes of the ``auditor`` command; 3 is reserved and never used."""
+    """Exit codes of the ``auditor`` command."""
 
-    #: No finding at or above --fail-on; the model loaded safely.
+    #: Every requested check was judged (attacks with shown power) and no finding is at or above --fail-on.
     PASS = 0
     #: A finding at or above --fail-on, or the checkpoint was refused as unsafe.
     FAIL = 1
     #: Tool or input error (bad file, unknown format, model does not run; plugin errors with --strict).
     ERROR = 2
+    #: Nothing at or above --fail-on, but something requested was not judged (skipped, errored, no power).
+    INCONCLUSIVE = 3
     #: Usage error: unknown option, bad option value, invalid configuration.
     USAGE = 4
 
 
+#: Skip categories that are no gap in the audit: the plugin was not asked for, or its threat does not
+#: exist in this model (no split point, no attention ...).
+_NOT_A_GAP = (CATEGORY_NOT_SELECTED, CATEGORY_NOT_APPLICABLE)
+
+_POLICY_CODE = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "pass": ExitCode.PASS}
+
+
+def not_judged(plugins: Sequence[PluginRun]) -> list[PluginRun]:
+    """Return the runs that were requested but cannot vouch for anything: errored, inconclusive, or skipped for a gap."""
+    return [p for p in plugins
+            if p.status in ("error", "inconclusive") or (p.status == "skipped" and p.category not in _NOT_A_GAP)]
+
+
 def summarize(
-    findings: Sequence[Finding], plugins: Sequence[PluginRun], *, fail_on: Severity, unsafe: bool, strict: bool = False
+    findings: Sequence[Finding],
+    plugins: Sequence[PluginRun],
+    *,
+    fail_on: Severity,
+    unsafe: bool,
+    strict: bool = False,
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive",
 ) -> Summary:
-    """Return the gate decision with the reasons that led to it."""
+    """Return the gate decision with the reasons that led to it.
+
+    Precedence: an unsafe checkpoint (FAIL), plugin errors under ``--strict`` (ERROR), findings at
+    or above ``fail_on`` (FAIL), then INCONCLUSIVE when a requested check was not judged or nothing
+    was judged at all, and PASS only when every requested check ran and, for attacks, showed power.
+    ``on_inconclusive`` maps the INCONCLUSIVE verdict to its exit code; the verdict stays.
+    """
     counts = Counter(f.severity.value for f in findings)
     max_severity = max((f.severity for f in findings), default=None, key=lambda s: s.rank)
     reasons: list[str] = []
     errored = [p.name for p in plugins if p.status == "error"]
-    # Precedence: an unsafe checkpoint, then tool errors under --strict, then findings, then pass.
+    gaps = not_judged(plugins)
+    judged = [p for p in plugins if p.status == "ok"]
+    verdict: Literal["pass", "fail", "inconclusive"] = "fail"
     if unsafe:
         code = ExitCode.FAIL
         reasons.append("the checkpoint was refused: its pickles import names outside the allowlist")
@@ -41,12 +78,22 @@ def summarize(
         code = ExitCode.FAIL
         n = sum(1 for f in findings if f.severity >= fail_on)
         reasons.append(f"{n} finding(s) at or above --fail-on {fail_on.value}")
+    elif gaps or not judged:
+        verdict = "inconclusive"
+        code = _POLICY_CODE[on_inconclusive]
+        reasons.append(f"no finding at or above --fail-on {fail_on.value}, but "
+                       + ("nothing was judged: no plugin ran" if not judged and not gaps
+                          else f"{len(gaps)} requested check(s) were not judged"))
     else:
+        verdict = "pass"
         code = ExitCode.PASS
         reasons.append(f"no finding at or above --fail-on {fail_on.value}")
-    if errored and not strict:
-        reasons.append(f"not judged (plugin error): {', '.join(errored)}")
+    for p in gaps:
+        reasons.append(f"not judged: {p.name} ({p.status}{', ' + p.category if p.category else ''}): {p.reason}")
+    if verdict == "inconclusive" and on_inconclusive != "inconclusive":
+        reasons.append(f"--on-inconclusive {on_inconclusive}: exit {int(code)}")
     return Summary(
-        max_severity=max_severity, verdict="pass" if code == ExitCode.PASS else "fail", exit_code=int(code),
-        fail_on=fail_on, counts={s.value: counts.get(s.value, 0) for s in Severity}, reasons=reasons,
+        max_severity=max_severity, verdict=verdict, exit_code=int(code), fail_on=fail_on,
+        counts={s.value: counts.get(s.value, 0) for s in Severity}, reasons=reasons,
+        not_judged=[p.name for p in gaps], on_inconclusive=on_inconclusive,
     )

@@ -28,6 +28,11 @@ from auditor.plugin.images import (
     lpips_status as lpips_status,
     png_base64 as png_base64,
 )
+from auditor.plugin.measure import (
+    floor_images as floor_images,
+    image_floor_scores as image_floor_scores,
+    measure as measure,
+)
 from auditor.errors import UnsplittableModel as UnsplittableModel
 from auditor.graph.split import (
     find_split as find_split,
@@ -45,6 +50,8 @@ from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
     Finding as Finding,
+    Measurement as Measurement,
+    PowerCheck as PowerCheck,
     Reference as Reference,
     Severity as Severity,
 )
@@ -59,10 +66,12 @@ __all__ = [
     "DataBundle",
     "Finding",
     "ImageSplit",
+    "Measurement",
     "NoConfig",
     "Plugin",
     "PluginResult",
     "PluginSkipped",
+    "PowerCheck",
     "Reference",
     "Requirements",
     "Rule",
@@ -76,10 +85,13 @@ __all__ = [
     "load_image",
     "figure_svg",
     "find_split",
+    "floor_images",
+    "image_floor_scores",
     "image_grid",
     "image_scores",
     "lpips_distances",
     "lpips_status",
+    "measure",
     "png_base64",
     "split_model",
     "split_segments",

@@ -25,11 +25,11 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from auditor.errors import PluginTimeout
-from auditor.report.model import ArchitectureProfile, Artifact, Finding, Reference, Severity
+from auditor.report.model import ArchitectureProfile, Artifact, Finding, Measurement, PowerCheck, Reference, Severity
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
-PLUGIN_API_VERSION = 2  # 2: Requirements.torch_model; RunContext.model is None for profile-only plugins
+PLUGIN_API_VERSION = 3  # 3: PluginResult.headline/power/undecided; 2: Requirements.torch_model
 
 
 class NoConfig(BaseModel):
@@ -113,12 +113,22 @@ class Rule:
 
 @dataclass
 class PluginResult:
-    """What a plugin returns: findings, metrics (with provenance) and artifacts."""
+    """What a plugin returns: findings, metrics (with provenance) and artifacts.
+
+    An attack plugin (any ``family`` but ``static``) also returns ``headline`` numbers beside their
+    no-information floors and at least one ``power`` check: a positive control attacked at the same
+    budget. The runner marks the run ``inconclusive`` when a power check failed, when an attack
+    shows none, or when ``undecided`` holds a reason (the plugin could not judge, e.g. its search
+    ran out of budget before it finished).
+    """
 
     findings: list[Finding] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     artifacts: list[Artifact] = field(default_factory=list)
+    headline: list[Measurement] = field(default_factory=list)
+    power: list[PowerCheck] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
 
 
 @dataclass

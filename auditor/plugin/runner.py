@@ -22,8 +22,10 @@ from auditor.report.model import (
     CATEGORY_MISSING_DATA,
     CATEGORY_NO_TORCH_MODEL,
     CATEGORY_NOT_APPLICABLE,
+    CATEGORY_NO_POWER,
     CATEGORY_NOT_SELECTED,
     CATEGORY_TIMEOUT,
+    CATEGORY_UNDECIDED,
     ArchitectureProfile,
     Finding,
     PluginRun,
@@ -32,6 +34,7 @@ from auditor.report.model import (
 log = logging.getLogger(__name__)
 
 _TIMED_OUT = object()
+_ABANDONED: list[threading.Thread] = []
 
 
 @dataclass(frozen=True)
@@ -85,16 +88,16 @@ def _run_one(
     if plugin is None:
         return PluginRun(status="error", category=CATEGORY_LOAD_FAILED, reason=entry.error or "", **base), []
     base["family"] = plugin.family
-    if model is None and plugin.requires.torch_model:
-        needs = "gradient-based attacks need" if plugin.requires.gradients else "this plugin runs"
-        return PluginRun(status="skipped", category=CATEGORY_NO_TORCH_MODEL,
-                         reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
-                         **base), []
     if settings.selected is None and plugin.requires.expensive:
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED,
                          reason=f"expensive attack: run it with --plugins {entry.name} (or --plugins all)", **base), []
     if settings.selected is not None and entry.name not in settings.selected and "all" not in settings.selected:
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED, reason="not in --plugins", **base), []
+    if model is None and plugin.requires.torch_model:
+        needs = "gradient-based attacks need" if plugin.requires.gradients else "this plugin runs"
+        return PluginRun(status="skipped", category=CATEGORY_NO_TORCH_MODEL,
+                         reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
+                         **base), []
     try:
         verdict = plugin.applicable(profile)
     except Exception as exc:  # noqa: BLE001 - isolation: a plugin bug is report data
@@ -132,10 +135,32 @@ def _run_one(
     findings = [f.model_copy(update={"source": entry.name}) for f in outcome.findings]
     provenance = {"seed": settings.seed, "device": str(settings.device), "budget_s": budget,
                   "config": ctx.config.model_dump(mode="json"), **outcome.provenance}
+    status, category, reason = _judged(plugin.family, outcome, verdict.reason)
     return PluginRun(
-        status="ok", reason=verdict.reason, duration_s=duration, metrics=outcome.metrics, provenance=provenance,
-        artifacts=outcome.artifacts, finding_count=len(findings), **base,
+        status=status, category=category, reason=reason, duration_s=duration, metrics=outcome.metrics,
+        provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
+        headline=outcome.headline, power=outcome.power, **base,
     ), findings
+
+
+def _judged(family: str, outcome: PluginResult, applicable_reason: str) -> tuple[str, str | None, str]:
+    """Return ``ok`` only for a run that can vouch for itself; else ``inconclusive`` with the category and why.
+
+    Attacks (every family but ``static``) must show a passed positive control; any plugin may
+    declare itself undecided.
+    """
+    if outcome.undecided:
+        return "inconclusive", CATEGORY_UNDECIDED, "; ".join(outcome.undecided)
+    if family == "static":
+        return "ok", None, applicable_reason
+    if not outcome.power:
+        return "inconclusive", CATEGORY_NO_POWER, "the attack ran no positive control, so it cannot show it could " \
+                                                  "have found a leak at this budget"
+    failed = [p for p in outcome.power if not p.passed]
+    if failed:
+        text = "; ".join(f"{p.control}: {p.metric} {p.value:.3g} < required {p.required:.3g}" for p in failed)
+        return "inconclusive", CATEGORY_NO_POWER, f"positive control failed, the attack lacked power: {text}"
+    return "ok", None, applicable_reason
 
 
 def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:
@@ -153,8 +178,19 @@ def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:
     worker.join(timeout=budget_s)
     if worker.is_alive():
         # The thread cannot be killed; it works on its own copy of the model and is abandoned.
+        # Interpreter shutdown with it still inside torch can abort the process: see abandoned_workers().
+        _ABANDONED.append(worker)
         return _TIMED_OUT
     return box.get("value")
+
+
+def abandoned_workers() -> list[threading.Thread]:
+    """Return the plugin threads that overran their budget and are still running.
+
+    A process that exits normally while one of them is inside torch may abort (SIGABRT) during
+    interpreter shutdown; callers that see any should flush their output and leave with ``os._exit``.
+    """
+    return [t for t in _ABANDONED if t.is_alive()]
 
 
 def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.3.0"
+SCHEMA_VERSION = "1.5.0"
 
 
 class _Record(BaseModel):
@@ -71,6 +71,8 @@ CATEGORY_MISSING_DEPENDENCY = "missing-dependency"
 CATEGORY_NOT_SELECTED = "not-selected"
 CATEGORY_NO_MODEL = "no-model"
 CATEGORY_NO_TORCH_MODEL = "no-torch-model"  # only a graph (an ONNX file) was given, no PyTorch model
+CATEGORY_NO_POWER = "attack.no-power"  # the attack's positive control failed, or the plugin ran none
+CATEGORY_UNDECIDED = "attack.undecided"  # the plugin says it could not judge (e.g. its search ran out of budget)
 PLUGIN_CATEGORIES = (
     CATEGORY_EXCEPTION,
     CATEGORY_TIMEOUT,
@@ -81,6 +83,8 @@ PLUGIN_CATEGORIES = (
     CATEGORY_NOT_SELECTED,
     CATEGORY_NO_MODEL,
     CATEGORY_NO_TORCH_MODEL,
+    CATEGORY_NO_POWER,
+    CATEGORY_UNDECIDED,
 )
 
 
@@ -92,6 +96,14 @@ class Reference(_Record):
     locator: str = Field(description="Section, table or figure, e.g. 'Table 6'.")
     grade: str | None = Field(default=None, description="Evidence grade (A, A-, B, B-, C) where the note gives one.")
     url: str | None = Field(default=None, description="Link to the work: an arXiv or DOI page, or documentation.")
+
+
+class Suppression(_Record):
+    """Why a finding does not count toward the gate: a baseline entry or a ``[[suppress]]`` rule."""
+
+    kind: Literal["baseline", "config"]
+    reason: str = ""
+    expires: str | None = Field(default=None, description="ISO date after which the finding counts again.")
 
 
 class Finding(_Record):
@@ -106,6 +118,12 @@ class Finding(_Record):
     references: list[Reference] = Field(default_factory=list)
     remediation: list[str] = Field(default_factory=list, description="Rewrite ids that would address it.")
     source: str = Field(default="core", description="'core' or the name of the plugin that produced it.")
+    fingerprint: str | None = Field(
+        default=None, description="Stable id of the finding: rule id + model path + location (auditor.baseline)."
+    )
+    suppression: Suppression | None = Field(
+        default=None, description="Set when a baseline or config entry accepts the finding; it then does not gate."
+    )
 
 
 # --- model and load safety -------------------------------------------------------------------
@@ -323,11 +341,52 @@ class Artifact(_Record):
     text: str | None = None
 
 
+class Measurement(_Record):
+    """A headline number beside its no-information floor: what an attacker gets, and what they get for free.
+
+    ``margin`` is the leak itself: ``value - floor`` when higher values mean more leakage
+    (``higher_is_worse``), ``floor - value`` otherwise, so a positive margin is always worse.
+    """
+
+    name: str = Field(description="Stable metric key, e.g. 'ssim' or 'auc'.")
+    label: str = Field(description="What the number is, in words a reviewer reads.")
+    value: float
+    floor: float | None = Field(
+        default=None, description="The strongest no-information baseline the attacker has without the leak."
+    )
+    floor_kind: str = Field(default="", description="What the floor is, e.g. 'class-conditional mean image'.")
+    margin: float | None = Field(default=None, description="Leak over the floor (positive = leakage).")
+    ci: list[float] | None = Field(default=None, description="[low, high] 95% interval of the margin.")
+    threshold: float | None = Field(default=None, description="The margin at which the plugin raises a finding.")
+    higher_is_worse: bool = True
+    unit: str = ""
+    how: str = Field(default="", description="Attack, settings, seed, data and budget that produced the number.")
+
+
+class PowerCheck(_Record):
+    """A positive control: the same attack at the same budget on a target known to leak.
+
+    An attack that cannot find the control's leak cannot vouch for the model: the plugin's
+    status is then ``inconclusive``.
+    """
+
+    control: str = Field(description="What was attacked, e.g. 'unprotected reference CNN of the same input size'.")
+    metric: str
+    value: float
+    required: float = Field(description="The value the control had to reach for the attack to count as able.")
+    passed: bool
+    how: str = ""
+
+
 class PluginRun(_Record):
-    """One plugin's outcome; ``ok`` with no findings is never merged with ``skipped``/``error``."""
+    """One plugin's outcome; ``ok`` with no findings is never merged with ``skipped``/``error``.
+
+    ``inconclusive`` means the plugin ran but cannot vouch for its result: its positive control
+    failed, it showed none, or it said it could not judge (``reason`` says which).
+    """
 
     name: str
-    status: Literal["ok", "skipped", "error"]
+    status: Literal["ok", "inconclusive", "skipped", "error"]
     category: str | None = None
     reason: str = ""
     family: str | None = None
@@ -338,17 +397,25 @@ class PluginRun(_Record):
     provenance: dict[str, Any] = Field(default_factory=dict)
     artifacts: list[Artifact] = Field(default_factory=list)
     finding_count: int = 0
+    headline: list[Measurement] = Field(default_factory=list, description="Headline numbers beside their floors.")
+    power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
 
 
 class Summary(_Record):
     """The gate's decision and how it was reached."""
 
     max_severity: Severity | None
-    verdict: Literal["pass", "fail"]
+    verdict: Literal["pass", "fail", "inconclusive"]
     exit_code: int
     fail_on: Severity
     counts: dict[str, int] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
+    not_judged: list[str] = Field(
+        default_factory=list, description="Plugins requested but not judged (skipped, errored or inconclusive)."
+    )
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = Field(
+        default="inconclusive", description="Policy that turned an inconclusive verdict into the exit code."
+    )
 
 
 class ToolInfo(_Record):
@@ -367,7 +434,7 @@ class ComparisonSide(_Record):
     model_path: str
     params: int | None = None
     accuracy: float | None = Field(default=None, description="Natural accuracy on the held-out split, if measured.")
-    verdict: Literal["pass", "fail"] | None = None
+    verdict: Literal["pass", "fail", "inconclusive"] | None = None
     max_severity: Severity | None = None
     skips: int | None = None
     last_stage_skips: int | None = None

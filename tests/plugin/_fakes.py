@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 from auditor.plugin import (
-    Applicability, NoConfig, PluginResult, PluginSkipped, Requirements, Rule, RunContext, Severity,
+    Applicability, NoConfig, PluginResult, PluginSkipped, PowerCheck, Requirements, Rule, RunContext, Severity,
 )
 from auditor.plugin.api import Plugin
 from auditor.report.model import ArchitectureProfile
 
 
 class FakePlugin:
-    """A configurable plugin: ok, raising, sleeping, not applicable or needing data."""
+    """A configurable plugin: ok, raising, sleeping, not applicable, needing data, or without power."""
 
     family = "test"
     summary = "test plugin"
@@ -43,8 +43,12 @@ class FakePlugin:
             while True:
                 ctx.check_budget()
                 time.sleep(0.01)
+        power = [PowerCheck(control="a leaky toy", metric="ssim", value=0.9 if self.mode != "weak" else 0.1,
+                            required=0.5, passed=self.mode != "weak")]
         return PluginResult(findings=[self.rules[0].finding(message="hello", location="x")],
-                            metrics={"value": 1.0}, provenance={"attack": "none"})
+                            metrics={"value": 1.0}, provenance={"attack": "none"},
+                            power=[] if self.mode == "no-power" else power,
+                            undecided=["the search ran out of budget"] if self.mode == "undecided" else [])
 
 
 def as_plugin(obj: object) -> Plugin:

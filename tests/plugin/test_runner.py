@@ -85,13 +85,17 @@ def test_without_a_torch_model_only_profile_readers_run() -> None:
     gradient = FakePlugin("gradient", requires=Requirements(budget_s=5, gradients=True, expensive=True))
     forward = FakePlugin("forward")
     entries = [PluginEntry(p.name, p, "test", "0") for p in (static, gradient, forward)]
-    runs, findings = run_plugins(entries, model=None, profile=_PROFILE, configs={},
-                                 settings=RunSettings(device=torch.device("cpu"), graph_only="an ONNX graph"))
+    settings = RunSettings(device=torch.device("cpu"), graph_only="an ONNX graph", selected=("all",))
+    runs, findings = run_plugins(entries, model=None, profile=_PROFILE, configs={}, settings=settings)
     assert [(r.name, r.status, r.category) for r in runs] == [
         ("static", "ok", None), ("gradient", "skipped", "no-torch-model"), ("forward", "skipped", "no-torch-model")]
     assert runs[1].reason == "only an ONNX graph is available; gradient-based attacks need the PyTorch model"
     assert runs[2].reason == "only an ONNX graph is available; this plugin runs the PyTorch model"
     assert [f.source for f in findings] == ["static"]
+    # an expensive attack nobody asked for is "not selected", not a gap in an ONNX audit
+    runs, _ = run_plugins(entries, model=None, profile=_PROFILE, configs={},
+                          settings=RunSettings(device=torch.device("cpu"), graph_only="an ONNX graph"))
+    assert runs[1].category == "not-selected"
 
 
 class _ModelRecorder(FakePlugin):
@@ -112,3 +116,23 @@ def test_a_profile_only_plugin_gets_no_model_copy(monkeypatch: pytest.MonkeyPatc
     assert [r.status for r in runs] == ["ok", "ok"]
     assert static.seen is None and copies == [_MODEL]
     assert isinstance(user.seen, nn.Module) and user.seen is not _MODEL
+
+
+@pytest.mark.parametrize(("mode", "status", "category"), [
+    ("ok", "ok", None),
+    ("no-power", "inconclusive", "attack.no-power"),
+    ("weak", "inconclusive", "attack.no-power"),
+    ("undecided", "inconclusive", "attack.undecided"),
+])
+def test_an_attack_is_ok_only_with_a_passed_positive_control(mode: str, status: str, category: str | None) -> None:
+    (run,), _ = _run(FakePlugin("attack", mode))
+    assert (run.status, run.category) == (status, category)
+    if mode == "weak":
+        assert "0.1 < required 0.5" in run.reason and run.power[0].passed is False
+
+
+def test_a_static_plugin_needs_no_positive_control() -> None:
+    plugin = FakePlugin("rules", "no-power")
+    plugin.family = "static"
+    (run,), _ = _run(plugin)
+    assert run.status == "ok"

@@ -1,0 +1,104 @@
+"""The gate: PASS only when every requested check was judged, INCONCLUSIVE otherwise, FAIL on findings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from auditor.cli import run_cli
+from auditor.gate import ExitCode, summarize
+from auditor.report.model import Finding, PluginRun, Severity
+
+_HIGH = Finding(rule_id="arch.last-stage-skip", severity=Severity.HIGH, title="t")
+_LOW = Finding(rule_id="arch.fc-bias-after-flatten", severity=Severity.LOW, title="t")
+
+
+def _run(name: str, status: str = "ok", category: str | None = None) -> PluginRun:
+    return PluginRun(name=name, status=status, category=category)  # type: ignore[arg-type]
+
+
+def _gate(findings: list[Finding], plugins: list[PluginRun], **kw: object):  # type: ignore[no-untyped-def]
+    return summarize(findings, plugins, fail_on=Severity.HIGH, unsafe=False, **kw)  # type: ignore[arg-type]
+
+
+def test_pass_needs_every_requested_check_judged() -> None:
+    s = _gate([_LOW], [_run("architecture-risk"), _run("gradient-inversion", "skipped", "not-selected")])
+    assert (s.verdict, s.exit_code, s.not_judged) == ("pass", ExitCode.PASS, [])
+
+
+@pytest.mark.parametrize("run", [
+    _run("membership-inference", "skipped", "missing-data"),
+    _run("gradient-inversion", "inconclusive", "attack.no-power"),
+    _run("split-inversion", "error", "plugin.timeout"),
+    _run("model-inversion", "skipped", "no-torch-model"),
+])
+def test_an_unjudged_request_is_inconclusive_not_pass(run: PluginRun) -> None:
+    s = _gate([_LOW], [_run("architecture-risk"), run])
+    assert (s.verdict, s.exit_code, s.not_judged) == ("inconclusive", ExitCode.INCONCLUSIVE, [run.name])
+    assert any(run.name in r for r in s.reasons)
+
+
+def test_not_applicable_is_no_gap() -> None:
+    s = _gate([], [_run("architecture-risk"), _run("split-inversion", "skipped", "not-applicable")])
+    assert s.verdict == "pass"
+
+
+def test_nothing_judged_is_inconclusive() -> None:
+    s = _gate([], [_run("architecture-risk", "skipped", "not-selected")])
+    assert (s.verdict, s.exit_code) == ("inconclusive", ExitCode.INCONCLUSIVE)
+    assert "nothing was judged" in s.reasons[0]
+
+
+def test_findings_fail_before_gaps_and_policy_maps_the_code() -> None:
+    gap = _run("gradient-inversion", "inconclusive", "attack.no-power")
+    assert _gate([_HIGH], [gap]).verdict == "fail"
+    as_fail = _gate([], [_run("architecture-risk"), gap], on_inconclusive="fail")
+    as_pass = _gate([], [_run("architecture-risk"), gap], on_inconclusive="pass")
+    assert (as_fail.verdict, as_fail.exit_code) == ("inconclusive", ExitCode.FAIL)
+    assert (as_pass.verdict, as_pass.exit_code) == ("inconclusive", ExitCode.PASS)
+
+
+def test_strict_turns_errors_into_tool_errors() -> None:
+    s = _gate([], [_run("architecture-risk"), _run("split-inversion", "error", "plugin.exception")], strict=True)
+    assert s.exit_code == ExitCode.ERROR
+
+
+@pytest.fixture(scope="module")
+def small_cnn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gate") / "cnn.pt"
+    torch.manual_seed(0)
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 14 * 14, 3)), path)
+    return path
+
+
+def _cli(tmp_path: Path, *args: str) -> tuple[int, dict | None]:
+    out = tmp_path / "r.json"
+    code = run_cli(["scan", *args, "--input-shape", "3,16,16", "--json", str(out), "--html", str(tmp_path / "r.html"),
+                    "--quiet"])
+    return code, json.loads(out.read_text()) if out.exists() else None
+
+
+@pytest.mark.parametrize("args", [("--plugins", ""), ("--plugins", " , "), ("--budget", "-5"), ("--budget", "0")])
+def test_empty_selection_and_non_positive_budgets_are_usage_errors(small_cnn: Path, tmp_path: Path,
+                                                                   args: tuple[str, str]) -> None:
+    code, report = _cli(tmp_path, str(small_cnn), *args)
+    assert (code, report) == (ExitCode.USAGE, None)
+
+
+def test_nothing_run_is_inconclusive(small_cnn: Path, tmp_path: Path) -> None:
+    code, report = _cli(tmp_path, str(small_cnn), "--disable-plugin", "architecture-risk")
+    assert code == ExitCode.INCONCLUSIVE and report is not None
+    assert report["summary"]["verdict"] == "inconclusive"
+
+
+def test_a_requested_attack_without_data_is_inconclusive_even_with_strict(small_cnn: Path, tmp_path: Path) -> None:
+    code, report = _cli(tmp_path, str(small_cnn), "--plugins", "architecture-risk,membership-inference", "--strict")
+    assert code == ExitCode.INCONCLUSIVE and report is not None
+    assert report["summary"]["not_judged"] == ["membership-inference"]
+    code, _ = _cli(tmp_path, str(small_cnn), "--plugins", "architecture-risk,membership-inference",
+                   "--on-inconclusive", "fail")
+    assert code == ExitCode.FAIL
