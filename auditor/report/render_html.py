@@ -27,7 +27,7 @@ from jinja2 import Environment, FunctionLoader, StrictUndefined
 from markupsafe import Markup
 
 from auditor.report.charts import SVG_MEDIA_TYPE, sanitize_svg
-from auditor.report.model import Artifact, Finding, Report, Severity
+from auditor.report.model import Artifact, Finding, Measurement, PluginRun, Report, Severity
 
 TEMPLATE = "report.html.j2"
 SEVERITIES_DESC = [Severity.CRITICAL, Severity.HIGH, Severity.MEDIUM, Severity.LOW, Severity.INFO]
@@ -67,6 +67,7 @@ def render_html(report: Report) -> str:
         findings=sort_findings(report.findings),
         severity_counts=_severity_counts(report.findings),
         plugin_counts=Counter(plugin.status for plugin in report.plugins),
+        threats=threat_rows(report),
         command=shlex.join(report.tool.command),
     )
 
@@ -285,6 +286,80 @@ def _columns(items: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 def _omitting(caption: str, omitted: list[str]) -> str:
     return f"{caption} ({', '.join(omitted)}: in the raw JSON)" if omitted else caption
+
+
+#: The threats of the summary table, in the order a reviewer reads them: (plugin, threat, what the attacker has).
+THREATS = (
+    ("architecture-risk", "Architecture", "design choices that make the attacks below easier"),
+    ("gradient-inversion", "Gradient inversion", "a client's shared gradient (federated learning)"),
+    ("split-inversion", "Split inference", "the feature sent from device to server"),
+    ("model-inversion", "Model inversion", "white-box access to the trained model"),
+    ("membership-inference", "Membership inference", "the model's outputs on chosen samples"),
+    ("attribute-inference", "Attribute inference", "the model's internal representation"),
+)
+
+#: Until a plugin fills ``PluginRun.headline``: metric keys for its headline (value, floor, label, floor kind).
+#: A floor key may be a number. Only used when the run has no headline of its own.
+FALLBACK_HEADLINE: dict[str, tuple[str, str | float, str, str]] = {
+    "model-inversion": ("attack_accuracy_top1", "chance_top1", "evaluation-model top-1 accuracy", "chance"),
+    "attribute-inference": ("accuracy", "majority_baseline_accuracy", "attribute accuracy", "majority class"),
+    "membership-inference": ("best_auc", 0.5, "best attack AUC", "random guess"),
+}
+
+
+@dataclass
+class ThreatRow:
+    """One row of the threat summary."""
+
+    threat: str
+    exposure: str
+    status: str
+    reason: str
+    headline: Measurement | None
+    findings: int
+    worst: Severity | None
+    anchor: str
+
+
+def threat_rows(report: Report) -> list[ThreatRow]:
+    """Return one summary row per threat: load safety, then each plugin (known threats first).
+
+    The headline is the plugin's first ``headline`` measurement, else the :data:`FALLBACK_HEADLINE`
+    pick from its metrics; a plugin that did not run has none.
+    """
+    load = [f for f in report.findings if f.rule_id.startswith("load.")]
+    safety = report.model.load_safety
+    rows = [ThreatRow("Loading the file", "a pickle that runs code when unpickled", "ok",
+                      f"{len(safety.issues)} disallowed import(s)" if safety.issues else "static pickle check: safe",
+                      None, len(load), _worst(load), "model")]
+    runs = {run.name: run for run in report.plugins}
+    known = [(name, threat, exposure) for name, threat, exposure in THREATS if name in runs]
+    others = [(name, name, "") for name in runs if name not in dict((t[0], t) for t in THREATS)]
+    for name, threat, exposure in known + others:
+        run = runs[name]
+        mine = [f for f in report.findings if f.source == name]
+        rows.append(ThreatRow(threat, exposure, run.status, run.reason or run.category or "", _headline(run),
+                              len(mine), _worst(mine), f"plugin-{slug(name)}"))
+    return rows
+
+
+def _headline(run: PluginRun) -> Measurement | None:
+    if run.headline:
+        return run.headline[0]
+    pick = FALLBACK_HEADLINE.get(run.name)
+    if pick is None or run.status not in ("ok", "inconclusive"):
+        return None
+    value_key, floor_key, label_text, floor_kind = pick
+    value = run.metrics.get(value_key)
+    floor = floor_key if isinstance(floor_key, float) else run.metrics.get(floor_key)
+    if not isinstance(value, (int, float)) or not isinstance(floor, (int, float)):
+        return None
+    return Measurement(name=value_key, label=label_text, value=value, floor=floor, floor_kind=floor_kind,
+                       margin=round(value - floor, 4))
+
+
+def _worst(findings: list[Finding]) -> Severity | None:
+    return max((f.severity for f in findings), default=None, key=lambda s: s.rank)
 
 
 def slug(value: str) -> str:
