@@ -5,7 +5,8 @@ example checkpoint, and a ``--plugins all`` scan of a tiny CNN trained on scikit
 (every plugin kind: SVG charts, PNG grids, CSV and metric tables). Each page is loaded at 1280 px
 and 390 px wide with every request other than the file itself aborted, and must show no
 horizontal overflow, no console error, no external request and every chart with a non-zero box.
-Full-page screenshots go to ``build/browser/`` (kept as CI artifacts).
+Full-page screenshots, and the ``--plugins all`` report itself, go to ``build/browser/`` (kept as
+CI artifacts).
 
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it). Without it the tests are
 skipped, except under ``CI`` where a missing browser is a failure.
@@ -151,14 +152,15 @@ def test_example_reports(browser: Any, example_reports: dict[str, Path], name: s
     _check_page(browser, example_reports[name], f"example-{name}")
 
 
-def test_all_plugins_report(browser: Any, tiny_all_plugins: Report, tmp_path: Path) -> None:
+def test_all_plugins_report(browser: Any, tiny_all_plugins: Report) -> None:
     runs = {p.name: p for p in tiny_all_plugins.plugins}
     assert len(runs) == 6, sorted(runs)
     ran = {n: p.status for n, p in runs.items()}
     assert set(ran.values()) <= {"ok", "inconclusive"}, {n: runs[n].reason for n in ran}  # every kind rendered
     svgs = [a.name for p in runs.values() for a in p.artifacts if a.media_type == "image/svg+xml"]
     assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
-    html = _write(tiny_all_plugins, tmp_path / "all.html")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    html = _write(tiny_all_plugins, SHOTS / "tiny-all-plugins.html")  # kept beside the screenshots
     text = html.read_text(encoding="utf-8")
     assert text.count('<figure class="chart">') == len(svgs)
     _check_page(browser, html, "tiny-all-plugins")
