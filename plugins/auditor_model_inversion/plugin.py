@@ -176,7 +176,7 @@ class ModelInversionPlugin:
             "of the target class in the evaluation model's penultimate features; "
             "knn_distance_test_images is the same for real held-out images (scale reference)",
             "success_criterion": "top-1/top-5 of the evaluation model; the target's confidence is reported but is "
-            "not evidence (seed 000, Fig. 2)",
+            "not evidence (Koh et al. 2024, Fig. 2)",
             "data": str(bundle.root),
         }
         art = Artifact(
