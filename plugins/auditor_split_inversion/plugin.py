@@ -99,7 +99,7 @@ class SplitInversionPlugin:
         thresholds = thresholds_of(cfg)
         power, control = [], None
         if "rmle" in res["records"]:
-            clock.stage(SHARES["control"])
+            clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
             check, control = power_check(res["probes"], fl, thresholds, steps=res["records"]["rmle"]["steps_per_run"],
                                          tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
             power.append(check)
@@ -151,7 +151,7 @@ class SplitInversionPlugin:
 
     def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
                  ctx: RunContext, clock: Clock) -> dict | None:
-        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks, budget)."""
+        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
         k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
@@ -283,7 +283,8 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
         img = line_chart(f"Leakage vs split: {metric.upper()} {unit} (mean ± SD over probes)", labels, series,
                          fl[f"{metric}_mean"], metric.upper())
         arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
-                             description=f"{metric.upper()} per split and attack; dashed line = mean-image floor",
+                             description=f"{metric.upper()} per split and attack; dashed line = floor (strongest "
+                                         "no-information guess)",
                              data_base64=png_base64(img)))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
@@ -291,7 +292,7 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
         f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
         for r in rows for a, v in r["attacks"].items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
-                         description="per split and attack, next to the mean-image floor (settings: provenance)"))
+                         description="per split and attack, next to the floor (settings: provenance)"))
     probes = res["probes"][:8]
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
