@@ -27,7 +27,9 @@ AUC = Rule(
     remediation=("dp-sgd", "regularise"),
     description=(
         "The lower end of the bootstrap CI of the best attack's AUC is above the configured "
-        "level: outputs reveal which samples trained the model. Read it next to the train-test gap."
+        "level: outputs reveal which samples trained the model. The attack is chosen on half of the "
+        "targets and measured on the other half, so the number carries no selection bias. Read it next "
+        "to the train-test gap."
     ),
 )
 LOW_FPR_LEAK = Rule(
