@@ -4,8 +4,12 @@ The rewrite runs on a copy (see :mod:`auditor.rewrite`). With ``--data`` the rew
 fine-tuned (Adam, cross-entropy plus the beta-weighted KL of any inserted variational bottleneck)
 on the training split and natural accuracy is measured before and after on a held-out split
 (``test/`` of the manifest layout, else a seeded 20 % of an ImageFolder). The result is saved as
-a TorchScript archive, which ``auditor scan`` loads safely, and both checkpoints are audited with
-the same configuration and seed; the after report carries the before/after comparison.
+a pickled :class:`auditor.rewrite.program.RewrittenModel` (the rewritten fx graph kept as data,
+loaded by auditor's allowlisted unpickler and re-traced by torch.fx, so every plugin can run on
+it), optionally also as TorchScript. Both checkpoints are audited with the same configuration:
+plugins, ``--data``, seed and budget. The after report carries the before/after comparison; a
+plugin that did not complete on either side, or a rewrite that was not fine-tuned, makes the
+comparison inconclusive.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from torch import nn
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.errors import InputError
+from auditor.gate import ExitCode, not_judged
 from auditor.load.loaders import load_checkpoint
-from auditor.report.model import Comparison, ComparisonSide, Report
+from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report, Summary
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
+from auditor.rewrite.program import RewrittenModel, save_module
 from auditor.rewrite.tts import EXTRAPOLATION, tts_schedule
 
 Progress = Callable[[str, int, int], None]
@@ -46,6 +52,7 @@ class HardenOptions:
     lr: float = 1e-3
     batch_size: int = 64
     holdout: float = 0.2
+    torchscript: Path | None = None
     scan: ScanConfig = field(default_factory=ScanConfig)
 
 
@@ -118,7 +125,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
 
 
 def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> None:
-    """Save ``model`` (eval mode) as a traced TorchScript archive that ``auditor scan`` loads."""
+    """Save ``model`` (eval mode) as a traced TorchScript archive (an extra output: it loses the fx graph)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     example = torch.rand((1, *shape), generator=torch.Generator().manual_seed(0)).to(device)
     model.eval()
@@ -126,6 +133,25 @@ def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> No
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated but is what scan loads safely
         torch.jit.save(torch.jit.trace(model, example, check_trace=False), str(path))
+
+
+def plugin_view(run: PluginRun) -> dict[str, Any]:
+    """Flatten one plugin run for the comparison: status, why it did not complete, headline numbers, metrics.
+
+    Each headline measurement gives ``NAME`` (the attack's value) and, when the plugin reports them,
+    ``NAME floor``, ``NAME margin`` and ``NAME margin CI``; each positive control gives ``power: METRIC``.
+    """
+    view: dict[str, Any] = {"status": run.status}
+    if run.status != "ok":
+        view["reason"] = run.reason
+    for m in run.headline:
+        view[m.name] = m.value
+        view.update({f"{m.name} {key}": value for key, value in (("floor", m.floor), ("margin", m.margin),
+                                                                  ("margin CI", m.ci)) if value is not None})
+    for p in run.power:
+        view[f"power: {p.metric}"] = f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
+    view.update({k: v for k, v in run.metrics.items() if k not in view})
+    return view
 
 
 def side(report: Report, accuracy_value: float | None) -> ComparisonSide:
@@ -139,15 +165,37 @@ def side(report: Report, accuracy_value: float | None) -> ComparisonSide:
         last_stage_skips=sum(1 for s in arch.skip_connections if s.stage == last) if arch and last else 0,
         stages=len(arch.stages) if arch else None,
         finding_ids=[f"{f.rule_id}@{f.location}" if f.location else f.rule_id for f in report.findings],
-        plugin_metrics={p.name: dict(p.metrics) for p in report.plugins if p.status == "ok" and p.metrics},
+        plugin_metrics={p.name: plugin_view(p) for p in report.plugins if p.category != CATEGORY_NOT_SELECTED},
     )
+
+
+def unvouched(before: Report, after: Report, trained: bool) -> list[str]:
+    """Return why the comparison cannot vouch for the rewrite (empty when both sides were measured)."""
+    reasons = [] if trained else ["the rewritten model was not fine-tuned (no --data): its attack numbers describe "
+                                  "an untrained rewrite"]
+    for label, report in (("before", before), ("after", after)):
+        reasons += [f"{p.name} was not judged on the {label} side ({p.status}: {p.reason})"
+                    for p in not_judged(report.plugins)]
+    return reasons
+
+
+def comparison_summary(summary: Summary, reasons: list[str], policy: str) -> Summary:
+    """Return the after audit's gate with the comparison's gaps: a pass becomes INCONCLUSIVE, a fail stays."""
+    if not reasons:
+        return summary
+    notes = summary.reasons + [f"before/after not judged: {r}" for r in reasons]
+    if summary.verdict == "fail":
+        return summary.model_copy(update={"reasons": notes})
+    code = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "pass": ExitCode.PASS}[policy]
+    return summary.model_copy(update={"verdict": "inconclusive", "exit_code": int(code), "reasons": notes})
 
 
 def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = None) -> HardenResult:
     """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
 
     Raises:
-        InputError: unloadable checkpoint, unusable data, or a rewrite that does not apply.
+        InputError: unloadable checkpoint, unusable data, a rewrite that does not apply, or a
+            rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
     from auditor.scan import scan
 
@@ -177,20 +225,23 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         epochs = n if train else 0
     say("rewriting", 0, 1)
     result = apply_rewrite(model, rewrite.id, shape, **opts.rewrite_options)
-    hardened = result.model.to(device)
+    hardened = RewrittenModel(result.model).to(device)
     if train:
         history += fine_tune(hardened, *train, epochs, lr=opts.lr, batch_size=opts.batch_size, seed=seed + 1,
                              label=f"fine-tuning ({rewrite.id})", progress=say)
-    else:
-        notes.append("not fine-tuned (no --data): the rewritten model is untrained where layers changed; "
-                     "its accuracy and attack metrics say nothing yet about the trained rewrite")
     acc_after = accuracy(hardened, *held) if held else None
-    save_torchscript(hardened, shape, opts.out)
-    config = opts.scan.model_copy(update={"input_shape": shape, "arch": None})
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    save_module(hardened, opts.out)
+    if opts.torchscript is not None:
+        save_torchscript(hardened, shape, opts.torchscript)
+    config = opts.scan.model_copy(update={"input_shape": shape, "data_dir": opts.data_dir})
     say("auditing the original", 0, 1)
-    before = scan(model_path, opts.scan.model_copy(update={"input_shape": shape}))
+    before = scan(model_path, config)
     say("auditing the hardened model", 0, 1)
-    after = scan(opts.out, config)
+    after = scan(opts.out, config.model_copy(update={"arch": None}))
+    gaps = unvouched(before, after, bool(train))
+    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
+    notes += gaps
     after.comparison = Comparison(
         rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
         trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,

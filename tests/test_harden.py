@@ -41,7 +41,7 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]
 
 def test_harden_rolss_fine_tunes_saves_and_compares(digits: tuple[Path, Path, float]) -> None:
     root, model_path, trained_acc = digits
-    out, js, html = root / "hardened.ts", root / "after.json", root / "after.html"
+    out, js, html = root / "hardened.pt", root / "after.json", root / "after.html"
     code = run_cli(["harden", str(model_path), "--rewrite", "rolss", "--data", str(root / "digits"), "--epochs", "2",
                     "--out", str(out), "--json", str(js), "--html", str(html), *AUDIT])
     assert code in (0, 1)
@@ -67,14 +67,14 @@ def test_harden_rolss_fine_tunes_saves_and_compares(digits: tuple[Path, Path, fl
 
 def test_harden_cvb_without_data_says_it_is_untrained(digits: tuple[Path, Path, float]) -> None:
     root, model_path, _ = digits
-    opts = HardenOptions(rewrite="cvb", out=root / "cvb.ts",
+    opts = HardenOptions(rewrite="cvb", out=root / "cvb.pt",
                          scan=ScanConfig(input_shape=SHAPE, plugins=["architecture-risk"]))
     result = harden(model_path, opts)
     c = result.after.comparison
     assert c is not None and not c.trained and c.before.accuracy is None
     assert any("not fine-tuned" in n for n in c.notes)
     assert c.param_overhead and c.param_overhead > 0
-    assert result.after.model.format == "torchscript"
+    assert result.after.model.format == "pickled-module"
 
 
 def test_harden_rejects_unknown_rewrites_and_data_without_epochs(digits: tuple[Path, Path, float]) -> None:
@@ -89,7 +89,7 @@ def test_harden_tts_trains_with_skips_then_without(digits: tuple[Path, Path, flo
 
     assert tts_schedule(100) == (5, 95) and tts_schedule(2, 1) == (1, 1) and tts_schedule(1) == (0, 1)
     root, model_path, _ = digits
-    opts = HardenOptions(rewrite="tts", out=root / "tts.ts", data_dir=root / "digits", epochs=2, m_epochs=1,
+    opts = HardenOptions(rewrite="tts", out=root / "tts.pt", data_dir=root / "digits", epochs=2, m_epochs=1,
                          scan=ScanConfig(input_shape=SHAPE, plugins=["architecture-risk"]))
     result = harden(model_path, opts)
     c = result.after.comparison

@@ -65,16 +65,18 @@ def reparam_check(
     else:
         deploy, _ = _load(deploy_path, deploy_arch or arch, imports or [])
         by = f"given ({deploy_path})"
-    result = check_equivalence(train, deploy, shape, blocks, batch=batch, seed=seed, fuse=lambda m: fuse_model(m)[0])
+    result = check_equivalence(train, deploy, shape, blocks, batch=batch, seed=seed)
     result.fused_by = by
     train_profile, deploy_profile = profile_model(train, shape), profile_model(deploy, shape)
     hidden = [f"{s.node} ({s.kind}, stage {s.stage})" for s in train_profile.skip_connections]
     if result.equivalent:
         finding = CONSEQUENCE
     else:
-        bad = [b.name for b in result.blocks if not b.equivalent]
-        finding = (f"The forms differ (max abs output error {result.max_abs_error_output:.3g}); failing blocks: "
-                   f"{', '.join(bad) or 'none individually (end to end only)'}. Fix the fusion before deploying; "
+        bad = [f"{b.name} ({b.cause})" for b in result.blocks if not b.equivalent]
+        finding = (f"The forms differ (max abs output error {result.max_abs_error_output:.3g} in float32, "
+                   f"{result.max_abs_error_output_fp64:.3g} in float64 against a storage floor of "
+                   f"{result.storage_floor_output_fp64:.3g}); failing blocks: "
+                   f"{'; '.join(bad) or 'none individually (end to end only)'}. Fix the fusion before deploying; "
                    "a correct fusion would inherit the training form's inversion risk.")
     return ReparamReport(result=result, hidden_skips=hidden, deploy_skips=len(deploy_profile.skip_connections),
                          finding=finding)

@@ -107,7 +107,7 @@ class Rewrite(ABC):
 
     def command(self, model: str = "MODEL") -> str:
         """Return the exact ``auditor harden`` command that applies this rewrite."""
-        return f"auditor harden {model} --rewrite {self.id}{self.usage} --data DIR --epochs N --out hardened.ts"
+        return f"auditor harden {model} --rewrite {self.id}{self.usage} --data DIR --epochs N --out hardened.pt"
 
 
 REGISTRY: dict[str, Rewrite] = {}
