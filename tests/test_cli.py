@@ -425,3 +425,16 @@ def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytes
     shown = screen.getvalue()
     assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences
     assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err
+
+
+def test_lazy_package_keeps_scan_the_function_after_its_module_loads() -> None:
+    import subprocess
+    import sys
+
+    code = ("import importlib, auditor\n"
+            "module = importlib.import_module('auditor.scan')\n"
+            "import auditor.batch\n"
+            "assert auditor.scan is module.scan, auditor.scan\n"
+            "assert auditor.ScanConfig.__name__ == 'ScanConfig' and 'scan' in dir(auditor)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
