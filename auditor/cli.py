@@ -96,6 +96,11 @@ class OutputFormat(str, Enum):
 _STDOUT = Path("-")
 
 
+def _stdout_path(path: Path | None) -> Path | None:
+    """Return ``path`` with ``/dev/stdout`` spelled ``-``: both mean the report alone on stdout."""
+    return _STDOUT if path is not None and path.as_posix() in ("-", "/dev/stdout") else path
+
+
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
@@ -183,8 +188,11 @@ def scan(
         "data_dir": data, "reference": reference,
         "strict": strict or None, "on_inconclusive": on_inconclusive,
     })
+    json_path, sarif_path, html_path, output = map(_stdout_path, (json_path, sarif_path, html_path, output))
+    if output == _STDOUT and fmt is OutputFormat.TEXT:
+        output = None  # the text goes to stdout anyway
     to_stdout = [name for name, on in (
-        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output is None),
+        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output in (None, _STDOUT)),
         ("--json -", json_path == _STDOUT), ("--sarif -", sarif_path == _STDOUT), ("--html -", html_path == _STDOUT),
     ) if on]
     if len(to_stdout) > 1:

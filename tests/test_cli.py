@@ -254,6 +254,9 @@ def test_json_dash_is_the_only_thing_on_stdout(repo: Path, capsys: pytest.Captur
     validate_report_dict(report)
     assert all(f["fingerprint"] for f in report["findings"])
     assert "FAIL (exit 1)" in captured.err and not (repo / "-").exists()
+    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "--json", "/dev/stdout"]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["summary"] == report["summary"] and again["findings"] == report["findings"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "sarif", "markdown", "text"])
