@@ -79,7 +79,7 @@ def scan(
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed)
+                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape)
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)
