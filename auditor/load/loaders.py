@@ -28,6 +28,7 @@ from auditor.errors import (
 from auditor.load.allowlist import ImportPolicy, refusal_reason
 from auditor.load.arch import fit_state_dict
 from auditor.load.digest import sha256_file
+from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
@@ -96,6 +97,7 @@ def load_checkpoint(
     sniffed: Sniffed | None = None,
     probe_shape: Sequence[int] | None = None,
     sandbox: bool = True,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
 ) -> LoadedModel:
     """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
 
@@ -114,6 +116,8 @@ def load_checkpoint(
             torch.export model on (default ``(3, 224, 224)``).
         sandbox: load TorchScript and torch.export archives once in a confined child process first
             (:mod:`auditor.load.sandbox`); a child that exceeds its limits refuses the file.
+        max_tensor_bytes: the most bytes a ``.pt2`` tensor may declare when its member stores none
+            (torch would allocate them as zeros); more refuses the file.
 
     Raises:
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
@@ -125,7 +129,7 @@ def load_checkpoint(
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
-    scans = scan_checkpoint(sniffed)
+    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
     safety, allowed = _judge(scans, policy)
     notes = _policy_notes(policy)
     common = {"path": str(path), "size_bytes": sniffed.size_bytes}

@@ -266,6 +266,17 @@ def test_pt2_weight_declaring_more_bytes_than_stored_is_refused(
     _refused(path, canary, "shape", "its member stores")
 
 
+@pytest.mark.usefixtures("tripwire")
+def test_pt2_tensor_cap_is_configurable(tmp_path: Path, clean_pt2: Path) -> None:
+    config = pt2_config(clean_pt2, "weights")
+    _, meta = next(iter(config["config"].items()))
+    meta["tensor_meta"]["sizes"] = [{"as_int": 1024}, {"as_int": 4}]  # 16 KiB, none stored
+    path = rewrite_zip(clean_pt2, tmp_path / "odd.pt2", {
+        "model_weights_config.json": json.dumps(config).encode(), f"data/weights/{meta['path_name']}": b""})
+    loaded = load_checkpoint(path, max_tensor_bytes=1024)
+    assert loaded.model is None and "the cap is 1024" in loaded.info.load_safety.issues[0].reason
+
+
 def test_legit_pt2_passes_and_loads(clean_pt2: Path) -> None:
     loaded = load_checkpoint(clean_pt2)
     assert loaded.info.load_safety.verdict == "safe" and loaded.model is not None
