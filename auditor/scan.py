@@ -133,7 +133,7 @@ def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:
     policy = ImportPolicy(tuple(config.imports), config.trust)
     findings = []
     for issue in safety.issues:
-        name = f"{issue.module}.{issue.name}" if issue.module else issue.opcode
+        name = f"{issue.module}.{issue.name}" if issue.module else (issue.name or issue.opcode)
         unknown = issue.opcode in IMPORT_OPCODES and is_unknown_import(issue.module, issue.name, policy)
         evidence = {"import": name, "opcode": issue.opcode, "position": issue.position, "pickle": issue.pickle}
         message = f"{name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: {issue.reason}."

@@ -471,7 +471,7 @@ def _scan_code(data: bytes, label: str) -> PickleScan:
     for problem in check_torchscript_code(data, label):
         module, _, name = problem.op.rpartition(".")
         reason = f"{problem.reason} (in {problem.method})" if problem.method else problem.reason
-        scan.problems.append(ScanProblem("torchscript", problem.position, reason, module or "builtins", name))
+        scan.problems.append(ScanProblem("torchscript", problem.position, reason, module, name))
     return scan
 
 
