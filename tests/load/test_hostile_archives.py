@@ -6,6 +6,7 @@ the payload would create. The scans run with every deserialiser replaced by a tr
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
@@ -131,7 +132,7 @@ def test_upper_case_data_pkl_beside_a_benign_one_is_refused(tmp_path: Path, cana
     clean = _state_dict_archive(tmp_path)
     benign = zipfile.ZipFile(clean).read("archive/data.pkl")
     evil = torch_save_bytes(Reduce(os.system, (f"touch {canary}",)))
-    evil_pkl = zipfile.ZipFile(__import__("io").BytesIO(evil)).read("archive/data.pkl")
+    evil_pkl = zipfile.ZipFile(io.BytesIO(evil)).read("archive/data.pkl")
     path = rewrite_zip(clean, tmp_path / "evil.pt", {"/data.pkl": evil_pkl}, rename={"/data.pkl": "/DATA.PKL"},
                        add={"archive/sub/data.pkl": benign})
     loaded = _refused(path, canary, "GLOBAL", "DATA.PKL", "system")
