@@ -338,3 +338,12 @@ def test_zip_bomb_member_is_refused(tmp_path: Path, canary: Path) -> None:
             zout.writestr(info.filename, zin.read(info))
         zout.writestr("archive/data/99", b"\0" * (64 << 20))
     _refused(path, canary, "zip", "zip bomb")
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_pt2_stack_trace_with_a_carriage_return_is_refused(tmp_path: Path, canary: Path, clean_pt2: Path) -> None:
+    def poison(graph: dict[str, object]) -> None:
+        node = graph_nodes(graph)[0]
+        node["metadata"]["stack_trace"] = f'File "m.py", line 1, in f\n  x\rimport os; os.system("touch {canary}")\n'
+
+    _refused(pt2_with_graph_edit(clean_pt2, tmp_path / "evil.pt2", poison), canary, "text", "control character")
