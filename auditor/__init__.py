@@ -12,6 +12,7 @@ The public names load on first use (PEP 562), so ``auditor version`` and ``--hel
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,22 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
+
+
+class _Package(ModuleType):
+    """The ``auditor`` module object: importing the submodule ``auditor.scan`` must not hide ``auditor.scan()``.
+
+    The import system binds a loaded submodule as an attribute of its package; the eager imports this
+    package used to do rebound ``scan`` to the function afterwards. Lazily, the binding is refused instead.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOMES and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

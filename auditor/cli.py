@@ -96,6 +96,11 @@ class OutputFormat(str, Enum):
 _STDOUT = Path("-")
 
 
+def _stdout_path(path: Path | None) -> Path | None:
+    """Return ``path`` with ``/dev/stdout`` spelled ``-``: both mean the report alone on stdout."""
+    return _STDOUT if path is not None and path.as_posix() in ("-", "/dev/stdout") else path
+
+
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
@@ -183,8 +188,11 @@ def scan(
         "data_dir": data, "reference": reference,
         "strict": strict or None, "on_inconclusive": on_inconclusive,
     })
+    json_path, sarif_path, html_path, output = map(_stdout_path, (json_path, sarif_path, html_path, output))
+    if output == _STDOUT and fmt is OutputFormat.TEXT:
+        output = None  # the text goes to stdout anyway
     to_stdout = [name for name, on in (
-        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output is None),
+        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output in (None, _STDOUT)),
         ("--json -", json_path == _STDOUT), ("--sarif -", sarif_path == _STDOUT), ("--html -", html_path == _STDOUT),
     ) if on]
     if len(to_stdout) > 1:
@@ -204,7 +212,8 @@ def scan(
     else:
         progress = _Progress(enabled=not quiet, config=config)
         with progress:
-            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model,
+                              on_row=progress.done)
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
@@ -379,6 +388,7 @@ class _Progress:
         self.bar: Any = None
         self.task: Any = None
         self.pending: tuple[str, str, float] | None = None  # (model label, plugin, started)
+        self.label = ""
 
     def __enter__(self) -> _Progress:
         if self.live:
@@ -400,7 +410,7 @@ class _Progress:
         if not self.enabled:
             return None
         self._finish_plugin()
-        label = f"[{index + 1}/{count}] {path}"
+        label = self.label = f"[{index + 1}/{count}] {path}"
         started = time.monotonic()
         if self.bar is not None:
             if self.task is None:
@@ -422,7 +432,19 @@ class _Progress:
 
         return say
 
-    def _finish_plugin(self) -> None:
+    def done(self, row: ScanRow) -> None:
+        """Close a model: its last plugin's outcome, then its verdict line (in CI logs)."""
+        if not self.enabled:
+            return
+        runs = {p.name: p for p in row.report.plugins} if row.report is not None else {}
+        if self.pending is not None and self.pending[1] in runs:
+            run = runs[self.pending[1]]
+            self._finish_plugin(f"{run.status}{', ' + run.category if run.category else ''}")
+        self._finish_plugin()
+        if self.bar is None:
+            _err.print(f"auditor: {plain(self.label)}: {row.verdict} (exit {row.exit_code})", markup=False)
+
+    def _finish_plugin(self, outcome: str = "") -> None:
         if self.pending is None:
             return
         label, plugin, started = self.pending
@@ -430,8 +452,8 @@ class _Progress:
         budget = self._budget(plugin)
         of = f" of its {budget:g} s budget" if budget is not None else ""
         if self.bar is None:
-            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished after "
-                       f"{time.monotonic() - started:.1f} s{of}", markup=False)
+            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished{' (' + outcome + ')' if outcome else ''}"
+                       f" after {time.monotonic() - started:.1f} s{of}", markup=False)
 
     def _budget(self, plugin: str) -> float | None:
         if self.config.budget_s is not None:
