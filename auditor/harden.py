@@ -240,13 +240,12 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     say("auditing the hardened model", 0, 1)
     after = scan(opts.out, config.model_copy(update={"arch": None}))
     gaps = unvouched(before, after, bool(train))
-    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
-    notes += gaps
     after.comparison = Comparison(
         rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
         trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,
         param_overhead=result.param_overhead, changed_nodes=result.changed_nodes,
-        notes=notes + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
+        notes=notes + gaps + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
         before=side(before, acc_before), after=side(after, acc_after),
     )
+    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
     return HardenResult(result, opts.out, acc_before, acc_after, before, after, history)
