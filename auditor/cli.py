@@ -308,6 +308,10 @@ def harden(
         labels = {m.name: m.label for run in (b, a) if run for m in run.headline}
         for key, label in labels.items():
             table.add_row(f"{name}: {label}", _measured(b, key), _measured(a, key))
+        if not labels and (b or a).family != "static":  # no headline yet: the attack's numeric metrics
+            mb, ma = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
+            for key in [k for k in {**mb, **ma} if _is_number(mb.get(k)) or _is_number(ma.get(k))]:
+                table.add_row(f"{name}: {key}", _number(mb.get(key)), _number(ma.get(key)))
         for metric in {p.metric for run in (b, a) if run for p in run.power}:
             table.add_row(f"{name}: power ({metric})", _power(b, metric), _power(a, metric))
     _out.print(table)
@@ -316,6 +320,14 @@ def harden(
     _out.print(f"saved {out}; reports: {json_path}, {html_path}")
     _print_verdict(result.after, [json_path, html_path])
     return result.after.summary.exit_code
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(value: object) -> str:
+    return f"{value:.4g}" if _is_number(value) else "—"
 
 
 def _measured(run: PluginRun | None, name: str) -> str:

@@ -150,8 +150,24 @@ def plugin_view(run: PluginRun) -> dict[str, Any]:
                                                                   ("margin CI", m.ci)) if value is not None})
     for p in run.power:
         view[f"power: {p.metric}"] = f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
-    view.update({k: v for k, v in run.metrics.items() if k not in view})
+    view.update({k: v for k, v in flatten_metrics(run.metrics).items() if k not in view})
     return view
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested metrics to ``a.b`` / ``a[key].b`` scalars (rows of dicts are keyed by their key/name)."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_metrics(value, f"{name}."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, row in enumerate(value):
+                label = row.get("key") or row.get("name") or row.get("group") or i
+                out.update(flatten_metrics({k: v for k, v in row.items() if v is not label}, f"{name}[{label}]."))
+        elif value is None or isinstance(value, (int, float, str, bool)):
+            out[name] = value
+    return out
 
 
 def side(report: Report, accuracy_value: float | None) -> ComparisonSide:
