@@ -2,7 +2,9 @@
 
 Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
 or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
-judged); 4 usage error.
+judged); 4 usage error. With several models, the worst (see :func:`auditor.batch.worst_exit_code`).
+
+Imports stay lazy: ``auditor version`` and ``--help`` must not pay for torch.
 """
 
 from __future__ import annotations
@@ -10,12 +12,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
+import time
+from collections.abc import Callable, Sequence
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from auditor._version import __version__
@@ -26,29 +33,79 @@ try:  # typer >= 0.20 vendors its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import core as _click_core  # type: ignore[no-redef]
     from click import exceptions as _click_exc  # type: ignore[no-redef]
-from auditor.config import build_config, load_config_file, parse_input_shape
+from auditor.config import build_config, find_config_file, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
-from auditor.graph.tokens import parse_input_spec
-from auditor.plugin.registry import discover_plugins
-from auditor.plugin.runner import abandoned_workers
 from auditor.report.model import PluginRun, Report, Severity
+
+if TYPE_CHECKING:
+    from auditor.batch import ScanRow
+    from auditor.config import ScanConfig
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        _out.print(f"auditor {__version__}", markup=False)
+        raise typer.Exit(int(ExitCode.PASS))
+
 
 app = typer.Typer(
     name="auditor", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
     help="Privacy-risk auditor for PyTorch checkpoints.",
 )
+
+
+@app.callback()
+def _main(
+    version_flag: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="Print the version and exit.")] = False,
+) -> None:
+    """Privacy-risk auditor for PyTorch checkpoints."""
+
+
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 _out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # CI logs are not 80 wide
 
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
                    "info": "dim"}
+#: C0/C1 controls (ESC starts ANSI sequences), DEL, line/paragraph separators and bidi overrides.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: object) -> str:
+    """Return ``text`` with terminal control characters shown as ``\\xNN`` escapes (for markup=False)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", str(text))
+
+
+def safe(text: object) -> str:
+    """Return an untrusted string ready for rich markup: controls escaped, ``[`` not read as a tag."""
+    return escape(plain(text))
+
+
+class OutputFormat(str, Enum):
+    """What ``--format`` writes to stdout (or ``-o FILE``)."""
+
+    TEXT = "text"
+    JSON = "json"
+    SARIF = "sarif"
+    MARKDOWN = "markdown"
+
+
+_STDOUT = Path("-")
 
 
 @app.command()
 def scan(
-    model: Annotated[Path, typer.Argument(help="Checkpoint: torch.save file, state_dict, TorchScript, "
-                                               ".safetensors, torch.export .pt2 or ONNX.")],
+    paths: Annotated[list[Path], typer.Argument(
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+             "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
+             "save_pretrained directories.", show_default=False)],
+    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
+                                                              "repeatable).")] = None,
+    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
+                                                              "repeatable).")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W "
@@ -56,69 +113,333 @@ def scan(
     input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
     reference: Annotated[Optional[Path], typer.Option("--reference", help="ONNX files only: the PyTorch model "
                                                       "the graph must agree with (any format scan reads).")] = None,
-    json_path: Annotated[Path, typer.Option("--json", help="Where to write the JSON report.")] = Path(
-        "audit-report.json"),
-    html_path: Annotated[Path, typer.Option("--html", help="Where to write the HTML report.")] = Path(
-        "audit-report.html"),
-    sarif_path: Annotated[Optional[Path], typer.Option("--sarif", help="Also write SARIF 2.1.0 here.")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="What to print on stdout (or write to -o): "
+                                              "text, json, sarif or markdown.")] = OutputFormat.TEXT,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the --format output to this file "
+                                                   "instead of stdout.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here ('-': stdout; "
+                                                      "several models: a batch object).")] = None,
+    html_path: Annotated[Optional[Path], typer.Option("--html", help="Write the HTML report here (one model; "
+                                                      "use --out-dir for several).")] = None,
+    sarif_path: Annotated[Optional[Path], typer.Option("--sarif", help="Write SARIF 2.1.0 here ('-': stdout), "
+                                                       "one run for every model.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write NAME.json and NAME.html per model "
+                                                    "here (names from the model paths, never colliding).")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Accept the findings recorded in this "
+                                                     "baseline file: only new ones gate.")] = None,
+    write_baseline: Annotated[Optional[Path], typer.Option("--write-baseline", help="Record every finding of "
+                                                           "this run in this baseline file (reasons and expiries "
+                                                           "already there are kept).")] = None,
     fail_on: Annotated[Optional[Severity], typer.Option(help="Fail (exit 1) on findings at or above this "
                                                              "severity [default: high].")] = None,
-    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every plugin not marked "
-                                                        "expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
+                                                        "plugin not marked expensive).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
                                                          "(default: each plugin's own).")] = None,
     data: Annotated[Optional[Path], typer.Option("--data", help="Your data: ImageFolder or manifest layout "
                                                                 "(train/, test/, public/, attributes.csv).")] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
-                                                                         "[plugins.NAME] tables.")] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan], [plugins.NAME] "
+                                                        "and [[suppress]] tables (default: ./auditor.toml, else "
+                                                        "[tool.auditor] in the nearest pyproject.toml).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
     on_inconclusive: Annotated[Optional[str], typer.Option(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
                                   "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
                                   "[default: inconclusive].")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
+                                                   "on a local Ray instance with this many CPUs (needs "
+                                                   "auditor[ray]).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Submit the checkpoints' audits to "
+                                                       "this existing Ray cluster (e.g. ray://head:10001 or "
+                                                       "'auto').")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
-    """Audit a checkpoint and write JSON + HTML reports; the exit code is the gate's verdict."""
-    from auditor.report.render_html import write_html
-    from auditor.report.render_json import write_json
-    from auditor.report.render_sarif import write_sarif
-    from auditor.scan import scan as run_scan
+    """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
+
+    Nothing is written unless asked: --json/--html/--sarif PATH, --out-dir DIR, -o FILE.
+    """
+    from auditor.baseline import apply_acceptances, load_baseline
+    from auditor.baseline import write_baseline as record_baseline
+    from auditor.batch import audit_many, collect, worst_exit_code
 
     if debug:
         logging.basicConfig(level=logging.DEBUG)
-    file_values = load_config_file(config_file) if config_file else {}
-    cli_values = {
+    config = _scan_config(config_file, {
         "arch": arch, "imports": imports or None, "trust": trust or None,
         "input_shape": parse_input_shape(input_shape) if input_shape else None, "fail_on": fail_on,
-        "input_spec": str(parse_input_spec(input_spec)) if input_spec else None,
+        "input_spec": _check_input_spec(input_spec),
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
         "disable_plugins": disable_plugin or None, "device": device, "seed": seed, "budget_s": budget,
         "data_dir": data, "reference": reference,
         "strict": strict or None, "on_inconclusive": on_inconclusive,
-    }
-    config = build_config(file_values, cli_values)
-    with _err.status("auditing", spinner="dots") as status:
-        report = run_scan(model, config, progress=lambda msg: status.update(msg))
-    write_json(report, json_path)
-    write_html(report, html_path)
-    written = [json_path, html_path]
-    if sarif_path is not None:
-        write_sarif(report, sarif_path)
-        written.append(sarif_path)
+    })
+    to_stdout = [name for name, on in (
+        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output is None),
+        ("--json -", json_path == _STDOUT), ("--sarif -", sarif_path == _STDOUT), ("--html -", html_path == _STDOUT),
+    ) if on]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"only one output can go to stdout, got {' and '.join(to_stdout)}")
+    human = _err if to_stdout else _out
+    accepted = load_baseline(baseline) if baseline is not None else None
+    targets = collect(paths, include or (), exclude or ())
+    if not targets:
+        raise InputError(f"no checkpoint found in {', '.join(str(p) for p in paths)} (files are recognised by "
+                         "their bytes; check --include/--exclude)")
+    if html_path is not None and len(targets) > 1:
+        raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
+    if workers is not None and ray_address is not None:
+        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
+    if workers is not None or ray_address is not None:
+        rows = _audit_on_ray(targets, config, accepted, workers=workers, address=ray_address, quiet=quiet)
+    else:
+        progress = _Progress(enabled=not quiet, config=config)
+        with progress:
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+    if write_baseline is not None:
+        written = record_baseline([r.report for r in rows if r.report], write_baseline)
+        rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
+                                                               fail_on=config.fail_on, strict=config.strict,
+                                                               on_inconclusive=config.on_inconclusive)))
+                if r.report else r for r in rows]
+    code = worst_exit_code(rows)
+    written_paths = _write_outputs(rows, code, fmt=fmt, output=output, json_path=json_path, html_path=html_path,
+                                   sarif_path=sarif_path, out_dir=out_dir)
+    for row in rows:
+        for message in row.messages:
+            _err.print(f"auditor: {plain(message)}", markup=False)
+        if row.error is not None:
+            where = "" if len(rows) == 1 else f"{row.path}: "
+            _err.print(f"auditor: error: {plain(where + row.error)}", markup=False)
     if not quiet:
-        _print_report(report)
-    _print_verdict(report, written)
-    return report.summary.exit_code
+        if len(rows) == 1 and rows[0].report is not None:
+            _print_report(human, rows[0].report)
+        elif len(rows) > 1:
+            _print_rows(human, rows)
+    _print_verdict(human, rows, code)
+    if not quiet:
+        if write_baseline is not None:
+            human.print(f"baseline: {safe(write_baseline)} ({sum(len(r.report.findings) for r in rows if r.report)} "
+                        "finding(s) recorded)")
+        if written_paths:
+            human.print("reports: " + ", ".join(safe(p) for p in written_paths))
+    return code
+
+
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
+                  address: str | None, quiet: bool) -> list[ScanRow]:
+    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
+    from auditor.batch import ScanRow, audit_many
+    from auditor.config import resolve_device
+    from auditor.distributed import ray_executor, ray_session
+
+    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
+    finished: list[Path] = []
+
+    def failed(path: Path, error: str) -> ScanRow:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
+
+    def done(path: Path, row: ScanRow) -> None:
+        finished.append(path)
+        if not quiet:
+            _err.print(f"auditor: [{len(finished)}/{len(targets)}] {plain(str(path))}: {row.verdict} "
+                       f"(exit {row.exit_code})", markup=False)
+
+    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
+    if not quiet:
+        _err.print(f"auditor: auditing {len(targets)} checkpoint(s) on {plain(where)}", markup=False)
+    with ray_session(workers=workers, address=address):
+        return audit_many(targets, config, baseline=accepted,
+                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
+
+
+def _accept(result: tuple[Report, list[str]]) -> dict[str, Any]:
+    report, messages = result
+    return {"report": report, "verdict": report.summary.verdict, "exit_code": report.summary.exit_code,
+            "messages": messages}
+
+
+def _check_input_spec(text: str | None) -> str | None:
+    if text is None:
+        return None
+    from auditor.graph.tokens import parse_input_spec
+
+    return str(parse_input_spec(text))
+
+
+def _scan_config(config_file: Path | None, cli_values: dict[str, Any]) -> ScanConfig:
+    """Merge the flags over ``--config``, else the discovered config file, else the defaults."""
+    path = config_file or find_config_file(Path.cwd())
+    return build_config(load_config_file(path) if path is not None else {}, cli_values)
+
+
+def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, output: Path | None,
+                   json_path: Path | None, html_path: Path | None, sarif_path: Path | None,
+                   out_dir: Path | None) -> list[Path]:
+    """Write every requested output; return the files written (stdout is not one)."""
+    from auditor.batch import report_names
+
+    reports = [r.report for r in rows if r.report is not None]
+    written: list[Path] = []
+
+    def emit(path: Path, text: str) -> None:
+        if path == _STDOUT:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+
+    if json_path is not None and (len(rows) > 1 or reports):  # one model that could not be audited: no report
+        emit(json_path, _json_text(rows, code))
+    if sarif_path is not None:
+        emit(sarif_path, _sarif_text(rows, code))
+    if html_path is not None and reports:
+        emit(html_path, _html_text(reports[0]))
+    if fmt is not OutputFormat.TEXT or output is not None:
+        emit(output or _STDOUT, _format_text(fmt, rows, code))
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, report in zip(report_names([r.model.path for r in reports]), reports):
+            emit(out_dir / f"{name}.json", _json_text([_row_of(report)], report.summary.exit_code))
+            emit(out_dir / f"{name}.html", _html_text(report))
+    return written
+
+
+def _row_of(report: Report) -> ScanRow:
+    from auditor.batch import ScanRow
+
+    return ScanRow(path=report.model.path, verdict=report.summary.verdict, exit_code=report.summary.exit_code,
+                   report=report)
+
+
+def _json_text(rows: Sequence[ScanRow], code: int) -> str:
+    """One model: its report (the published contract); several: a batch object with one row per model."""
+    import json
+
+    from auditor.report.render_json import report_to_dict
+
+    if len(rows) == 1 and rows[0].report is not None:
+        data: Any = report_to_dict(rows[0].report)
+    else:
+        data = {"auditor_batch": 1, "exit_code": code, "rows": [r.model_dump(mode="json") for r in rows]}
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
+    from auditor.report.render_sarif import sarif_text
+
+    return sarif_text([r.report for r in rows if r.report is not None], exit_code=code,
+                      errors=[(r.path, r.error) for r in rows if r.error is not None],
+                      help_uri=os.environ.get("AUDITOR_RULES_URL") or None)
+
+
+def _html_text(report: Report) -> str:
+    from auditor.report.render_html import render_html
+
+    return render_html(report)
+
+
+def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
+    if fmt is OutputFormat.JSON:
+        return _json_text(rows, code)
+    if fmt is OutputFormat.SARIF:
+        return _sarif_text(rows, code)
+    if fmt is OutputFormat.MARKDOWN:
+        from auditor.report.render_markdown import render_markdown
+
+        return render_markdown([r.report for r in rows if r.report is not None],
+                               [(r.path, r.error) for r in rows if r.error is not None])
+    console = Console(record=True, file=open(os.devnull, "w"), width=140, highlight=False)  # noqa: SIM115
+    with console.file:
+        if len(rows) == 1 and rows[0].report is not None:
+            _print_report(console, rows[0].report)
+        else:
+            _print_rows(console, rows)
+        _print_verdict(console, rows, code)
+    return console.export_text()
+
+
+class _Progress:
+    """Progress on stderr: one line per step and per plugin start/finish in CI logs, a live display on a TTY."""
+
+    def __init__(self, *, enabled: bool, config: ScanConfig) -> None:
+        self.enabled = enabled
+        self.config = config
+        self.live = enabled and _err.is_terminal
+        self.bar: Any = None
+        self.task: Any = None
+        self.pending: tuple[str, str, float] | None = None  # (model label, plugin, started)
+
+    def __enter__(self) -> _Progress:
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
+                TimeElapsedColumn
+
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=_err, transient=True)
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._finish_plugin()
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+    def for_model(self, index: int, count: int, path: Path) -> Callable[[str], None] | None:
+        """Return the progress callback of the ``index``-th of ``count`` models."""
+        if not self.enabled:
+            return None
+        self._finish_plugin()
+        label = f"[{index + 1}/{count}] {path}"
+        started = time.monotonic()
+        if self.bar is not None:
+            if self.task is None:
+                self.task = self.bar.add_task(safe(label), total=count)
+            self.bar.update(self.task, completed=index, description=safe(label))
+
+        def say(message: str) -> None:
+            self._finish_plugin()
+            plugin = message.removeprefix("running plugin ") if message.startswith("running plugin ") else None
+            budget = self._budget(plugin) if plugin else None
+            extra = f" (budget {budget:g} s)" if budget is not None else ""
+            if self.bar is not None:
+                self.bar.update(self.task, description=safe(f"{label}: {message}{extra}"))
+            else:
+                _err.print(f"auditor: {plain(label)}: {plain(message)}{extra} [+{time.monotonic() - started:.1f} s]",
+                           markup=False)
+            if plugin:
+                self.pending = (label, plugin, time.monotonic())
+
+        return say
+
+    def _finish_plugin(self) -> None:
+        if self.pending is None:
+            return
+        label, plugin, started = self.pending
+        self.pending = None
+        budget = self._budget(plugin)
+        of = f" of its {budget:g} s budget" if budget is not None else ""
+        if self.bar is None:
+            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished after "
+                       f"{time.monotonic() - started:.1f} s{of}", markup=False)
+
+    def _budget(self, plugin: str) -> float | None:
+        if self.config.budget_s is not None:
+            return self.config.budget_s
+        from auditor.plugin.registry import discover_plugins
+
+        entry = next((e for e in discover_plugins() if e.name == plugin and e.plugin is not None), None)
+        return entry.plugin.requires.budget_s if entry is not None and entry.plugin is not None else None
 
 
 @app.command("plugins")
@@ -126,16 +447,20 @@ def list_plugins(
     model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+                                                         "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
     """List installed plugins, where each comes from, what it needs and (given a model) whether it applies."""
+    from auditor.plugin.registry import discover_plugins
+
     entries = discover_plugins()
     profile = None
     if model is not None:
         from auditor.graph.profile import profile_model
         from auditor.load.loaders import load_checkpoint
 
-        loaded = load_checkpoint(model, arch=arch)
+        loaded = load_checkpoint(model, arch=arch, imports=imports or [])
         shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or (3, 224, 224))
         profile = profile_model(loaded.require_model(), shape)
     table = Table(title="auditor plugins (entry-point group auditor.plugins)")
@@ -143,7 +468,8 @@ def list_plugins(
         table.add_column(col)
     for e in entries:
         if e.plugin is None:
-            table.add_row(e.name, "-", f"{e.distribution} {e.version}", "-", f"[red]load failed:[/] {e.error}")
+            table.add_row(safe(e.name), "-", safe(f"{e.distribution} {e.version}"), "-",
+                          f"[red]load failed:[/] {safe(e.error)}")
             continue
         req = e.plugin.requires
         needs = [k for k in ("data", "labels", "split_point", "gradients") if getattr(req, k)]
@@ -152,7 +478,7 @@ def list_plugins(
         if profile is not None:
             verdict = e.plugin.applicable(profile)
             row.append(f"{'yes' if verdict.applicable else 'no'}: {verdict.reason}")
-        table.add_row(*row)
+        table.add_row(*(safe(cell) for cell in row))
     _out.print(table)
     return ExitCode.PASS
 
@@ -165,7 +491,7 @@ def reparam_check(
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
@@ -180,12 +506,12 @@ def reparam_check(
     report = run_check(train_model, deploy_model, arch=arch, deploy_arch=deploy_arch, imports=imports or [],
                        input_shape=parse_input_shape(input_shape) if input_shape else None, batch=batch, seed=seed)
     r = report.result
-    table = Table(title=f"reparam-check ({r.fused_by})")
+    table = Table(title=f"reparam-check ({safe(r.fused_by)})")
     for col in ("block", "ok", "max |d out|", "max |d grad|", "fp64 out", "cause"):
         table.add_column(col, overflow="fold")
     for b in r.blocks:
-        table.add_row(b.name or "(root)", "yes" if b.equivalent else "[red]NO[/]", f"{b.max_abs_error_output:.2e}",
-                      f"{b.max_abs_error_input_grad:.2e}", f"{b.max_abs_error_output_fp64:.2e}", b.cause or "")
+        table.add_row(safe(b.name or "(root)"), "yes" if b.equivalent else "[red]NO[/]", f"{b.max_abs_error_output:.2e}",
+                      f"{b.max_abs_error_input_grad:.2e}", f"{b.max_abs_error_output_fp64:.2e}", safe(b.cause or ""))
     _out.print(table)
     _out.print(f"end to end, float32: max |d out| {r.max_abs_error_output:.2e} (rel {r.max_rel_error_output:.2e}), "
                f"max |d input grad| {r.max_abs_error_input_grad:.2e} ({'ok' if r.equivalent_fp32 else 'NOT ok'}); "
@@ -194,7 +520,7 @@ def reparam_check(
                f"({'ok' if r.equivalent_fp64 else 'NOT ok'})")
     _out.print(f"hidden skips in the training form: {len(report.hidden_skips)}; in the deploy graph: "
                f"{report.deploy_skips}")
-    _out.print(report.finding, markup=False)
+    _out.print(plain(report.finding), markup=False)
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_dict(), indent=2))
     style = "bold green" if r.equivalent else "bold red"
@@ -202,10 +528,13 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-def _rewrite_help() -> str:
-    from auditor.rewrite import REGISTRY
+#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
+#: (tests/test_cli.py checks they agree).
+REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
 
-    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+def _rewrite_help() -> str:
+    return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
 @app.command()
@@ -237,7 +566,7 @@ def harden(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
@@ -316,9 +645,11 @@ def harden(
             table.add_row(f"{name}: power ({metric})", _power(b, metric), _power(a, metric))
     _out.print(table)
     for note in c.notes:
-        _out.print(f"note: {note}", markup=False)
-    _out.print(f"saved {out}; reports: {json_path}, {html_path}")
-    _print_verdict(result.after, [json_path, html_path])
+        _out.print(f"note: {plain(note)}", markup=False)
+    _out.print(f"saved {safe(out)}; reports: {safe(json_path)}, {safe(html_path)}")
+    s = result.after.summary
+    _out.print(_verdict_line(s.verdict, s.exit_code, s.reasons))
+    _out.print("reports: " + ", ".join(safe(p) for p in (json_path, html_path)))
     return result.after.summary.exit_code
 
 
@@ -357,7 +688,7 @@ def split(
     onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
@@ -379,11 +710,11 @@ def split(
         raise InputError(f"{model}: cutting at split points needs an fx graph; the model was profiled with "
                          f"{profile.traced_with}")
     if at is None or onnx_path is None:
-        table = Table(title=f"split points of {model} (input {'x'.join(map(str, shape))})")
+        table = Table(title=f"split points of {safe(model)} (input {'x'.join(map(str, shape))})")
         for col in ("id", "module", "depth", "shape", "numel ratio"):
             table.add_column(col)
         for p in profile.split_points:
-            table.add_row(p.id, p.module, str(p.depth), "x".join(map(str, p.shape)), f"{p.numel_ratio:g}")
+            table.add_row(safe(p.id), safe(p.module), str(p.depth), "x".join(map(str, p.shape)), f"{p.numel_ratio:g}")
         _out.print(table)
         return ExitCode.PASS
     from auditor.onnx import require
@@ -397,12 +728,12 @@ def split(
     point = find_split(profile.split_points, at)
     result = export_head(net, point, onnx_path, input_shape=shape, batch=batch, seed=seed)
     a = result.agreement
-    _out.print(f"head {model} -> {point.id} (depth {point.depth}, feature {'x'.join(map(str, point.shape[1:]))}) "
+    _out.print(f"head {plain(model)} -> {plain(point.id)} (depth {point.depth}, feature {'x'.join(map(str, point.shape[1:]))}) "
                f"written to {onnx_path} (opset {result.opset}, dynamic batch)", markup=False)
     _out.print(f"onnxruntime vs PyTorch on {result.input_shape[0]} seeded inputs of shape "
                f"{'x'.join(map(str, result.input_shape[1:]))}: max abs error {_fmt(a.max_abs_error)}, max rel error "
                f"{_fmt(a.max_rel_error)} (tolerance {ATOL:g} + "
-               f"{RTOL:g} x max |torch|) {a.reason}".rstrip(), markup=False)
+               f"{RTOL:g} x max |torch|) {plain(a.reason)}".rstrip(), markup=False)
     style = "bold green" if a.agree else "bold red"
     _out.print(f"[{style}]{'AGREE' if a.agree else 'DISAGREE'}[/]")
     return ExitCode.PASS if a.agree else ExitCode.FAIL
@@ -411,19 +742,144 @@ def split(
 @app.command()
 def version() -> int:
     """Print the auditor version."""
-    _out.print(f"auditor {__version__}")
+    _out.print(f"auditor {__version__}", markup=False)
     return ExitCode.PASS
 
 
-def _print_report(report: Report) -> None:
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the config.")] = Path("auditor.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> int:
+    """Write a commented starting config (auditor.toml), found by `auditor scan` in the working directory."""
+    from auditor.config import STARTER_CONFIG
+
+    if path.exists() and not force:
+        raise ConfigError(f"{path} exists; pass --force to overwrite it")
+    path.write_text(STARTER_CONFIG, encoding="utf-8")
+    _out.print(f"wrote {safe(path)}: edit it, then run auditor scan")
+    return ExitCode.PASS
+
+
+@app.command()
+def diff(
+    old: Annotated[Path, typer.Argument(help="Old JSON report, or a checkpoint to audit.")],
+    new: Annotated[Path, typer.Argument(help="New JSON report, or a checkpoint to audit.")],
+    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="text, json or markdown (a pull-request "
+                                              "comment).")] = OutputFormat.TEXT,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout."
+                                                   )] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config for checkpoints that are audited "
+                                                        "here (default: discovered as for scan).")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only checkpoints.")] = None,
+) -> int:
+    """Compare two audits: new, fixed and changed findings, metrics outside their CI; exit 1 when risk rose."""
+    from auditor.diff import diff_reports, render_diff_json, render_diff_markdown
+
+    if fmt is OutputFormat.SARIF:
+        raise ConfigError("auditor diff writes text, json or markdown")
+    config = _scan_config(config_file, {"arch": arch})
+    d = diff_reports(_report_of(old, config), _report_of(new, config))
+    if fmt is OutputFormat.TEXT:
+        console = _out if output is None else Console(record=True, file=open(os.devnull, "w"), width=140)  # noqa: SIM115
+        head = "[bold red]RISK ROSE[/]" if d.risk_rose else "[bold green]NO NEW RISK[/]"
+        console.print(f"{head} {safe(d.old_model)} ({d.old_verdict}) -> {safe(d.new_model)} ({d.new_verdict})")
+        for reason in d.reasons:
+            console.print(f"  {safe(reason)}")
+        for label, findings in (("new", d.new), ("fixed", d.fixed)):
+            for f in findings:
+                console.print(f"{label:5} {f.severity.value:8} {safe(f.rule_id)}  {safe(f.title)}  "
+                              f"{safe(f.location or '')}")
+        for c in d.changed:
+            console.print(f"changed {safe(c.rule_id)} {safe(c.location or '')}: {c.old.value} -> {c.new.value}")
+        for m in d.metrics:
+            console.print(f"metric {safe(m.plugin)} {safe(m.metric)}: {m.old:.4g} (95% CI {m.old_ci95[0]:.4g}-"
+                          f"{m.old_ci95[1]:.4g}) -> {m.new:.4g}")
+        if output is not None:
+            output.write_text(console.export_text(), encoding="utf-8")
+    else:
+        text = render_diff_json(d) if fmt is OutputFormat.JSON else render_diff_markdown(d)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            output.write_text(text, encoding="utf-8")
+    return ExitCode.FAIL if d.risk_rose else ExitCode.PASS
+
+
+def _report_of(path: Path, config: ScanConfig) -> Report:
+    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
+    import json
+
+    from pydantic import ValidationError
+
+    from auditor.batch import audit_one
+
+    data = None
+    if path.is_file():
+        with path.open("rb") as fh:
+            starts_like_json = fh.read(1) == b"{"
+        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+    if data is not None:
+        try:
+            return Report.model_validate(data)
+        except ValidationError as exc:
+            raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
+    row = audit_one(path, config)
+    if row.report is None:
+        raise InputError(row.error or f"{path} could not be audited")
+    return row.report
+
+
+def _verdict_line(verdict: str, code: int, reasons: Sequence[str]) -> str:
+    style = {"pass": "bold green", "inconclusive": "bold yellow"}.get(verdict, "bold red")
+    return f"[{style}]{verdict.upper()}[/] (exit {code}): {safe('; '.join(reasons))}"
+
+
+def _print_verdict(console: Console, rows: Sequence[ScanRow], code: int) -> None:
+    """Print the one verdict line: a model's summary, or the tally over several models."""
+    if len(rows) == 1 and rows[0].report is not None:
+        s = rows[0].report.summary
+        console.print(_verdict_line(s.verdict, s.exit_code, s.reasons))
+        return
+    tally: dict[str, int] = {}
+    for r in rows:
+        tally[r.verdict] = tally.get(r.verdict, 0) + 1
+    verdict = {ExitCode.PASS: "pass", ExitCode.ERROR: "error", ExitCode.INCONCLUSIVE: "inconclusive"}.get(code, "fail")
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(tally.items()))
+    console.print(_verdict_line(verdict, code, [f"{len(rows)} model(s): {counts}"]))
+
+
+def _print_rows(console: Console, rows: Sequence[ScanRow]) -> None:
+    """Print the summary table of a run over several models."""
+    table = Table(show_header=True, header_style="bold")
+    for col in ("model", "verdict", "exit", "max severity", "findings", "accepted", "reason"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        if r.report is None:
+            table.add_row(safe(r.path), "[bold red]error[/]", str(r.exit_code), "-", "-", "-", safe(r.error or ""))
+            continue
+        s = r.report.summary
+        accepted = sum(1 for f in r.report.findings if f.suppression is not None)
+        style = {"pass": "green", "inconclusive": "yellow"}.get(s.verdict, "red")
+        table.add_row(safe(r.path), f"[{style}]{s.verdict}[/]", str(s.exit_code),
+                      s.max_severity.value if s.max_severity else "-", str(len(r.report.findings) - accepted),
+                      str(accepted), safe("; ".join(s.reasons)))
+    console.print(table)
+
+
+def _print_report(console: Console, report: Report) -> None:
     m = report.model
-    _out.print(f"[bold]model[/] {m.path}  format={m.format}  params={m.params}  sha256={m.sha256[:12]}…  "
-               f"load={m.load_safety.verdict} ({m.load_safety.loader or 'not loaded'})")
+    console.print(f"[bold]model[/] {safe(m.path)}  format={m.format}  params={m.params}  sha256={m.sha256[:12]}…  "
+                  f"load={m.load_safety.verdict} ({safe(m.load_safety.loader or 'not loaded')})")
     a = report.architecture
     if a is not None:
-        _out.print(f"[bold]profile[/] traced_with={a.traced_with}  skips={len(a.skip_connections)}  "
-                   f"stages={len(a.stages)}  last_stage={a.last_stage}  attention={len(a.attention)}  "
-                   f"stem={a.stem.kind}  split_points={len(a.split_points)}")
+        console.print(f"[bold]profile[/] traced_with={a.traced_with}  skips={len(a.skip_connections)}  "
+                      f"stages={len(a.stages)}  last_stage={a.last_stage}  attention={len(a.attention)}  "
+                      f"stem={a.stem.kind}  split_points={len(a.split_points)}")
     if report.onnx is not None:
         opsets = ",".join(f"{d or 'ai.onnx'}:{v}" for d, v in report.onnx.opsets.items())
         c = report.onnx.runtime_check
@@ -432,31 +888,25 @@ def _print_report(report: Report) -> None:
             f"vs --reference {c.reference}: max abs error {_fmt(c.max_abs_error)}, max rel error "
             f"{_fmt(c.max_rel_error)} "
             f"({'agree' if c.agree else 'DISAGREE'}) {c.reason}".rstrip())
-        _out.print(f"[bold]onnx[/] opset={opsets}  nodes={report.onnx.node_count}  producer={report.onnx.producer}  "
-                   f"unknown_shapes={report.onnx.unknown_shapes}")
-        _out.print(f"onnx check: {check}", markup=False)
+        console.print(f"[bold]onnx[/] opset={safe(opsets)}  nodes={report.onnx.node_count}  "
+                      f"producer={safe(report.onnx.producer)}  unknown_shapes={report.onnx.unknown_shapes}")
+        console.print(f"onnx check: {plain(check)}", markup=False)
     if report.findings:
         table = Table(show_header=True, header_style="bold")
-        for col in ("severity", "rule", "title", "location"):
+        for col in ("severity", "rule", "title", "location", "status"):
             table.add_column(col, overflow="fold")
         for f in report.findings:
-            table.add_row(f"[{_SEVERITY_STYLE[f.severity.value]}]{f.severity.value}[/]", f.rule_id, f.title,
-                          f.location or "")
-        _out.print(table)
+            status = f"accepted ({f.suppression.kind})" if f.suppression else ""
+            table.add_row(f"[{_SEVERITY_STYLE[f.severity.value]}]{f.severity.value}[/]", safe(f.rule_id),
+                          safe(f.title), safe(f.location or ""), safe(status))
+        console.print(table)
     for p in report.plugins:
-        extra = f" \\[{p.category}]" if p.category else ""
-        _out.print(f"[bold]plugin[/] {p.name}: {p.status}{extra} {p.reason}")
+        extra = f" \\[{safe(p.category)}]" if p.category else ""
+        console.print(f"[bold]plugin[/] {safe(p.name)}: {p.status}{extra} {safe(p.reason)}")
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
-
-
-def _print_verdict(report: Report, written: list[Path]) -> None:
-    s = report.summary
-    style = {"pass": "bold green", "inconclusive": "bold yellow"}.get(s.verdict, "bold red")
-    _out.print(f"[{style}]{s.verdict.upper()}[/] (exit {s.exit_code}): {'; '.join(s.reasons)}")
-    _out.print("reports: " + ", ".join(str(p) for p in written))
 
 
 @functools.cache
@@ -475,23 +925,23 @@ def run_cli(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except _click_exc.UsageError as exc:
-        _err.print(f"auditor: usage error: {exc.format_message()}", markup=False)
+        _err.print(f"auditor: usage error: {plain(exc.format_message())}", markup=False)
         return ExitCode.USAGE
     except typer.Abort:
         _err.print("auditor: aborted", markup=False)
         return ExitCode.ERROR
     except ConfigError as exc:
-        _err.print(f"auditor: configuration error: {exc}", markup=False)
+        _err.print(f"auditor: configuration error: {plain(exc)}", markup=False)
         return ExitCode.USAGE
     except (InputError, TraceError, AuditorError) as exc:
         if debug:
             _err.print_exception()
-        _err.print(f"auditor: error: {exc}", markup=False)
+        _err.print(f"auditor: error: {plain(exc)}", markup=False)
         return ExitCode.ERROR
     except Exception as exc:  # noqa: BLE001 - a bug: one line unless --debug
         if debug:
             _err.print_exception()
-        _err.print(f"auditor: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+        _err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} (rerun with --debug for the traceback)",
                    markup=False)
         return ExitCode.ERROR
     return int(result) if isinstance(result, int) else ExitCode.PASS
@@ -504,7 +954,8 @@ def main() -> None:
     shutdown could then abort the process and lose the exit code, so leave without one.
     """
     code = run_cli()
-    if abandoned_workers():
+    runner = sys.modules.get("auditor.plugin.runner")  # not imported: no plugin ran, no thread to abandon
+    if runner is not None and runner.abandoned_workers():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from auditor.baseline import SuppressRule
 from auditor.errors import ConfigError, InvalidInputShape
-from auditor.graph.tokens import parse_input_spec
-from auditor.plugin.registry import PluginEntry
 from auditor.report.model import Severity
+
+if TYPE_CHECKING:  # torch and the plugin registry load only when a scan needs them
+    import torch
+
+    from auditor.plugin.registry import PluginEntry
 
 DEFAULT_FAIL_ON = Severity.HIGH
 DEFAULT_INPUT_SHAPE = (3, 224, 224)
@@ -43,6 +46,7 @@ class ScanConfig(BaseModel):
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
+    suppress: list[SuppressRule] = Field(default_factory=list)
     #: What an inconclusive verdict exits with: its own code 3, 1 (fail the gate) or 0 (let it through).
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
 
@@ -64,6 +68,8 @@ class ScanConfig(BaseModel):
     @classmethod
     def _valid_input_spec(cls, value: str | None) -> str | None:
         if value is not None:
+            from auditor.graph.tokens import parse_input_spec
+
             try:
                 parse_input_spec(value)
             except InvalidInputShape as exc:
@@ -92,11 +98,17 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+CONFIG_NAME = "auditor.toml"
+_TABLES = ("scan", "plugins", "suppress")
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read the ``[scan]`` table (and ``[plugins.NAME]`` tables) of a TOML file.
+    """Read the ``[scan]``, ``[plugins.NAME]`` and ``[[suppress]]`` tables of a TOML file.
+
+    A ``pyproject.toml`` is read from its ``[tool.auditor]`` table.
 
     Raises:
-        ConfigError: when the file is missing or is not valid TOML.
+        ConfigError: when the file is missing, is not valid TOML or has unknown tables.
     """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -104,13 +116,72 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    unknown = set(data) - {"scan", "plugins"}
+    where = ""
+    if path.name == "pyproject.toml":
+        data, where = data.get("tool", {}).get("auditor", {}), "[tool.auditor] "
+    unknown = set(data) - set(_TABLES)
     if unknown:
-        raise ConfigError(f"config file {path}: unknown table(s) {sorted(unknown)}; expected [scan], [plugins.NAME]")
+        raise ConfigError(f"config file {path}: {where}unknown table(s) {sorted(unknown)}; expected [scan], "
+                          "[plugins.NAME], [[suppress]]")
     merged = dict(data.get("scan", {}))
     if "plugins" in data:
         merged["plugin_config"] = data["plugins"]
+    if "suppress" in data:
+        merged["suppress"] = data["suppress"]
     return merged
+
+
+def find_config_file(start: Path) -> Path | None:
+    """Return ``auditor.toml`` in ``start``, else the nearest ``pyproject.toml`` with a ``[tool.auditor]`` table.
+
+    The search for ``pyproject.toml`` goes up from ``start`` and stops at the first one found (the project root).
+    """
+    if (start / CONFIG_NAME).is_file():
+        return start / CONFIG_NAME
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{candidate} is not valid TOML: {exc}") from exc
+            return candidate if "auditor" in data.get("tool", {}) else None
+    return None
+
+
+STARTER_CONFIG = """\
+# auditor configuration (found as ./auditor.toml, or as [tool.auditor] in pyproject.toml;
+# an explicit --config FILE wins). Command-line flags win over every value here.
+
+[scan]
+# Exit 1 on findings at or above this severity: info, low, medium, high, critical.
+fail_on = "high"
+# Example input C,H,W when the checkpoint does not say (default 3,224,224).
+# input_shape = [3, 224, 224]
+# Modules whose classes may be unpickled (your own nn.Module code).
+# imports = ["mypkg.models"]
+# Plugins to run ("all" for every one); default: every plugin not marked expensive.
+# plugins = ["architecture-risk"]
+# disable_plugins = []
+# device = "auto"
+# seed = 0
+# Seconds per plugin (default: each plugin's own budget).
+# budget_s = 600
+# Exit 2 when a plugin could not complete.
+# strict = false
+
+# Settings of one plugin (`auditor plugins` lists them):
+# [plugins.architecture-risk]
+# max_evidence_nodes = 10
+
+# Accept a rule on some models, with a reason and an optional expiry; accepted findings stay in the
+# report, marked, and do not count toward the exit code. An expired entry counts again.
+# [[suppress]]
+# rule = "arch.last-stage-skip"
+# path = "models/legacy/*.pt"
+# reason = "legacy model, retired in Q3"
+# expires = 2026-12-31
+"""
 
 
 def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) -> ScanConfig:
@@ -157,6 +228,8 @@ def resolve_device(name: str) -> torch.device:
     Raises:
         ConfigError: for an unknown device or a GPU that is not there.
     """
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -2,44 +2,35 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-import torch
 
-from auditor._version import __version__
+from auditor.assemble import assemble_report, run_settings
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
 from auditor.errors import ConfigError
-from auditor.gate import summarize
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec, parse_input_spec, spec_from_model
 from auditor.load.formats import Container, sniff
+from auditor.load.allowlist import ImportPolicy, is_unknown_import
 from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.load.problems import IMPORT_OPCODES
 from auditor.onnx import require
 from auditor.plugin.registry import PluginEntry, discover_plugins
-from auditor.plugin.runner import RunSettings, run_plugins
+from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
     CATEGORY_NO_MODEL,
-    ArchitectureProfile,
     Finding,
-    ModelInfo,
-    OnnxInfo,
     PluginRun,
-    Reference,
     Report,
     Severity,
-    ToolInfo,
 )
+from auditor.report.sources import cite
 
 _PICKLE_REFS = [
-    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
-              locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:pickle", title="Python pickle module documentation",
-              locator="'Restricting Globals' (the gate auditor loads through)"),
+    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
+    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 
@@ -115,35 +106,6 @@ def scan(
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
 
 
-def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
-    """Return the plugin runner's settings for a scan with ``config``."""
-    selected = tuple(config.plugins) if config.plugins is not None else None
-    return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
-                       graph_only=graph_only)
-
-
-def assemble_report(
-    config: ScanConfig,
-    device: torch.device,
-    *,
-    model: ModelInfo,
-    architecture: ArchitectureProfile | None,
-    findings: list[Finding],
-    plugins: list[PluginRun],
-    notes: list[str],
-    unsafe: bool = False,
-    onnx: OnnxInfo | None = None,
-) -> Report:
-    """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
-    findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
-                        on_inconclusive=config.on_inconclusive)
-    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
-    return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
-                  architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
-                  onnx=onnx)
-
-
 def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...] | TokenSpec, str]:
     """Pick the example input: the flags, then what the model says, then the default image shape."""
     if config.input_spec is not None:
@@ -159,21 +121,37 @@ def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ..
 
 
 def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:
-    """Turn the load-safety verdict and trust flags into core findings."""
+    """Turn the load-safety verdict and trust flags into core findings.
+
+    An import refused only for being unknown (most often the user's own class) is ``high``
+    ``load.unknown-class`` with the ``--import`` that resolves it; everything else that refused the
+    load (a denied callable, a malformed stream, unsafe TorchScript or archive layout) is ``critical``.
+    """
     safety = loaded.info.load_safety
-    findings = [
-        Finding(
-            rule_id="load.unsafe-pickle", severity=Severity.CRITICAL,
-            title="Checkpoint pickle imports a name outside the allowlist; load refused",
-            message=(f"{issue.module}.{issue.name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: "
-                     f"{issue.reason}. Nothing was unpickled or executed."),
-            location=issue.pickle,
-            evidence={"import": f"{issue.module}.{issue.name}", "opcode": issue.opcode, "position": issue.position,
-                      "pickle": issue.pickle},
-            references=_PICKLE_REFS, remediation=["resave-as-safetensors"],
-        )
-        for issue in safety.issues
-    ]
+    policy = ImportPolicy(tuple(config.imports), config.trust)
+    findings = []
+    for issue in safety.issues:
+        name = f"{issue.module}.{issue.name}" if issue.module else issue.opcode
+        unknown = issue.opcode in IMPORT_OPCODES and is_unknown_import(issue.module, issue.name, policy)
+        evidence = {"import": name, "opcode": issue.opcode, "position": issue.position, "pickle": issue.pickle}
+        message = f"{name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: {issue.reason}."
+        if unknown:
+            findings.append(Finding(
+                rule_id="load.unknown-class", severity=Severity.HIGH,
+                title=f"Checkpoint imports {name}, which is not on the allowlist; load refused",
+                message=(f"{message} Nothing was unpickled. If this is your own class, pass "
+                         f"--import {issue.module.split('.')[0]}."),
+                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
+                remediation=["resave-as-safetensors"],
+            ))
+        else:
+            findings.append(Finding(
+                rule_id="load.unsafe-pickle", severity=Severity.CRITICAL,
+                title=f"Checkpoint refused as unsafe: {name}",
+                message=f"{message} Nothing was unpickled or executed.",
+                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
+                remediation=["resave-as-safetensors"],
+            ))
     if config.trust and safety.verdict == "safe":
         findings.append(Finding(
             rule_id="load.trust-all", severity=Severity.MEDIUM,

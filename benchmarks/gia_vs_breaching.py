@@ -48,9 +48,9 @@ def run_auditor(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: floa
         (1, 3, 32, 32),
         (torch.tensor(0.0), torch.tensor(1.0)),
         IGSettings(iterations=iters, lr=0.1, tv_weight=tv),
-        generator=torch.Generator().manual_seed(0),
+        seed=0,
     )
-    return res.x[:, 0]
+    return res.x[:, 0, 0]
 
 
 def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: float) -> torch.Tensor:

@@ -164,3 +164,262 @@ def test_invalid_config_file_is_a_usage_error(resnet18_file: Path, tmp_path: Pat
     cfg.write_text("[scan]\nfail_onn = 'high'\n")
     code, _ = _scan(tmp_path, str(resnet18_file), "--config", str(cfg))
     assert code == 4
+
+
+# --- CI gate: many paths, outputs, baselines, config discovery, console safety ---------------------------------
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x)
+
+
+def _skip_model() -> nn.Module:
+    """A model that fails the default gate (a skip in its last stage) and loads under the allowlist."""
+    from torchvision.models.resnet import BasicBlock
+
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), BasicBlock(4, 4))
+
+
+@pytest.fixture(scope="module")
+def small_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """models/plain.pt passes the default gate; models/sub/skip.pt fails it (a last-stage skip)."""
+    root = tmp_path_factory.mktemp("repo")
+    (root / "models" / "sub").mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), root / "models" / "plain.pt")
+    torch.save(_skip_model(), root / "models" / "sub" / "skip.pt")
+    (root / "models" / "README.md").write_text("weights live here\n")
+    return root
+
+
+@pytest.fixture
+def repo(small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory holding a copy of the small models (and nothing else)."""
+    import shutil
+
+    shutil.copytree(small_models / "models", tmp_path / "models")
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(1)
+    return tmp_path
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_plain_scan_writes_nothing(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _files(repo)
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
+    assert _files(repo) == before
+    out = capsys.readouterr().out
+    assert "PASS (exit 0)" in out and "reports:" not in out
+
+
+def test_several_paths_one_table_worst_exit_and_out_dir(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_cli(["scan", "models", "models/plain.pt", "--input-shape", "3,16,16", "--out-dir", "out"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "models/plain.pt" in out and "models/sub/skip.pt" in out and "README" not in out
+    assert "FAIL (exit 1): 2 model(s): 1 fail, 1 pass" in out
+    assert sorted(p.name for p in (repo / "out").iterdir()) == [
+        "models_plain.pt.html", "models_plain.pt.json", "models_sub_skip.pt.html", "models_sub_skip.pt.json"]
+    report = json.loads((repo / "out" / "models_sub_skip.pt.json").read_text())
+    validate_report_dict(report)
+    assert report["summary"]["verdict"] == "fail"
+    assert run_cli(["scan", "models", "--exclude", "*/sub/*", "--input-shape", "3,16,16", "-q"]) == 0
+
+
+def test_a_broken_file_among_several_is_a_row_and_exit_2(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "models" / "broken.pt").write_bytes((repo / "models" / "plain.pt").read_bytes()[:300])
+    code = run_cli(["scan", "models", "--input-shape", "3,16,16", "--json", "batch.json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "models/broken.pt: truncated" in captured.err.replace("\n", " ")
+    batch = json.loads((repo / "batch.json").read_text())
+    assert batch["exit_code"] == 2 and [r["verdict"] for r in batch["rows"]] == ["error", "pass", "fail"]
+    for row in batch["rows"]:
+        if row["report"] is not None:
+            validate_report_dict(row["report"])
+
+
+def test_json_dash_is_the_only_thing_on_stdout(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "--json", "-"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    validate_report_dict(report)
+    assert all(f["fingerprint"] for f in report["findings"])
+    assert "FAIL (exit 1)" in captured.err and not (repo / "-").exists()
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif", "markdown", "text"])
+def test_format_goes_to_stdout_or_to_o_file(repo: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    assert run_cli(["scan", "models", "--input-shape", "3,16,16", "--format", fmt, "-o", f"r.{fmt}", "-q"]) == 1
+    text = (repo / f"r.{fmt}").read_text()
+    assert capsys.readouterr().out.strip().startswith("FAIL (exit 1)")
+    if fmt == "json":
+        assert [r["verdict"] for r in json.loads(text)["rows"]] == ["pass", "fail"]
+    elif fmt == "sarif":
+        from tests.report.test_render_sarif import validate_sarif
+
+        log = json.loads(text)
+        validate_sarif(log)
+        assert {a["location"]["uri"] for a in log["runs"][0]["artifacts"]} == {"models/plain.pt",
+                                                                                "models/sub/skip.pt"}
+    elif fmt == "markdown":
+        assert text.startswith("## auditor") and "| models/sub/skip.pt | **FAIL** |" in text
+    else:
+        assert "models/sub/skip.pt" in text and "FAIL (exit 1)" in text
+    if fmt != "text":
+        assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        if fmt == "markdown":
+            assert out.startswith("## auditor")
+        else:
+            json.loads(out)
+
+
+def test_quiet_prints_exactly_the_verdict_line(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["FAIL (exit 1): 1 finding(s) at or above --fail-on high"]
+    assert captured.err == ""
+
+
+def test_two_outputs_on_stdout_is_a_usage_error(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["scan", "models/plain.pt", "--json", "-", "--sarif", "-"]) == 4
+    assert "only one output can go to stdout" in capsys.readouterr().err
+
+
+def test_help_and_version_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor._version import __version__
+
+    assert run_cli(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"auditor {__version__}"
+    assert run_cli(["-h"]) == 0 and "scan" in capsys.readouterr().out
+    assert run_cli(["scan", "-h"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "[scan], [plugins.NAME] and [[suppress]] tables" in help_text
+    assert "--write-baseline" in help_text and "--out-dir" in help_text
+
+
+def test_baseline_workflow(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["scan", "models", "--input-shape", "3,16,16", "-q"]
+    assert run_cli([*args, "--write-baseline", "baseline.json"]) == 0
+    entries = json.loads((repo / "baseline.json").read_text())["entries"]
+    assert {e["model"] for e in entries} == {"models/sub/skip.pt", "models/plain.pt"}
+    assert run_cli([*args, "--baseline", "baseline.json"]) == 0
+    torch.save(_skip_model(), repo / "models" / "new.pt")
+    assert run_cli([*args, "--baseline", "baseline.json", "--json", "r.json"]) == 1
+    rows = {r["path"]: r for r in json.loads((repo / "r.json").read_text())["rows"]}
+    assert rows["models/new.pt"]["verdict"] == "fail" and rows["models/sub/skip.pt"]["verdict"] == "pass"
+    accepted = [f for f in rows["models/sub/skip.pt"]["report"]["findings"] if f["suppression"]]
+    assert accepted and all(f["suppression"]["kind"] == "baseline" for f in accepted)
+    data = json.loads((repo / "baseline.json").read_text())
+    for e in data["entries"]:
+        e.update(reason="known; fix in v2", expires="2000-01-01")
+    (repo / "baseline.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q", "--baseline",
+                    "baseline.json"]) == 1
+    assert "expired on 2000-01-01 (known; fix in v2): the finding counts again" in capsys.readouterr().err
+
+
+def test_config_is_discovered_auditor_toml_then_pyproject(repo: Path) -> None:
+    args = ["scan", "models/sub/skip.pt", "-q"]
+    (repo / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.auditor.scan]\ninput_shape = [3, 16, 16]\n'
+                                         'fail_on = "critical"\n')
+    assert run_cli(args) == 0
+    (repo / "auditor.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n\n[[suppress]]\n'
+                                       'rule = "arch.last-stage-skip"\npath = "models/sub/*"\nreason = "accepted"\n')
+    assert run_cli(args) == 0
+    (repo / "strict.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n')
+    assert run_cli([*args, "--config", "strict.toml"]) == 1
+    (repo / "auditor.toml").unlink()
+    (repo / "pyproject.toml").write_text('[tool.auditor]\nscann = 1\n')
+    assert run_cli(args) == 4
+
+
+def test_init_writes_a_commented_config_that_loads(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from auditor.config import build_config, load_config_file
+
+    assert run_cli(["init"]) == 0
+    text = (repo / "auditor.toml").read_text()
+    assert build_config(load_config_file(repo / "auditor.toml"), {}).fail_on.value == "high"
+    uncommented = re.sub(r"(?m)^# (\[|[a-z_]+ = )", r"\1", text)
+    (repo / "all.toml").write_text(uncommented)
+    config = build_config(load_config_file(repo / "all.toml"), {})
+    assert config.suppress[0].rule == "arch.last-stage-skip" and config.plugin_config["architecture-risk"]
+    assert run_cli(["init"]) == 4 and "--force" in capsys.readouterr().err
+    assert run_cli(["init", "--force"]) == 0
+
+
+def test_untrusted_strings_are_escaped_on_the_console(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = nn.Sequential()
+    model.add_module("[bold red]x[/]\x1b[2J", nn.Conv2d(3, 4, 3, padding=1))
+    model.add_module("skip", _skip_model()[1])
+    torch.save(model, repo / "m[red]\x1b]0;pwn\x07.pt")
+    code = run_cli(["scan", str(repo / "m[red]\x1b]0;pwn\x07.pt"), "--input-shape", "3,16,16"])
+    captured = capsys.readouterr()
+    assert code == 1
+    for stream in (captured.out, captured.err):
+        assert "\x1b" not in stream and "\x07" not in stream
+    assert "m[red]\\x1b]0;pwn\\x07.pt" in captured.out
+
+
+def test_progress_lines_in_ci_logs(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16", "--budget", "30"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert any(line.endswith("running plugin architecture-risk (budget 30 s)") or
+               "running plugin architecture-risk (budget 30 s) [+" in line for line in lines)
+    assert any("plugin architecture-risk finished after" in line and "of its 30 s budget" in line for line in lines)
+
+
+def test_plugins_command_takes_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "custom.pt"
+    torch.save(_Residual(), path)
+    assert run_cli(["plugins", str(path), "--input-shape", "4,8,8"]) == 2
+    assert "refused" in capsys.readouterr().err
+    assert run_cli(["plugins", str(path), "--input-shape", "4,8,8", "--import", _Residual.__module__]) == 0
+
+
+def test_version_and_help_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom auditor.cli import run_cli\n"
+            "for args in (['version'], ['--version'], ['--help'], ['scan', '--help'], ['harden', '--help']):\n"
+            "    assert run_cli(args) == 0, args\n"
+            "heavy = sorted(m for m in ('torch', 'torchvision', 'timm', 'numpy', 'jinja2') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_rewrite_ids_in_the_help_match_the_registry() -> None:
+    from auditor.cli import REWRITE_IDS
+    from auditor.rewrite import REGISTRY
+
+    assert list(REWRITE_IDS) == list(REGISTRY)
+
+
+def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    import auditor.cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(auditor.cli, "_err", Console(file=screen, force_terminal=True, width=120))
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
+    shown = screen.getvalue()
+    assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences
+    assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err

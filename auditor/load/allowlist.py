@@ -7,6 +7,7 @@ model-zoo class check, then ``--trust``. Anything left is refused as not on the 
 
 from __future__ import annotations
 
+import ast
 import enum
 import importlib
 import inspect
@@ -25,6 +26,9 @@ logger = logging.getLogger(__name__)
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_EXPR = 10_000
+_MAX_EXPR_NODES = 2_000
+_MAX_EXPONENT = 64
+_POW_CALLS = frozenset({"Pow", "PowByNatural", "FloatPow"})
 _QUOTED = re.compile(r"'[A-Za-z0-9_.+-]*'|\"[A-Za-z0-9_.+-]*\"")
 _EXPR_CHARS = re.compile(r"^[A-Za-z0-9_\s+\-*/%(),.<>=!&|~^]*$")
 _ATTRIBUTE = re.compile(r"\.\s*[A-Za-z_]|__")
@@ -73,6 +77,12 @@ DENIED_MODULES: dict[str, str] = {
     "torch.utils.tensorboard": _FILES,
     "numpy.f2py": _CODE, "numpy.distutils": _CODE, "numpy.ctypeslib": _NATIVE, "numpy.testing": _CODE,
     "numpy.lib.npyio": _NESTED,
+    "cProfile": _CODE, "profile": _CODE, "pydoc": _IMPORTS, "idlelib": _CODE, "distutils": _CODE,
+    "setuptools": _CODE, "pip": _CODE, "venv": _PROCS, "ensurepip": _PROCS, "platform": _PROCS, "uuid": _PROCS,
+    "mailcap": _PROCS, "pipes": _OS, "logging": _FILES, "sqlite3": _FILES, "mmap": _FILES, "fcntl": _OS,
+    "resource": _OS, "xmlrpc": _NET, "socketserver": _NET, "telnetlib": _NET, "poplib": _NET, "imaplib": _NET,
+    "nntplib": _NET, "antigravity": "opens a web browser", "tkinter": _CODE, "turtle": _CODE,
+    "copyreg": "registers pickle reducers",
 }
 DENIED_GLOBALS: dict[str, str] = {
     "builtins.eval": "evaluates arbitrary Python code", "builtins.exec": "executes arbitrary Python code",
@@ -98,6 +108,12 @@ SAFE_GLOBALS = frozenset({
     "torch._tensor._rebuild_from_type_v2",
     "numpy.core.multiarray._reconstruct", "numpy.core.multiarray.scalar",
     "numpy._core.multiarray._reconstruct", "numpy._core.multiarray.scalar", "numpy.dtype", "numpy.ndarray",
+    # data-only classes training scripts save: no I/O when built; a defaultdict's factory is an import of its own
+    "argparse.Namespace", "collections.defaultdict", "collections.Counter", "collections.deque", "uuid.UUID",
+    "datetime.datetime", "datetime.date", "datetime.time", "datetime.timedelta", "datetime.timezone",
+    "decimal.Decimal", "fractions.Fraction",
+    *(f"{home}.{cls}" for home in ("pathlib", "pathlib._local") for cls in (
+        "PurePath", "PurePosixPath", "PureWindowsPath", "Path", "PosixPath", "WindowsPath")),
 })
 # What a torch.export graph (models/*.json) may call, and the names its sympy expressions may use.
 GRAPH_OPERATOR_CALLS = frozenset({
@@ -136,24 +152,50 @@ class ImportPolicy:
 
 def refusal_reason(module: str, name: str, policy: ImportPolicy) -> str | None:
     """Return why ``module.name`` must not be resolved, or None when it is safe."""
+    refused = _refusal(module, name, policy)
+    return refused[0] if refused else None
+
+
+def is_unknown_import(module: str, name: str, policy: ImportPolicy) -> bool:
+    """Return True when ``module.name`` is refused only for being unknown (no denylist or zoo rule hit).
+
+    Such an import is most often a class of the user's own code; ``--import PKG`` resolves it.
+    """
+    refused = _refusal(module, name, policy)
+    return refused is not None and refused[1]
+
+
+def _refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] | None:
+    """The reason ``module.name`` is refused and whether only for being unknown; None when it is safe."""
     if not _MODULE_RE.match(module):
-        return f"{module!r} is not a valid module name"
+        return f"{module!r} is not a valid module name", False
     if not _NAME_RE.match(name):
-        return f"{name!r} is an attribute path or not a plain name; it can reach objects outside {module}"
+        return f"{name!r} is an attribute path or not a plain name; it can reach objects outside {module}", False
     denied = _denied(module, name)
     if denied:
-        return f"denied: {module}.{name} {denied}"
-    if any(_under(module, prefix) for prefix in policy.trusted_imports):
-        return None
-    if _allowed(module, name):
+        return f"denied: {module}.{name} {denied}", False
+    if any(_under(module, prefix) for prefix in policy.trusted_imports) or _allowed(module, name):
         return None
     zoo = next((pkg for pkg in MODEL_ZOO_PACKAGES if _under(module, pkg)), None)
     if zoo is not None:
-        return _zoo_reason(module, name)
+        reason = _zoo_reason(module, name)
+        return (reason, False) if reason else None
     if policy.trust_all:
+        reason = _trusted_class_reason(module, name)
+        return (reason, False) if reason else None
+    return f"{module}.{name} is not on the allowlist (pass --import {module.split('.')[0]} to trust it)", True
+
+
+def _trusted_class_reason(module: str, name: str) -> str | None:
+    """Under ``--trust``: allow a class (built while unpickling), refuse a function, which could run anything."""
+    try:
+        obj = resolve_global(module, name)
+    except ClassNotImportable as exc:
+        return f"{module}.{name} cannot be imported for the --trust check ({exc})"
+    if isinstance(obj, type):
         return None
-    top = module.split(".")[0]
-    return f"module {module} is not on the allowlist (pass --import {top} to trust it)"
+    kind = "a function" if callable(obj) else f"a {type(obj).__name__}, not a class"
+    return f"{module}.{name} is {kind}; --trust allows classes only, since calling a function can run anything"
 
 
 def graph_target_reason(target: str) -> str | None:
@@ -197,7 +239,42 @@ def sym_expr_reason(expr: str) -> str | None:
         keyword = _KWARG.match(bare, match.end()) is not None
         if not (word in SYMPY_NAMES or _SYMBOL_NAME.match(word) or (keyword and word.isidentifier())):
             return f"symbolic expression uses the name {word!r}, which is not a sympy constructor or symbol"
+    return _complexity_reason(expr)
+
+
+def _complexity_reason(expr: str) -> str | None:
+    """Refuse expressions sympy would take unbounded time to evaluate: too many terms, or a power tower.
+
+    Parsing with :mod:`ast` evaluates nothing. A power's exponent must be a symbol or an integer
+    literal of at most ``_MAX_EXPONENT``: ``2**2**2**2**2`` (or ``Pow(2, Pow(...))``) is refused.
+    """
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        return "symbolic expression is not a valid expression"
+    nodes = list(ast.walk(tree))
+    if len(nodes) > _MAX_EXPR_NODES:
+        return f"symbolic expression has more than {_MAX_EXPR_NODES} terms"
+    for node in nodes:
+        exponent = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _POW_CALLS:
+            exponent = node.args[1] if len(node.args) == 2 else node
+        if exponent is not None and not _small_exponent(exponent):
+            return "symbolic expression raises to a power that is not a symbol or a small integer"
     return None
+
+
+def _small_exponent(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Integer":
+        node = node.args[0] if len(node.args) == 1 else node
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and abs(node.value) <= _MAX_EXPONENT
+    return isinstance(node, ast.Name) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Symbol")
 
 
 def resolve_global(module: str, name: str) -> object:

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,13 @@ CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 PICKLE_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"
+
+#: Config keys whose value is a file to open or a download source (timm, timm_wrapper, backbone configs).
+_PATH_KEYS = frozenset({"checkpoint_path", "pretrained_cfg_overlay", "pretrained_cfg", "hf_hub_id", "hf_hub_filename",
+                        "url", "file", "pretrained_model_name_or_path", "cache_dir"})
+_DOWNLOAD_FLAGS = frozenset({"pretrained", "use_pretrained_backbone"})
+_PROVENANCE_KEYS = frozenset({"_name_or_path", "transformers_version"})  # recorded, never opened
+_REMOTE_PREFIXES = ("hf-hub:", "hf_hub:", "http://", "https://", "ftp://", "file:", "local-dir:", "s3://", "gs://")
 
 WeightReader = Callable[[Path], Mapping[str, torch.Tensor]]
 
@@ -63,19 +71,70 @@ def weight_files(path: Path) -> tuple[list[Path], bool]:
 
 
 def directory_sha256(path: Path) -> str:
-    """Hash ``config.json`` and the weight files: names and bytes, in a fixed order."""
+    """Hash ``config.json`` and the weight files: names and bytes, in a fixed order.
+
+    A file that resolves outside the directory is never read: its link target is hashed instead.
+    """
     digest = hashlib.sha256()
     files, _ = weight_files(path)
     for file in [path / CONFIG_FILE, *files]:
         digest.update(file.name.encode() + b"\0")
-        hash_into(digest, file)
+        if _inside(path, file):
+            hash_into(digest, file)
+        else:
+            digest.update(os.readlink(file).encode() if file.is_symlink() else b"")
     return digest.hexdigest()
 
 
 def directory_size(path: Path) -> int:
-    """Return the bytes of ``config.json`` and the weight files."""
+    """Return the bytes of ``config.json`` and the weight files (0 for a file outside the directory)."""
     files, _ = weight_files(path)
-    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files])
+    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files] if _inside(path, f))
+
+
+def confinement_problems(path: Path) -> list[tuple[str, str]]:
+    """Return (file or config key, reason) for everything that would make loading leave the directory.
+
+    Every file the loader reads (``config.json``, shard indexes, weight files) must resolve inside
+    the directory, and no config field may name a file to open, a hub id, a URL or pretrained
+    weights to download (timm's ``model_args.checkpoint_path``, ``architecture: "hf-hub:..."``).
+    """
+    files = [path / CONFIG_FILE, *(path / f"{name}{INDEX_SUFFIX}" for name in (SAFETENSORS_FILE, PICKLE_FILE))]
+    weights, _ = weight_files(path)
+    problems = [(file.name, f"{file.name} resolves to {file.resolve()}, outside the model directory")
+                for file in [*files, *weights] if (file.exists() or file.is_symlink()) and not _inside(path, file)]
+    if problems:
+        return problems
+    try:
+        raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []  # reported as an input error when the config is read
+    return list(_config_problems(raw, ""))
+
+
+def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
+    """Config fields that open a path, name a hub id or URL, or ask for pretrained weights."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            at = f"{where}.{key}" if where else str(key)
+            if key in _PATH_KEYS and value:
+                yield at, f"{CONFIG_FILE} field {at} names a file or download ({str(value)[:80]!r})"
+            elif key in _DOWNLOAD_FLAGS and value is True:
+                yield at, f"{CONFIG_FILE} field {at} asks for pretrained weights, which would be downloaded"
+            elif key not in _PROVENANCE_KEYS:
+                yield from _config_problems(value, at)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _config_problems(value, f"{where}[{index}]")
+    elif isinstance(node, str) and node.lower().startswith(_REMOTE_PREFIXES):
+        yield where, f"{CONFIG_FILE} field {where} names a hub id or URL ({node[:80]!r})"
+
+
+def _inside(root: Path, file: Path) -> bool:
+    """Tell whether ``file`` resolves inside ``root``, or, for a hub cache snapshot, into its repo's blobs."""
+    root, target = root.resolve(), file.resolve()
+    blobs = root.parent.parent / "blobs" if root.parent.name == "snapshots" else None
+    return target.is_relative_to(root) or (blobs is not None and target.parent == blobs)
 
 
 def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module, str, list[str]]:

@@ -18,20 +18,26 @@ from __future__ import annotations
 
 import _compat_pickle
 import io
-import json
 import logging
 import pickletools
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from auditor.errors import TruncatedArchive
-from auditor.load.allowlist import graph_target_reason, sym_expr_reason
+from auditor.load.export_scan import (
+    DEFAULT_MAX_TENSOR_BYTES,
+    check_payload_configs,
+    is_export_graph,
+    is_export_payload,
+    scan_export_graph,
+)
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
-from auditor.load.hf import weight_files
+from auditor.load.hf import confinement_problems, weight_files
+from auditor.load.problems import ImportRef, PickleScan, ScanProblem
+from auditor.load.torchscript import check_torchscript_code, is_code_member
+from auditor.load.ziparchive import archive_problems
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +48,9 @@ _STRING_OPS = frozenset(
     {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"}
 )
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_LARGE_PUTS = frozenset({"PUT", "LONG_BINPUT"})  # memo slots past the opcode's own offset are refused
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
-_EXPORT_PAYLOAD_DIRS = ("data/weights/", "data/constants/", "data/sample_inputs/")
 _FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
 _UINT4 = struct.Struct("<I").unpack_from
 # Opcodes with meaning beyond their declared stack effect, all replayed by ``_Replay._step``
@@ -96,36 +102,6 @@ class _NeedMore(Exception):
     """The replay ran off the end of a chunk that is not the end of the stream."""
 
 
-@dataclass(frozen=True)
-class ImportRef:
-    """One global a pickle imports."""
-
-    module: str
-    name: str
-    opcode: str
-    position: int
-
-
-@dataclass(frozen=True)
-class ScanProblem:
-    """Something in a pickle that is unsafe regardless of the allowlist."""
-
-    opcode: str
-    position: int
-    reason: str
-    module: str = ""
-    name: str = ""
-
-
-@dataclass
-class PickleScan:
-    """What one pickle (an archive member or one pickle of a stream) imports."""
-
-    name: str
-    imports: list[ImportRef] = field(default_factory=list)
-    problems: list[ScanProblem] = field(default_factory=list)
-
-
 def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
     """Scan every pickle the loader for this container would unpickle.
 
@@ -147,7 +123,13 @@ def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
 
 
 def _scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors)."""
+    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors).
+
+    A directory whose files resolve outside it, or whose config names files or downloads, is refused first.
+    """
+    escapes = confinement_problems(sniffed.path)
+    if escapes:
+        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes]
     files, pickled = weight_files(sniffed.path)
     scans = []
     for file in files if pickled else []:
@@ -242,7 +224,11 @@ class _Replay:
                     if code == 114:  # LONG_BINPUT
                         if len(stack) == floor:
                             raise _Malformed("LONG_BINPUT with nothing to memoise")
-                        memo[uint4(data, i + 1)[0]] = stack[-1]
+                        key = uint4(data, i + 1)[0]
+                        if key > i:  # memo slots are numbered in order: slot n needs n earlier opcodes
+                            raise _Malformed(f"LONG_BINPUT to memo slot {key} (the unpickler would allocate a "
+                                             "memo table that large)")
+                        memo[key] = stack[-1]
                         last, i = i, i + 5
                         continue
                     effect = plain[code]
@@ -350,7 +336,10 @@ class _Replay:
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
             stack.append(_OPAQUE)
         elif name in _PUT_OPS or name == "MEMOIZE":
-            memo[len(memo) if name == "MEMOIZE" else int(arg)] = self._top(name)  # type: ignore[call-overload]
+            top, key = self._top(name), len(memo) if name == "MEMOIZE" else int(arg)  # type: ignore[call-overload]
+            if name in _LARGE_PUTS and key > i:
+                raise _Malformed(f"{name} to memo slot {key} (the unpickler would allocate a memo table that large)")
+            memo[key] = top
         elif name in _GET_OPS:
             if arg not in memo:
                 raise _Malformed(f"{name} of unset memo slot {arg}")
@@ -425,33 +414,33 @@ def compat_name(module: str, name: str) -> tuple[str, str]:
 
 
 def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int) -> list[PickleScan]:
-    """Scan the pickles of one (possibly nested) zip archive."""
+    """Scan every member of one (possibly nested) zip archive that torch may unpickle or run.
+
+    Members are matched case-insensitively, as torch's reader finds them; an archive that torch
+    could read differently from ``zipfile`` (aliases, duplicates, header mismatches) is refused
+    before any member is read.
+    """
+    ambiguities = archive_problems(zf, zf.fp)  # type: ignore[arg-type]  # the file zipfile reads from
+    if ambiguities:
+        return [PickleScan(prefix + p.member, problems=[ScanProblem("zip", 0, p.reason)]) for p in ambiguities]
     scans: list[PickleScan] = []
     infos = [info for info in zf.infolist() if not info.is_dir()]
-    seen: set[str] = set()
-    for info in infos:
-        if info.filename in seen:
-            reason = "duplicate archive member: a loader may read a different copy than the one checked"
-            scans.append(PickleScan(prefix + info.filename, problems=[ScanProblem("zip", 0, reason)]))
-        seen.add(info.filename)
-    raw_payloads = _raw_export_payloads(zf, infos) if container is Container.TORCH_EXPORT else set()
+    raw_payloads: set[str] = set()
+    if container is Container.TORCH_EXPORT:
+        raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, DEFAULT_MAX_TENSOR_BYTES)
+        scans.extend(config_scans)
     for info in infos:
         label = prefix + info.filename
-        if info.filename.endswith((".pkl", ".debug_pkl")):
-            kind = "pickle"
-        elif container is not Container.TORCH_EXPORT:
-            continue
-        elif _is_export_graph(info.filename):
-            kind = "graph"
-        elif _is_export_payload(info.filename, raw_payloads):
-            kind = "payload"
-        else:
+        kind = _member_kind(info.filename, container, raw_payloads)
+        if kind is None:
             continue
         if info.file_size > MAX_MEMBER_BYTES:
             reason = f"archive member of {info.file_size} bytes is too large to check"
             scans.append(PickleScan(label, problems=[ScanProblem("zip", 0, reason)]))
         elif kind == "pickle":
             scans.append(_scan_bytes(zf.read(info), label))
+        elif kind == "code":
+            scans.append(_scan_code(zf.read(info), label))
         elif kind == "graph":
             scans.append(scan_export_graph(zf.read(info), label))
         else:
@@ -459,50 +448,27 @@ def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int
     return scans
 
 
-def scan_export_graph(data: bytes, name: str) -> PickleScan:
-    """Check a torch.export graph (JSON) for calls and sympy expressions that torch would run.
+def _member_kind(name: str, container: Container, raw_payloads: set[str]) -> str | None:
+    """What torch does with an archive member: unpickle it, compile it, parse it as a graph, or nothing."""
+    if name.lower().endswith((".pkl", ".debug_pkl")):
+        return "pickle"
+    if container is Container.TORCHSCRIPT:
+        return "code" if is_code_member(name) else None
+    if container is not Container.TORCH_EXPORT:
+        return None
+    if is_export_graph(name):
+        return "graph"
+    return "payload" if is_export_payload(name, raw_payloads) else None
 
-    ``torch.export.load`` resolves every node target by getattr on ``torch``/``operator``/``math``
-    and parses every ``expr_str`` with ``sympy.sympify``, which evaluates Python code.
-    """
-    scan = PickleScan(name)
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        scan.problems.append(ScanProblem("json", 0, f"exported graph is not valid JSON: {exc}"))
-        return scan
-    for kind, value in _graph_strings(document):
-        position = max(data.find(json.dumps(value)[1:-1].encode()), 0)
-        if kind == "target":
-            reason = graph_target_reason(value)
-            module, _, attr = value.rpartition(".")
-        else:
-            reason = sym_expr_reason(value)
-            module, attr = "sympy", "sympify"
-        if reason is not None:
-            scan.problems.append(ScanProblem(kind, position, f"{reason}: {value[:80]!r}", module, attr))
+
+def _scan_code(data: bytes, label: str) -> PickleScan:
+    """Check one TorchScript source member; each call outside the known-safe op set is a problem."""
+    scan = PickleScan(label)
+    for problem in check_torchscript_code(data, label):
+        module, _, name = problem.op.rpartition(".")
+        reason = f"{problem.reason} (in {problem.method})" if problem.method else problem.reason
+        scan.problems.append(ScanProblem("torchscript", problem.position, reason, module or "builtins", name))
     return scan
-
-
-def _graph_strings(node: object) -> Iterator[tuple[str, str]]:
-    """Yield ("target", s) for every graph node's call target and ("expr_str", s) for every expression."""
-    if isinstance(node, dict):
-        target = node.get("target")
-        if isinstance(target, str) and "inputs" in node and "outputs" in node:
-            yield "target", target
-        expr = node.get("expr_str")
-        if isinstance(expr, str):
-            yield "expr_str", expr
-        for value in node.values():
-            yield from _graph_strings(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _graph_strings(value)
-
-
-def _is_export_graph(name: str) -> bool:
-    base = name.rsplit("/", 1)[-1]
-    return base == "serialized_exported_program.json" or ("/models/" in f"/{name}" and base.endswith(".json"))
 
 
 def _scan_payload(data: bytes, label: str, depth: int) -> list[PickleScan]:
@@ -515,34 +481,3 @@ def _scan_payload(data: bytes, label: str, depth: int) -> list[PickleScan]:
     with zipfile.ZipFile(io.BytesIO(data)) as inner:
         kind = classify_zip_members(inner.namelist()) or Container.TORCH_ZIP
         return _scan_zip(inner, f"{label}!", kind, depth + 1)
-
-
-def _is_export_payload(name: str, raw_payloads: set[str]) -> bool:
-    """Return True for torch.export members that ``torch.export.load`` may unpickle."""
-    base = name.rsplit("/", 1)[-1]
-    if base.startswith("serialized_"):  # pre-2.6 layout: every serialized_* but the graph is torch.load-ed
-        return True
-    if name.endswith(".json") or name in raw_payloads:
-        return False
-    if name.endswith(".pt"):
-        return True
-    return any(f"/{d}" in f"/{name}" for d in _EXPORT_PAYLOAD_DIRS)
-
-
-def _raw_export_payloads(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> set[str]:
-    """Return the members that the torch.export configs list as raw tensor bytes (not pickled)."""
-    raw: set[str] = set()
-    pickled: set[str] = set()
-    for info in infos:
-        if not info.filename.endswith(("weights_config.json", "constants_config.json")):
-            continue
-        try:
-            config = json.loads(zf.read(info)).get("config", {})
-            folder = info.filename.rsplit("/", 1)[0]
-            for meta in config.values():
-                member = f"{folder}/{meta.get('path_name', '')}"
-                is_tensor = str(meta.get("path_name", "")).startswith(("weight_", "tensor_"))
-                (raw if is_tensor and meta.get("use_pickle") is False else pickled).add(member)
-        except (ValueError, AttributeError, TypeError) as exc:
-            logger.debug("%s: unreadable payload config (%s); scanning every payload", info.filename, exc)
-    return raw - pickled

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.3.0"
+SCHEMA_VERSION = "1.5.0"
 
 
 class _Record(BaseModel):
@@ -95,6 +95,15 @@ class Reference(_Record):
     title: str
     locator: str = Field(description="Section, table or figure, e.g. 'Table 6'.")
     grade: str | None = Field(default=None, description="Evidence grade (A, A-, B, B-, C) where the note gives one.")
+    url: str | None = Field(default=None, description="Link to the work: an arXiv or DOI page, or documentation.")
+
+
+class Suppression(_Record):
+    """Why a finding does not count toward the gate: a baseline entry or a ``[[suppress]]`` rule."""
+
+    kind: Literal["baseline", "config"]
+    reason: str = ""
+    expires: str | None = Field(default=None, description="ISO date after which the finding counts again.")
 
 
 class Finding(_Record):
@@ -109,6 +118,12 @@ class Finding(_Record):
     references: list[Reference] = Field(default_factory=list)
     remediation: list[str] = Field(default_factory=list, description="Rewrite ids that would address it.")
     source: str = Field(default="core", description="'core' or the name of the plugin that produced it.")
+    fingerprint: str | None = Field(
+        default=None, description="Stable id of the finding: rule id + model path + location (auditor.baseline)."
+    )
+    suppression: Suppression | None = Field(
+        default=None, description="Set when a baseline or config entry accepts the finding; it then does not gate."
+    )
 
 
 # --- model and load safety -------------------------------------------------------------------

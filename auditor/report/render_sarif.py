@@ -1,17 +1,27 @@
-"""Render a :class:`Report` as SARIF 2.1.0 for code-scanning tools."""
+"""Render reports as SARIF 2.1.0 that GitHub code scanning reads well.
+
+One run holds every model's results: rules with ``security-severity`` and tags, results with
+``partialFingerprints`` (see :mod:`auditor.baseline`), a ``region`` and a repository-relative URI under
+``%SRCROOT%``, declared in ``originalUriBaseIds``; a plugin or model that could not be audited makes
+the invocation unsuccessful and is listed in ``toolExecutionNotifications``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import quote
 
+from auditor.baseline import model_identity, with_fingerprints
 from auditor.report.model import Finding, PluginRun, Report, Severity
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "auditorFinding/v1"
+SRCROOT = "%SRCROOT%"
 
 _LEVELS = {
     Severity.CRITICAL: "error",
@@ -20,7 +30,15 @@ _LEVELS = {
     Severity.LOW: "note",
     Severity.INFO: "note",
 }
-_PLUGIN_LEVELS = {"error": "error", "skipped": "note"}
+#: GitHub maps these onto Critical (>= 9.0), High (7.0-8.9), Medium (4.0-6.9) and Low (0.1-3.9).
+_SECURITY_SEVERITY = {
+    Severity.CRITICAL: "9.5",
+    Severity.HIGH: "8.0",
+    Severity.MEDIUM: "5.5",
+    Severity.LOW: "3.0",
+    Severity.INFO: "0.1",
+}
+_PLUGIN_LEVELS = {"error": "error", "inconclusive": "warning", "skipped": "note"}
 
 
 def sarif_level(severity: Severity) -> str:
@@ -28,82 +46,143 @@ def sarif_level(severity: Severity) -> str:
     return _LEVELS[severity]
 
 
-def report_to_sarif(report: Report, base_dir: str | Path | None = None) -> dict[str, Any]:
-    """Return a SARIF 2.1.0 log with one run holding every finding of the report.
+def report_to_sarif(report: Report, base_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """Return a SARIF 2.1.0 log with one run holding every finding of the report (see :func:`reports_to_sarif`)."""
+    return reports_to_sarif([report], base_dir, **options)
+
+
+def reports_to_sarif(
+    reports: Sequence[Report],
+    base_dir: str | Path | None = None,
+    *,
+    errors: Sequence[tuple[str, str]] = (),
+    category: str = "auditor",
+    help_uri: str | None = None,
+    exit_code: int | None = None,
+) -> dict[str, Any]:
+    """Return a SARIF 2.1.0 log with one run holding every finding of every report.
 
     Args:
-        report: the report to render.
-        base_dir: directory the model path is made relative to (default: the working directory).
+        reports: the reports to render (one per model).
+        base_dir: directory model paths are made relative to (default: the working directory); it is
+            declared as ``%SRCROOT%``.
+        errors: (model path, message) of models that could not be audited.
+        category: ``automationDetails.id`` prefix, which tells code scanning's analyses apart.
+        help_uri: absolute URL of the rule catalogue (docs/rules.md), set as each rule's ``helpUri``.
+        exit_code: the command's exit code (default: that of the first report, 2 without one).
     """
-    artifact = _artifact_location(report.model.path, Path(base_dir) if base_dir else Path.cwd())
-    rule_ids = list(dict.fromkeys(finding.rule_id for finding in report.findings))
+    base = (Path(base_dir) if base_dir else Path.cwd()).resolve()
+    reports = [report if all(f.fingerprint for f in report.findings) else with_fingerprints(report)
+               for report in reports]
+    pairs = [(report, f) for report in reports for f in report.findings]
+    rule_ids = list(dict.fromkeys(f.rule_id for _, f in pairs))
+    artifacts = [_artifact_location(report.model.path, base) for report in reports]
     run: dict[str, Any] = {
         "tool": {
             "driver": {
-                "name": report.tool.name,
-                "version": report.tool.version,
-                "rules": [_rule(rule_id, report.findings) for rule_id in rule_ids],
+                "name": reports[0].tool.name if reports else "auditor",
+                "version": reports[0].tool.version if reports else "",
+                "rules": [_rule(rule_id, [f for _, f in pairs if f.rule_id == rule_id], help_uri)
+                          for rule_id in rule_ids],
             }
         },
-        "invocations": [_invocation(report)],
+        "automationDetails": {"id": f"{category.rstrip('/')}/"},
+        "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri().rstrip("/") + "/"}},
+        "invocations": [_invocation(reports, errors, exit_code)],
         "artifacts": [
-            {
-                "location": artifact,
-                "length": report.model.size_bytes,
-                "hashes": {"sha-256": report.model.sha256},
-            }
+            {"location": artifact, "length": report.model.size_bytes, "hashes": {"sha-256": report.model.sha256}}
+            for report, artifact in zip(reports, artifacts)
         ],
-        "results": [_result(f, rule_ids.index(f.rule_id), artifact) for f in report.findings],
-        "properties": {
-            "schema_version": report.schema_version,
-            "verdict": report.summary.verdict,
-            "fail_on": report.summary.fail_on.value,
-            "max_severity": report.summary.max_severity.value if report.summary.max_severity else None,
-        },
+        "results": [
+            _result(f, rule_ids.index(f.rule_id), artifact, index)
+            for index, (report, artifact) in enumerate(zip(reports, artifacts))
+            for f in report.findings
+        ],
     }
+    if len(reports) == 1:
+        summary = reports[0].summary
+        run["properties"] = {
+            "schema_version": reports[0].schema_version,
+            "verdict": summary.verdict,
+            "fail_on": summary.fail_on.value,
+            "max_severity": summary.max_severity.value if summary.max_severity else None,
+        }
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
+
+
+def sarif_text(reports: Sequence[Report], **options: Any) -> str:
+    """Return the SARIF log of ``reports`` as indented JSON text."""
+    return json.dumps(reports_to_sarif(reports, **options), indent=2, ensure_ascii=False) + "\n"
 
 
 def write_sarif(report: Report, path: str | Path) -> None:
     """Write the report as an indented SARIF 2.1.0 file to ``path``."""
-    text = json.dumps(report_to_sarif(report), indent=2, ensure_ascii=False)
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    Path(path).write_text(sarif_text([report]), encoding="utf-8")
 
 
 def _artifact_location(model_path: str, base_dir: Path) -> dict[str, str]:
     path = Path(model_path)
-    if not path.is_absolute():
-        return {"uri": quote(PurePath(model_path).as_posix()), "uriBaseId": "%SRCROOT%"}
-    try:
-        relative = os.path.relpath(path, base_dir.resolve())
-    except ValueError:  # another drive on Windows
-        relative = ".."
-    if relative.startswith(".."):
-        return {"uri": path.as_uri()}
-    return {"uri": quote(PurePath(relative).as_posix()), "uriBaseId": "%SRCROOT%"}
+    if path.is_absolute():
+        try:
+            relative = os.path.relpath(path, base_dir)
+        except ValueError:  # another drive on Windows: no relative path exists
+            return {"uri": path.as_uri()}
+    else:
+        relative = os.path.normpath(model_path)
+    return {"uri": quote(PurePath(relative).as_posix()), "uriBaseId": SRCROOT}
 
 
-def _rule(rule_id: str, findings: list[Finding]) -> dict[str, Any]:
-    first = next(finding for finding in findings if finding.rule_id == rule_id)
-    return {
+def _rule(rule_id: str, findings: list[Finding], help_uri: str | None) -> dict[str, Any]:
+    first = findings[0]
+    worst = max((f.severity for f in findings), key=lambda sev: sev.rank)
+    refs = list({(r.source, r.title, r.locator): r for f in findings for r in f.references}.values())
+    remedies = list(dict.fromkeys(r for f in findings for r in f.remediation))
+    lines = [f"{first.title} (rule {rule_id}, from {first.source}; severity {worst.value})."]
+    lines += [f"Evidence: {r.title}, {r.locator} ({r.source}{', grade ' + r.grade if r.grade else ''})." for r in refs]
+    if remedies:
+        lines.append(f"Remediation (auditor harden --rewrite): {', '.join(remedies)}.")
+    lines.append("Accept a finding with a baseline entry (--write-baseline) or a [[suppress]] rule in auditor.toml.")
+    markdown = [f"**{first.title}** (`{rule_id}`, severity {worst.value})", ""]
+    markdown += [f"- {r.title}, {r.locator} ({r.source})" for r in refs]
+    if remedies:
+        markdown += ["", "Remediation: " + ", ".join(f"`auditor harden --rewrite {r}`" for r in remedies)]
+    rule: dict[str, Any] = {
         "id": rule_id,
+        "name": "".join(part.capitalize() for part in rule_id.replace(".", "-").split("-")),
         "shortDescription": {"text": first.title},
-        "defaultConfiguration": {"level": sarif_level(first.severity)},
-        "properties": {"severity": first.severity.value, "source": first.source},
+        "fullDescription": {"text": " ".join(lines[:2])},
+        "help": {"text": "\n".join(lines), "markdown": "\n".join(markdown)},
+        "defaultConfiguration": {"level": sarif_level(worst)},
+        "properties": {
+            "security-severity": _SECURITY_SEVERITY[worst],
+            "tags": ["security", "privacy", rule_id.split(".")[0], first.source],
+            "severity": worst.value,
+            "source": first.source,
+        },
     }
+    if help_uri:
+        rule["helpUri"] = help_uri
+    return rule
 
 
-def _result(finding: Finding, rule_index: int, artifact: dict[str, str]) -> dict[str, Any]:
-    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": dict(artifact)}}
+def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifact_index: int) -> dict[str, Any]:
+    location: dict[str, Any] = {
+        "physicalLocation": {"artifactLocation": {**artifact, "index": artifact_index}, "region": {"startLine": 1}},
+    }
+    text = finding.message or finding.title
     if finding.location:
-        location["logicalLocations"] = [{"name": finding.location, "kind": "module"}]
+        location["logicalLocations"] = [{"name": finding.location, "fullyQualifiedName": finding.location,
+                                         "kind": "module"}]
+        if finding.location not in text:
+            text += f" (at {finding.location})"
     data = finding.model_dump(mode="json")
-    return {
+    result: dict[str, Any] = {
         "ruleId": finding.rule_id,
         "ruleIndex": rule_index,
         "level": sarif_level(finding.severity),
-        "message": {"text": finding.message or finding.title},
+        "message": {"text": text},
         "locations": [location],
+        "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint or ""},
         "properties": {
             "severity": finding.severity.value,
             "evidence": data["evidence"],
@@ -111,29 +190,42 @@ def _result(finding: Finding, rule_index: int, artifact: dict[str, str]) -> dict
             "remediation": data["remediation"],
         },
     }
+    if finding.suppression is not None:
+        s = finding.suppression
+        result["suppressions"] = [{
+            "kind": "external" if s.kind == "baseline" else "inSource",
+            "status": "accepted",
+            "justification": s.reason or f"accepted by the {s.kind}",
+            "properties": {"expires": s.expires, "source": s.kind},
+        }]
+    return result
 
 
-def _invocation(report: Report) -> dict[str, Any]:
+def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], exit_code: int | None
+                ) -> dict[str, Any]:
+    notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
+             if plugin.status in _PLUGIN_LEVELS]
+    notes += [{"level": "error", "message": {"text": f"{model_identity(path)}: not audited: {message}"},
+               "descriptor": {"id": "model.error"}, "properties": {"model": path}} for path, message in errors]
+    failed = bool(errors) or any(p.status == "error" for report in reports for p in report.plugins)
     invocation: dict[str, Any] = {
-        "executionSuccessful": True,
-        "exitCode": report.summary.exit_code,
-        "toolExecutionNotifications": [
-            _notification(plugin) for plugin in report.plugins if plugin.status in _PLUGIN_LEVELS
-        ],
+        "executionSuccessful": not failed,
+        "exitCode": exit_code if exit_code is not None else reports[0].summary.exit_code if reports else 2,
+        "toolExecutionNotifications": notes,
     }
-    if report.tool.command:
-        invocation["arguments"] = list(report.tool.command)
+    if reports and reports[0].tool.command:
+        invocation["arguments"] = list(reports[0].tool.command)
     return invocation
 
 
-def _notification(plugin: PluginRun) -> dict[str, Any]:
+def _notification(report: Report, plugin: PluginRun) -> dict[str, Any]:
     text = f"plugin {plugin.name} {plugin.status}"
     if plugin.reason:
         text += f": {plugin.reason}"
     notification: dict[str, Any] = {
         "level": _PLUGIN_LEVELS[plugin.status],
-        "message": {"text": text},
-        "properties": {"plugin": plugin.name, "status": plugin.status},
+        "message": {"text": f"{model_identity(report.model.path)}: {text}"},
+        "properties": {"plugin": plugin.name, "status": plugin.status, "model": report.model.path},
     }
     if plugin.category:
         notification["descriptor"] = {"id": plugin.category}

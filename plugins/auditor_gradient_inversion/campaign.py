@@ -9,18 +9,19 @@ mode, norm mode, iterations, restarts, seeds, the data and the time it took.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from auditor.plugin import Scaling, image_scores
 from auditor_gradient_inversion.attacks.analytic import recover_labels
 from auditor_gradient_inversion.attacks.dlg import dlg
-from auditor_gradient_inversion.attacks.ig import IGSettings, invert
+from auditor_gradient_inversion.attacks.ig import IGSettings, invert, trial_generator
 from auditor_gradient_inversion.metrics import summarise
-from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes
+from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes, seeded_rng
 
 
 @dataclass
@@ -36,7 +37,6 @@ class Campaign:
     noise_seed: int
     head: str | None
     num_classes: int
-    settings: dict[str, Any]
     scaling: Scaling = "minmax"
     check_budget: Callable[[], None] = lambda: None
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -62,17 +62,25 @@ class Campaign:
         pix = self.images[: k * batch].reshape(k, batch, *self.images.shape[1:]).to(self.device)
         return pix, self.to_model(pix), self.labels[: k * batch].reshape(k, batch).to(self.device)
 
-    def victim_noise(self, x: torch.Tensor) -> list[list[torch.Tensor]]:
-        """Draw the victims' Gaussian noise for each batch of ``x`` (k, B, …) from the noise seed."""
+    def victim_noise(self, x: torch.Tensor, zero: bool = False) -> list[list[torch.Tensor]]:
+        """Draw each client's Gaussian noise for ``x`` (k, B, …) from its own seed (noise seed, client), or zeros."""
         shapes = noise_shapes(self.model, x[0])
-        gen = torch.Generator().manual_seed(self.noise_seed)
-        return [[torch.randn(s, generator=gen).to(self.device) for s in shapes] for _ in range(x.shape[0])]
+        out = []
+        for i in range(x.shape[0]):
+            gen = trial_generator(self.noise_seed, i)
+            draw = [torch.zeros(s) if zero else torch.randn(s, generator=gen) for s in shapes]
+            out.append([e.to(self.device) for e in draw])
+        return out
 
     def victim_gradients(
         self, oracle: GradientOracle, x: torch.Tensor, y: torch.Tensor, eps: list[list[torch.Tensor]]
     ) -> torch.Tensor:
-        """Return the clients' flattened gradients (k, P) for ``oracle``'s parameters."""
-        return torch.stack([oracle.flat_grad(x[i], y[i], eps[i] or None).detach() for i in range(x.shape[0])])
+        """Return the clients' flattened gradients (k, P); other draws (dropout) seeded per client."""
+        out = []
+        for i in range(x.shape[0]):
+            with seeded_rng(self.noise_seed * 7919 + i, self.device):
+                out.append(oracle.flat_grad(x[i], y[i], eps[i] or None).detach())
+        return torch.stack(out)
 
     def attacker_labels(
         self, x: torch.Tensor, y: torch.Tensor, eps: list[list[torch.Tensor]], known: bool
@@ -104,29 +112,26 @@ class Campaign:
         attack: str,
         names: Sequence[str],
         batch: int,
-        iterations: int,
-        restarts: int,
+        settings: Sequence[IGSettings],
         *,
         known_labels: bool,
-        joint: bool = False,
+        noise: Literal["model", "joint", "zero"] = "model",
         group: str = "all",
-    ) -> dict[str, Any]:
-        """Run IG (plain, Ignore or joint-ε by ``names``/``joint``) and append a scored row."""
+    ) -> list[dict[str, Any]]:
+        """Run IG with every setting in one batch of trials and append one scored row per setting.
+
+        ``noise``: ``"model"`` - the victim draws its seeded noise and the attacker meets fresh seeded
+        noise every step (plain IG, Ignore); ``"joint"`` - the attacker optimises ε'; ``"zero"`` - both
+        hold the model's Gaussian noise at 0 (the undefended baseline of a stochastic defence).
+        """
         pix, x, y = self.batches(batch)
-        eps = self.victim_noise(x)
+        eps = self.victim_noise(x, zero=noise == "zero")
         oracle = GradientOracle(self.model, names)
         targets = self.victim_gradients(oracle, x, y, eps)
         y_att, label_acc = self.attacker_labels(x, y, eps, known_labels)
         low, high = self.to_model(torch.zeros_like(self.mean)), self.to_model(torch.ones_like(self.mean))
-        settings = IGSettings(
-            iterations=iterations,
-            lr=self.settings["lr"],
-            tv_weight=self.settings["tv_weight"],
-            restarts=restarts,
-            trial_mode=self.settings.get("trial_mode", "auto"),
-        )
-        gen = torch.Generator().manual_seed(self.seed)
-        shapes = [tuple(e.shape) for e in eps[0]] if joint else None
+        shapes = [tuple(e.shape) for e in eps[0]]
+        mode = {"joint": "joint", "zero": "zero"}.get(noise, "fresh") if shapes else None
         res = invert(
             oracle,
             targets,
@@ -134,34 +139,48 @@ class Campaign:
             x.shape[1:],
             (low, high),
             settings,
-            generator=gen,
+            seed=self.seed,
             noise_shapes=shapes,
+            noise=mode,
             check_budget=self.check_budget,
         )
-        self.sec_per_trial_iter = res.seconds / max(1, res.iterations * x.shape[0] * restarts)
-        recon = self.to_pixels(res.x)
-        per_image = self._score(pix, recon)
-        self.recons[key] = recon.reshape(-1, *self.images.shape[1:]).cpu()
-        row = {
-            "key": key,
-            "attack": attack,
-            "group": group,
-            "params_matched": len(names),
-            "param_elements": sum(oracle.sizes),
-            "batch_size": batch,
-            "clients": x.shape[0],
-            "label_mode": "known" if known_labels else "recovered",
-            "label_recovery_acc": label_acc,
-            "iterations": iterations,
-            "restarts": restarts,
-            "seconds": round(res.seconds, 2),
-            "trial_mode": res.note,
-            "final_loss_mean": float(res.loss.mean()),
-            **summarise(per_image),
-            "per_image_ssim": [round(r["ssim"], 4) for r in per_image],
-        }
-        self.rows.append(row)
-        return row
+        trial_iters = max(1, int(res.steps.sum()) * settings[0].restarts)
+        self.sec_per_trial_iter = res.seconds / trial_iters
+        rows = []
+        for j, setting in enumerate(settings):
+            recon = self.to_pixels(res.x[:, j])
+            per_image = self._score(pix, recon)
+            tag = key if len(settings) == 1 else f"{key}/{j}"
+            self.recons[tag] = recon.reshape(-1, *self.images.shape[1:]).cpu()
+            row = {
+                "key": tag,
+                "attack": attack,
+                "group": group,
+                "setting": setting.describe(),
+                "lr": setting.lr,
+                "tv_weight": setting.tv_weight,
+                "init": setting.init,
+                "params_matched": len(names),
+                "param_elements": sum(oracle.sizes),
+                "batch_size": batch,
+                "clients": x.shape[0],
+                "label_mode": "known" if known_labels else "recovered",
+                "label_recovery_acc": label_acc,
+                "noise": noise if shapes else "none (deterministic model)",
+                "iterations": setting.iterations,
+                "steps_mean": float(res.steps[:, j].float().mean()),
+                "restarts": setting.restarts,
+                "seconds": round(res.seconds / len(settings), 2),
+                "trial_mode": res.note,
+                "final_loss_mean": float(res.loss[:, j].mean()),
+                **summarise(per_image),
+                "per_image_ssim": [round(r["ssim"], 4) for r in per_image],
+                "per_image_psnr": [round(r["psnr"], 3) for r in per_image],
+                "per_image_mse": [round(r["mse"], 6) for r in per_image],
+            }
+            self.rows.append(row)
+            rows.append(row)
+        return rows
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""
@@ -181,20 +200,20 @@ class Campaign:
         oracle = GradientOracle(self.model, [n for n, _ in self.model.named_parameters()])
         targets = self.victim_gradients(oracle, x, y, eps)
         y_att, label_acc = self.attacker_labels(x, y, eps, known=False)
-        gen = torch.Generator().manual_seed(self.seed)
         start = time.monotonic()
         recon, guessed = [], []
         for i in range(x.shape[0]):
-            xi, yi, _ = dlg(
-                oracle,
-                targets[i],
-                x.shape[1:],
-                self.num_classes,
-                iterations=iterations,
-                generator=gen,
-                labels=y_att[i] if idlg else None,
-                check_budget=self.check_budget,
-            )
+            with seeded_rng(self.seed * 7919 + i, self.device):
+                xi, yi, _ = dlg(
+                    oracle,
+                    targets[i],
+                    x.shape[1:],
+                    self.num_classes,
+                    iterations=iterations,
+                    generator=trial_generator(self.seed, i),
+                    labels=y_att[i] if idlg else None,
+                    check_budget=self.check_budget,
+                )
             recon.append(xi)
             guessed.append(yi)
         rec = self.to_pixels(torch.stack(recon))
@@ -219,20 +238,25 @@ class Campaign:
         return row
 
     def layer_inputs(self, modules: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Return the first image's input to each named module in the victim's forward (batch 1)."""
+        """Return every probe's input to each named module in the victim's batch-1 forward, ``{name: (N, …)}``."""
         _, x, _ = self.batches(1)
         eps = self.victim_noise(x)
-        seen: dict[str, torch.Tensor] = {}
+        seen: dict[str, list[torch.Tensor]] = {m: [] for m in modules}
         hooks = [
             self.model.get_submodule(m).register_forward_pre_hook(
-                lambda mod, args, m=m: seen.setdefault(m, args[0].detach())
+                lambda mod, args, m=m: seen[m].append(args[0].detach())
             )
             for m in modules
         ]
         try:
-            with torch.no_grad(), NoiseOverride(eps[0]) if eps[0] else torch.no_grad():
-                self.model(x[0])
+            for i in range(x.shape[0]):
+                with torch.no_grad(), NoiseOverride(eps[i]) if eps[i] else nullcontext():
+                    with seeded_rng(self.noise_seed * 7919 + i, self.device):
+                        before = {m: len(v) for m, v in seen.items()}
+                        self.model(x[i])
+                for m in modules:  # keep only the first call of each module per forward
+                    del seen[m][before[m] + 1 :]
         finally:
             for h in hooks:
                 h.remove()
-        return seen
+        return {m: torch.stack(v) for m, v in seen.items() if len(v) == x.shape[0]}

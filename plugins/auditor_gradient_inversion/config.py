@@ -1,6 +1,7 @@
 """Settings of the gradient-inversion plugin, with budget presets.
 
-``fast`` (the default) fits the plugin's 600 s budget for ResNet-18 at 32×32 on one CPU thread;
+``fast`` (the default) fits the plugin's 600 s budget for ResNet-18 at 32×32 on one CPU thread
+(trials stop early on a plateau, so small models finish in seconds);
 ``standard`` and ``paper`` are for a GPU or a long CPU run. A preset fills every field the user
 did not set explicitly; explicit fields always win and the report states the values used.
 """
@@ -17,7 +18,7 @@ Group = Literal["stem", "attention", "mlp", "norm", "conv", "head"]  # "all" alw
 PRESETS: dict[str, dict[str, object]] = {
     "fast": {
         "images": 2,
-        "iterations": 100,
+        "iterations": 300,
         "restarts": 1,
         "group_iterations": 40,
         "batch_sizes": [1],
@@ -75,8 +76,26 @@ class GradientInversionConfig(BaseModel):
     bn_mode: Literal["train", "eval"] = Field(
         default="train", description="Client's norm mode; train falls back to eval when a batch cannot run."
     )
-    lr: float = Field(default=0.1, gt=0, description="Adam learning rate (signed steps).")
-    tv_weight: float = Field(default=1e-4, ge=0, description="Total-variation weight (seed 003 Table 1).")
+    search: bool = Field(
+        default=True,
+        description="Search IG's learning rate, TV weight and init in stages and report the strongest; "
+        "stops once a leak is established. False: one setting (the first of the search).",
+    )
+    lr: float | None = Field(default=None, gt=0, description="Adam learning rate (signed steps); set: not searched.")
+    tv_weight: float | None = Field(
+        default=None, ge=0, description="Total-variation weight; set: not searched."
+    )
+    init: Literal["randn", "box"] | None = Field(
+        default=None, description="IG init: N(0,1) in input space, or N(box centre, (width/4)^2); set: not searched."
+    )
+    patience: int = Field(
+        default=50, ge=0, description="Iterations without 0.1 % loss progress before a trial decays early / stops (0: off)."
+    )
+    control: bool = Field(
+        default=True,
+        description="Attack a positive control (an unprotected patchify reference of the same input size) at the "
+        "same budget; without it the run cannot show power and is inconclusive.",
+    )
     normalisation: Literal["none", "cifar10", "imagenet"] = Field(
         default="none", description="Input normalisation the model expects; the attack box follows it."
     )
@@ -86,7 +105,7 @@ class GradientInversionConfig(BaseModel):
     )
     trial_mode: Literal["auto", "vmap", "sequential"] = Field(
         default="auto",
-        description="Batch independent attacks with vmap, run them in turn, or time both once.",
+        description="Batch independent attacks with vmap, run them in turn, or (auto) vmap up to 2M gradient elements.",
     )
     noise_seed_offset: int = Field(default=1000, description="Victim noise seed = run seed + offset.")
 

@@ -11,8 +11,8 @@ the joint-ε attack optimises the noise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -114,3 +114,14 @@ class GradientOracle:
     ) -> dict[str, torch.Tensor]:
         """Return the victim's gradient per parameter name (no graph kept)."""
         return dict(zip(self.names, self.unflatten(self.flat_grad(x, y, eps).detach())))
+
+
+@contextmanager
+def seeded_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Fork torch's global RNG (CPU, and ``device`` if CUDA) and seed it, for draws no override answers (dropout)."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        if devices:
+            torch.cuda.manual_seed(seed)
+        yield

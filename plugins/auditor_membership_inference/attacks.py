@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from auditor_membership_inference.metrics import best_threshold
+
 if TYPE_CHECKING:
     from sklearn.neural_network import MLPClassifier
 
@@ -34,22 +36,13 @@ def classwise_thresholds(
     shadow_scores: np.ndarray, shadow_labels: np.ndarray, shadow_member: np.ndarray, n_classes: int
 ) -> np.ndarray:
     """Return per-class thresholds maximising balanced accuracy on the shadow's in/out samples."""
-    global_thr = _best_threshold(shadow_scores, shadow_member)
+    global_thr = best_threshold(shadow_scores, shadow_member)
     thresholds = np.full(n_classes, global_thr)
     for c in range(n_classes):
         sel = shadow_labels == c
         if shadow_member[sel].any() and (~shadow_member[sel]).any():
-            thresholds[c] = _best_threshold(shadow_scores[sel], shadow_member[sel])
+            thresholds[c] = best_threshold(shadow_scores[sel], shadow_member[sel])
     return thresholds
-
-
-def _best_threshold(scores: np.ndarray, member: np.ndarray) -> float:
-    """Return the cut maximising (TPR + TNR) / 2 for ``score >= cut``."""
-    cuts = np.unique(scores)
-    ins, outs = np.sort(scores[member]), np.sort(scores[~member])
-    tpr = 1 - np.searchsorted(ins, cuts, side="left") / max(len(ins), 1)
-    tnr = np.searchsorted(outs, cuts, side="left") / max(len(outs), 1)
-    return float(cuts[np.argmax(tpr + tnr)])
 
 
 def shadow_features(logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:

@@ -56,6 +56,19 @@ class MembershipInferenceConfig(BaseModel):
         gt=1,
         description="mia.low-fpr-leak is high when TPR@1%FPR's CI lower bound is this many times the FPR.",
     )
+    control_epochs: int = Field(
+        default=300, ge=1, description="Positive control: most epochs for the copy overfitted on the members."
+    )
+    control_stop_loss: float = Field(
+        default=0.01, gt=0, description="Positive control: training stops once the mean training loss is below this."
+    )
+    control_min_auc: float = Field(
+        default=0.5,
+        ge=0.5,
+        lt=1,
+        description="Positive control: the overfitted copy's held-out AUC CI lower bound must exceed this "
+        "(set it to medium_auc to demand that the control itself would be flagged).",
+    )
     medium_auc: float = Field(
-        default=0.6, gt=0.5, le=1, description="mia.auc fires when the AUC's CI lower bound exceeds this."
+        default=0.6, gt=0.5, le=1, description="mia.auc fires when the held-out AUC's CI lower bound exceeds this."
     )

@@ -1,4 +1,4 @@
-"""Attack metrics (sklearn ROC/AUC), bootstrap intervals and a log-log ROC image."""
+"""Attack metrics (sklearn ROC/AUC) and bootstrap intervals (the ROC chart is in ``plots``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from auditor.plugin import png_base64
 
 #: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
 MIN_FALSE_POSITIVES = 10
@@ -19,16 +18,61 @@ def tpr_at(fpr: np.ndarray, tpr: np.ndarray, target: float) -> float:
     return float(tpr[ok].max()) if ok.any() else 0.0
 
 
+def selection_half(member: np.ndarray, seed: int) -> np.ndarray:
+    """Return a seeded mask holding half of the members and half of the non-members.
+
+    The attacker's choices (which attack, which threshold) are made on this half; the numbers a
+    finding rests on are measured on the other half, so they carry no selection bias.
+    """
+    rng = np.random.default_rng(seed + 7)
+    select = np.zeros(len(member), dtype=bool)
+    for side in (np.flatnonzero(member), np.flatnonzero(~member)):
+        select[rng.permutation(side)[: len(side) // 2]] = True
+    return select
+
+
+def best_threshold(score: np.ndarray, member: np.ndarray) -> float:
+    """Return the cut maximising (TPR + TNR) / 2 for ``score >= cut``."""
+    cuts = np.unique(score)
+    ins, outs = np.sort(score[member]), np.sort(score[~member])
+    tpr = 1 - np.searchsorted(ins, cuts, side="left") / max(len(ins), 1)
+    tnr = np.searchsorted(outs, cuts, side="left") / max(len(outs), 1)
+    return float(cuts[np.argmax(tpr + tnr)])
+
+
+def held_out_balanced_accuracy(
+    member: np.ndarray, score: np.ndarray, select: np.ndarray, *, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """Return the balanced accuracy on the report half at the threshold chosen on the selection half, with a CI."""
+    cut = best_threshold(score[select], member[select])
+    m, hit = member[~select], score[~select] >= cut
+    rng = np.random.default_rng(seed)
+    ins, outs = np.flatnonzero(m), np.flatnonzero(~m)
+
+    def bal(i: np.ndarray, o: np.ndarray) -> float:
+        return float((hit[i].mean() + (~hit[o]).mean()) / 2)
+
+    boot = [bal(rng.choice(ins, len(ins)), rng.choice(outs, len(outs))) for _ in range(n_boot)]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {"balanced_accuracy_held_out": round(bal(ins, outs), 4),
+            "balanced_accuracy_held_out_ci95": [round(float(lo), 4), round(float(hi), 4)],
+            "threshold_held_out": cut}
+
+
 def summarise(
     member: np.ndarray, score: np.ndarray, fprs: Sequence[float], *, n_boot: int, seed: int
 ) -> dict[str, Any]:
-    """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% bootstrap CI."""
+    """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% bootstrap CI.
+
+    The balanced accuracy is at the best threshold on these very samples: an upper bound, since
+    an attacker would not know that threshold (``balanced_accuracy_upper_bound``).
+    """
     from sklearn.metrics import roc_auc_score, roc_curve  # imported when run, not at plugin discovery
 
     fpr, tpr, _ = roc_curve(member, score)
     point = {
         "auc": float(roc_auc_score(member, score)),
-        "balanced_accuracy": float(((tpr + 1 - fpr) / 2).max()),
+        "balanced_accuracy_upper_bound": float(((tpr + 1 - fpr) / 2).max()),
     }
     point.update({f"tpr_at_{_pct(f)}_fpr": tpr_at(fpr, tpr, f) for f in fprs})
     rng = np.random.default_rng(seed)
@@ -38,7 +82,7 @@ def summarise(
         idx = np.concatenate([rng.choice(ins, len(ins)), rng.choice(outs, len(outs))])
         bf, bt, _ = roc_curve(member[idx], score[idx])
         boot["auc"].append(float(roc_auc_score(member[idx], score[idx])))
-        boot["balanced_accuracy"].append(float(((bt + 1 - bf) / 2).max()))
+        boot["balanced_accuracy_upper_bound"].append(float(((bt + 1 - bf) / 2).max()))
         for f in fprs:
             boot[f"tpr_at_{_pct(f)}_fpr"].append(tpr_at(bf, bt, f))
     out: dict[str, Any] = {}
@@ -68,53 +112,3 @@ def _subsample(fpr: np.ndarray, tpr: np.ndarray, points: int = 40) -> list[list[
     """Keep about ``points`` ROC points, spaced evenly in log FPR."""
     grid = np.unique(np.concatenate([[0.0], np.logspace(-4, 0, points)]))
     return [[round(float(g), 5), round(tpr_at(fpr, tpr, float(g)), 5)] for g in grid]
-
-
-def roc_png(curves: Mapping[str, list[list[float]]], n_nonmembers: int, title: str) -> str:
-    """Draw ROC curves on log-log axes with PIL; return the PNG as base64."""
-    from PIL import Image, ImageDraw
-
-    w, h, left, bottom, top, right = 560, 420, 60, 50, 30, 170
-    img = Image.new("RGB", (w, h), "white")
-    d = ImageDraw.Draw(img)
-    lo = max(1.0 / max(n_nonmembers, 1), 1e-4)
-    span = -np.log10(lo)
-
-    def xy(fx: float, ty: float) -> tuple[float, float]:
-        gx = (np.log10(max(fx, lo)) + span) / span
-        gy = (np.log10(max(ty, lo)) + span) / span
-        return left + gx * (w - left - right), h - bottom - gy * (h - top - bottom)
-
-    d.rectangle([left, top, w - right, h - bottom], outline="black")
-    for e in range(int(np.ceil(np.log10(lo) - 1e-9)), 1):
-        x, _ = xy(10.0**e, lo)
-        _, y = xy(lo, 10.0**e)
-        d.line([x, h - bottom, x, h - bottom + 4], fill="black")
-        d.text((x - 12, h - bottom + 6), f"1e{e}", fill="black")
-        d.line([left - 4, y, left, y], fill="black")
-        d.text((left - 40, y - 5), f"1e{e}", fill="black")
-    d.line([xy(lo, lo), xy(1, 1)], fill=(160, 160, 160))
-    d.text((left + 80, h - 18), "false positive rate (log)", fill="black")
-    d.text((5, 5), f"{title} - true positive rate (log) vs FPR", fill="black")
-    palette = [
-        (31, 119, 180),
-        (214, 39, 40),
-        (44, 160, 44),
-        (148, 103, 189),
-        (255, 127, 14),
-        (23, 190, 207),
-        (140, 86, 75),
-        (227, 119, 194),
-        (127, 127, 127),
-        (188, 189, 34),
-        (0, 0, 0),
-        (255, 187, 120),
-    ]
-    for i, (name, pts) in enumerate(curves.items()):
-        color = palette[i % len(palette)]
-        line = [xy(f, t) for f, t in pts if f >= lo]
-        if len(line) > 1:
-            d.line(line, fill=color, width=2)
-        d.line([w - right + 8, top + 14 * i + 6, w - right + 24, top + 14 * i + 6], fill=color, width=2)
-        d.text((w - right + 28, top + 14 * i), name, fill="black")
-    return png_base64(img)

@@ -55,9 +55,19 @@ def augment(x: torch.Tensor, recipe: Recipe, gen: torch.Generator) -> torch.Tens
 
 
 def train(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, *, seed: int, tick: Callable[[], None]
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe,
+    *,
+    seed: int,
+    tick: Callable[[], None],
+    stop_loss: float | None = None,
 ) -> nn.Module:
-    """Train ``model`` in place on (x, y) with ``recipe``; ``tick`` is called once per batch."""
+    """Train ``model`` in place on (x, y) with ``recipe``; ``tick`` is called once per batch.
+
+    With ``stop_loss``, training ends after the first epoch whose mean batch loss is below it.
+    """
     device = next(model.parameters()).device
     params = model.parameters()
     if recipe.optimizer == "sgd":
@@ -72,6 +82,7 @@ def train(
     model.train()
     for _ in range(recipe.epochs):
         order = torch.randperm(len(x), generator=gen)
+        total = 0.0
         for start in range(0, len(x), recipe.batch_size):
             tick()
             idx = order[start : start + recipe.batch_size]
@@ -80,11 +91,42 @@ def train(
             opt.zero_grad()
             loss.backward()
             opt.step()
+            total += loss.item() * len(idx)
+        if stop_loss is not None and total / len(x) < stop_loss:
+            break
     return model.eval()
 
 
-def content_hash(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, seed: int) -> str:
-    """Hash what determines a reference model: architecture, initial weights, data, recipe, seed."""
+def train_cached(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe,
+    *,
+    seed: int,
+    cache_dir: Path | None,
+    tick: Callable[[], None],
+    stop_loss: float | None = None,
+) -> tuple[nn.Module, bool]:
+    """Train ``model`` as :func:`train` does, or load it from ``cache_dir``; return it and whether it was cached."""
+    tag = "" if stop_loss is None else f"stop_loss={stop_loss}"
+    path = cache_dir / f"{content_hash(model, x, y, recipe, seed, tag)}.pt" if cache_dir else None
+    device = next(model.parameters()).device
+    if path is not None and path.is_file():
+        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+        return model.eval(), True
+    train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+    return model, False
+
+
+def content_hash(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, seed: int, tag: str = ""
+) -> str:
+    """Hash what determines a trained model: architecture, initial weights, data, recipe, seed (and ``tag``)."""
     h = hashlib.sha256()
     h.update(repr(model).encode())
     for key, value in model.state_dict().items():  # the initial weights, before training
@@ -94,6 +136,7 @@ def content_hash(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Rec
     h.update(y.detach().cpu().numpy().tobytes())
     h.update(recipe.model_dump_json().encode())
     h.update(str(seed).encode())
+    h.update(tag.encode())
     return h.hexdigest()
 
 
@@ -125,16 +168,7 @@ def train_references(
 
     def run(job: tuple[nn.Module, torch.Tensor, torch.Tensor, int]) -> tuple[nn.Module, bool]:
         ref, xs, ys, s = job
-        path = cache_dir / f"{content_hash(ref, xs, ys, recipe, s)}.pt" if cache_dir else None
-        if path is not None and path.is_file():
-            ref.load_state_dict(torch.load(path, map_location=device, weights_only=True))
-            return ref.eval(), True
-        train(ref, xs, ys, recipe, seed=s, tick=tick)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(ref.state_dict(), path.with_suffix(".tmp"))
-            path.with_suffix(".tmp").replace(path)
-        return ref, False
+        return train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=tick)
 
     if workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:

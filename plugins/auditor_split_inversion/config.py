@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, model_validator
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,12 @@ class SplitInversionConfig(BaseModel):
         splits: split-point ids to attack; default: the last split point at each spatial
             resolution plus the logits, thinned evenly to the preset's ``max_splits``.
         attacks: attacks to run; leakage at a split is the maximum over them.
-        psnr_margin_db / ssim_margin: a split leaks when either margin over the mean-image floor
-            reaches its threshold.
+        rmle_tvs: the TV weights rMLE is run with (each scored at half and at all of its steps);
+            per split the best of these settings counts and is reported.
+        psnr_margin_db / ssim_margin: a split leaks when either mean margin over the floor (the
+            strongest no-information guess, see ``verdict.py``) reaches its threshold and the 95 %
+            interval of that margin over probes lies above zero; defences and the positive
+            control are judged by the same rule.
         noise_sigmas: feature-noise scales, relative to the feature's standard deviation.
         input_mean / input_std: the model's input normalisation; reconstructions are compared in [0, 1].
         ensembler: opt-in Ensembler defence (retrains the model; needs labelled ``--data``).
@@ -92,7 +96,7 @@ class SplitInversionConfig(BaseModel):
     splits: list[str] | None = None
     attacks: list[Literal["dci", "rmle"]] = Field(default_factory=lambda: ["dci", "rmle"])
     synth_ce: bool = True
-    rmle_tv: float = 0.05
+    rmle_tvs: list[NonNegativeFloat] = Field(default_factory=lambda: [0.0, 0.05, 0.2], min_length=1)
     psnr_margin_db: float = 3.0
     ssim_margin: float = 0.1
     noise_sigmas: list[float] = Field(default_factory=lambda: [0.0, 0.1, 0.3, 1.0, 3.0])

@@ -30,8 +30,9 @@ from auditor_split_inversion.metrics import (
     summarise,
     train_evaluator,
 )
-from auditor_split_inversion.rmle import rmle
+from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
+from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins
 
 #: Share of the time budget given to each stage (the rest is a reserve); the opt-in Ensembler stage
 #: runs last and gets at most its share of whatever the earlier stages left.
@@ -211,24 +212,29 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         out["records"][name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
         out["records"][name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
 
+    labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
+    out["predicted"], out["classes"] = predictions(model, probes)
+    fl = floor_scores(probes, out["predicted"], labels, *_pool(model, inputs, device))
+    fl["mean_image_only"] = floor(probes)
+    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
     if "rmle" in cfg.attacks:
         seconds = clock.stage(SHARES["rmle"])
-        steps = budget.rmle_steps
-        if seconds is not None:
-            per = []
-            for k in range(len(blocks)):
-                t0 = time.monotonic()
-                rmle(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tv=cfg.rmle_tv, tick=clock.tick)
-                per.append(time.monotonic() - t0)
-            steps = max(1, min(steps, int(0.9 * seconds / sum(per))))
+        steps = rmle_steps(blocks, feats, shape, budget.rmle_steps, list(cfg.rmle_tvs), seconds, clock.tick)
         recons["rmle"] = [None] * len(blocks)
-        done, t0, c0 = [], time.monotonic(), time.process_time()
+        out["settings"] = {"rmle": [None] * len(blocks)}
+        tried, t0, c0 = [], time.monotonic(), time.process_time()
         for k in range(len(blocks)):
-            recons["rmle"][k], n = rmle(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps,
-                                        tv=cfg.rmle_tv, tick=clock.tick)
-            done.append(n)
-        out["records"]["rmle"] = {"steps_per_split": done, "steps_planned": budget.rmle_steps,
-                                  "tv_weight": cfg.rmle_tv, "optimiser": "Adam lr 0.05, grey start",
+            runs = search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
+                          tick=clock.tick)
+            scored = [(settings, recon, summarise(per_image(probes, recon))) for settings, recon in runs]
+            settings, recons["rmle"][k], _ = max(scored, key=lambda r: closeness(r[2], fl, thresholds))
+            out["settings"]["rmle"][k] = settings
+            tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
+        out["records"]["rmle"] = {"steps_per_run": steps, "steps_planned": budget.rmle_steps,
+                                  "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
+                                  "search": "one run per TV weight, scored at half and at all of the steps; "
+                                            "per split the setting closest to the leak rule counts",
+                                  "tried_per_split": tried,
                                   "seconds_all_splits": round(time.monotonic() - t0, 2),
                                   "cpu_seconds_all_splits": round(time.process_time() - c0, 2)}
 
@@ -240,35 +246,87 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         out["records"]["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
                                        "trained_on": "auxiliary data (never the probes)"}
     lp_ok, out["lpips"] = lpips_status()
-    fl = floor(probes)
-    labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
     if evaluator is not None and labels is not None:
         fl["evaluator_acc"] = accuracy(evaluator, probes.mean(0, keepdim=True).expand_as(probes), labels)
         out["evaluator_clean_acc"] = accuracy(evaluator, probes, labels)
     out["floor"] = fl
-    rows = []
+    rows, out["measures"] = [], []
     for k, sp in enumerate(splits):
-        attacks = {}
+        attacks, per_probe = {}, {}
         for name, rs in recons.items():
             if rs[k] is None:
                 continue
-            scores = summarise(per_image(probes, rs[k]))
+            per_probe[name] = per_image(probes, rs[k])
+            scores = summarise(per_probe[name])
+            if name in out.get("settings", {}):
+                scores["settings"] = out["settings"][name][k]
             if evaluator is not None and labels is not None:
                 scores["evaluator_acc"] = accuracy(evaluator, rs[k], labels)
             if lp_ok:
                 scores["lpips_mean"] = round(sum(v := lpips_distances(probes, rs[k])) / len(v), 4)
             attacks[name] = scores
-        best = max(attacks, key=lambda a: attacks[a]["psnr_mean"]) if attacks else None
-        best_ssim = max((a["ssim_mean"] for a in attacks.values()), default=None)
-        rows.append({
-            "split": sp.id, "module": sp.module, "shape": list(sp.shape[1:]), "numel_ratio": sp.numel_ratio,
-            "depth": sp.depth, "attacks": attacks, "best_attack": best,
-            "psnr": attacks[best]["psnr_mean"] if best else None, "ssim": best_ssim,
-            "psnr_margin": round(attacks[best]["psnr_mean"] - fl["psnr_mean"], 3) if best else None,
-            "ssim_margin": round(best_ssim - fl["ssim_mean"], 4) if best_ssim is not None else None,
-        })
+        row = {"split": sp.id, "module": sp.module, "shape": list(sp.shape[1:]), "numel_ratio": sp.numel_ratio,
+               "depth": sp.depth, "attacks": attacks, "best_attack": None, "leaky": False}
+        measures = {}
+        if attacks:
+            best = {m: max(attacks, key=lambda a, m=m: attacks[a][f"{m}_mean"]) for m in METRICS}
+            best_pp = {m: per_probe[best[m]][m] for m in METRICS}
+            how = "; ".join(f"{m.upper()}: {describe(best[m], attacks[best[m]])}" for m in METRICS)
+            how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({inputs.probe_source}); budget preset " \
+                   f"{cfg.budget}"
+            measures = margins(best_pp, fl, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
+                               seed=seed)
+            row.update({"best_attack": best["psnr"], "best_attack_ssim": best["ssim"], "leaky": leaks(measures),
+                        "per_probe": best_pp})
+            for m in METRICS:
+                row[m] = attacks[best[m]][f"{m}_mean"]
+                row[f"{m}_margin"] = round(measures[m].margin or 0.0, 4)
+                row[f"{m}_margin_ci"] = [round(v, 4) for v in measures[m].ci or []]
+        rows.append(row)
+        out["measures"].append(measures)
     out["rows"] = rows
     out["recons"] = recons
     out["probes"] = probes
     out["blocks"], out["server"], out["snapshots"], out["feats"] = blocks, server, snapshots, feats
     return out
+
+
+def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, tvs: list[float],
+               seconds: float | None, tick: Callable[[], bool]) -> int:
+    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` cannot hold them."""
+    if seconds is None:
+        return steps
+    per = []
+    for k in range(len(blocks)):
+        t0 = time.monotonic()
+        search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tvs=tvs, tick=tick)
+        per.append(time.monotonic() - t0)
+    return max(1, min(steps, int(0.9 * seconds / sum(per))))
+
+
+def closeness(scores: dict[str, float], floor: dict, thresholds: dict[str, float]) -> float:
+    """Return how far toward the leak rule mean scores go: the larger margin over the floor, in thresholds."""
+    return max((scores[f"{m}_mean"] - floor[f"{m}_mean"]) / thresholds[m] for m in METRICS)
+
+
+@torch.no_grad()
+def predictions(model: nn.Module, images: torch.Tensor, batch: int = 256) -> tuple[torch.Tensor | None, int]:
+    """Return the model's predicted classes for ``images`` and the number of classes (None, 0 without class logits)."""
+    outs = [model(x) for x in images.split(batch)]
+    if outs[0].dim() != 2 or outs[0].shape[1] < 2:
+        return None, 0
+    return torch.cat(outs).argmax(1), outs[0].shape[1]
+
+
+def _pool(model: nn.Module, inputs: Inputs, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Return the auxiliary images and their labels (true ones, else the model's predictions), or Nones."""
+    if inputs.aux is None:
+        return None, None
+    aux = inputs.aux.to(device)
+    return aux, inputs.aux_labels.to(device) if inputs.aux_labels is not None else predictions(model, aux)[0]
+
+
+def describe(attack: str, scores: dict) -> str:
+    """Return ``attack`` with its settings, e.g. ``rmle (tv_weight 0.0, steps 150, lr 0.05)``."""
+    settings = scores.get("settings")
+    return attack if not settings else f"{attack} ({', '.join(f'{k} {v:g}' for k, v in settings.items())})"

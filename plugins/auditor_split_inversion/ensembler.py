@@ -29,13 +29,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, split_segments
+from auditor.plugin import ArchitectureProfile, measure, split_segments
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
+from auditor_split_inversion.verdict import METRICS, judge_defence, leaks, margins
 
 BATCH = 64
+#: The query-free attack's name in the tables: one body (no defence, noise only), best of N (Ensembler).
+QUERY_FREE = "shadow (query-free)"
+QUERY_FREE_ORACLE = "shadow, best of N bodies (query-free, oracle)"
 
 
 class OutOfTime(Exception):
@@ -162,28 +166,34 @@ def shadow_attack(body: nn.Module, head: nn.Module, tail: nn.Module, template: n
     return recon, accuracy(shadow, aux, aux_y)
 
 
-def _score(probes: torch.Tensor, recon: torch.Tensor) -> dict[str, float]:
-    s = summarise(per_image(probes, recon))
-    return {"psnr_mean": s["psnr_mean"], "psnr_sd": s["psnr_sd"], "ssim_mean": s["ssim_mean"], "ssim_sd": s["ssim_sd"]}
+def _score(probes: torch.Tensor, recon: torch.Tensor) -> tuple[dict[str, float], dict[str, list[float]]]:
+    per_probe = per_image(probes, recon)
+    s = summarise(per_probe)
+    return ({"psnr_mean": s["psnr_mean"], "psnr_sd": s["psnr_sd"], "ssim_mean": s["ssim_mean"],
+             "ssim_sd": s["ssim_sd"]}, per_probe)
 
 
-def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor, shadows: dict[str, dict[str, float]],
-                data: dict[str, torch.Tensor], template: nn.Module, cfg: EnsemblerConfig, floor: dict[str, float],
-                *, rmle_steps: int, seed: int, tick: Callable[[], bool]) -> dict:
-    """Score the white-box attacks on ``target = pipe.feature(probes)`` next to the shadow attacks; return the row."""
+def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor,
+                shadows: dict[str, tuple[dict[str, float], dict[str, list[float]]]], data: dict[str, torch.Tensor],
+                template: nn.Module, cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int,
+                tick: Callable[[], bool]) -> dict:
+    """Score the white-box attacks on ``target = pipe.feature(probes)`` next to the shadow attacks; return the row.
+
+    ``per_probe`` holds every attack's per-probe PSNR and SSIM (for the verdicts against the ``none`` row).
+    """
     probes = data["probes"]
-    recon, _ = rmle(Known(pipe), target, tuple(probes.shape[1:]), steps=rmle_steps, tv=0.05, tick=tick)
-    attacks = {"rmle (white-box)": _score(probes, recon)}
+    recon, _ = rmle(Known(pipe), target, tuple(probes.shape[1:]), steps=rmle_steps, tv=rmle_tv, tick=tick)
+    scored = {"rmle (white-box)": _score(probes, recon)}
     recon = decoder_attack(pipe.feature, data["aux"], target, template, epochs=cfg.attack_epochs, seed=seed,
                            tick=tick)
-    attacks["decoder (white-box)"] = _score(probes, recon)
-    attacks.update(shadows)
+    scored["decoder (white-box)"] = _score(probes, recon)
+    scored.update(shadows)
+    attacks = {a: v[0] for a, v in scored.items()}
     best = max(attacks, key=lambda a: attacks[a]["psnr_mean"])
-    ssim = max(a["ssim_mean"] for a in attacks.values())
     return {"setting": name, "accuracy": accuracy(pipe, data["eval"], data["eval_y"]), "attacks": attacks,
-            "best_attack": best, "psnr": attacks[best]["psnr_mean"], "ssim": ssim,
-            "psnr_margin": round(attacks[best]["psnr_mean"] - floor["psnr_mean"], 3),
-            "ssim_margin": round(ssim - floor["ssim_mean"], 4)}
+            "best_attack": best, "psnr": attacks[best]["psnr_mean"],
+            "ssim": max(a["ssim_mean"] for a in attacks.values()),
+            "per_probe": {a: v[1] for a, v in scored.items()}}
 
 
 def stage1(pieces: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, cfg: EnsemblerConfig, *,
@@ -237,8 +247,7 @@ def stage2(pieces: Sequence[nn.Module], nets: Sequence[Pipeline], x: torch.Tenso
 
 
 def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, torch.Tensor], classes: int,
-             cfg: EnsemblerConfig, floor: dict[str, float], *, rmle_steps: int, seed: int, tick: Callable[[], bool]
-             ) -> dict:
+             cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int, tick: Callable[[], bool]) -> dict:
     """Train stage 1 and stage 2, attack no defence, noise only and Ensembler, and return the table.
 
     ``pieces`` are the target's head (input to the split), body (split to the penultimate split
@@ -267,21 +276,53 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
                               epochs=cfg.attack_epochs, seed=seed + 100 + j, tick=tick)
                 for j, b in enumerate(pipe.bodies)]
         scores = [(_score(data["probes"], r), acc) for r, acc in runs]
-        best = max(range(len(scores)), key=lambda j: scores[j][0]["psnr_mean"])
-        label = "shadow (query-free)" if len(runs) == 1 else "shadow, best of N bodies (query-free, oracle)"
-        shadow = {label: {**scores[best][0], "shadow_aux_accuracy": scores[best][1], "body": best}}
-        rows.append(_attack_row(name, pipe, feat, shadow, data, template, cfg, floor, rmle_steps=rmle_steps,
-                                seed=seed + 200, tick=tick))
-    none = rows[0]["attacks"]["shadow (query-free)"]
-    beats = none["psnr_mean"] > floor["psnr_mean"] or none["ssim_mean"] > floor["ssim_mean"]
+        best = max(range(len(scores)), key=lambda j: scores[j][0][0]["psnr_mean"])
+        label = QUERY_FREE if len(runs) == 1 else QUERY_FREE_ORACLE
+        (summary, per_probe), acc = scores[best]
+        shadow = {label: ({**summary, "shadow_aux_accuracy": acc, "body": best}, per_probe)}
+        rows.append(_attack_row(name, pipe, feat, shadow, data, template, cfg, rmle_steps=rmle_steps,
+                                rmle_tv=rmle_tv, seed=seed + 200, tick=tick))
     return {
         "rows": rows, "secret": secret,
-        "query_free_gate": "passed" if beats else (
-            "inconclusive: the query-free shadow attack does not beat the mean-image floor even without a "
-            "defence, so it cannot show what Ensembler adds (seed 002 §6.2 sanity gate)"),
         "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
         "stage1_accuracy": [accuracy(n, data["eval"], data["eval_y"]) for n in nets],
         "cs_to_stage1_heads": cs_all,
         "tail_block_norms": [round(float(v), 3) for v in blocks],
-        "server_cost": f"{cfg.n_bodies}x one body per request",
+        "server_cost": f"{cfg.n_bodies}x one body per request", "n_eval": len(data["eval"]),
     }
+
+
+def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
+    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe data.
+
+    Each defended row gets the verdict of its best attack against the ``none`` row's best attack
+    (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop
+    from ``none`` with its interval. The query-free gate (seed 002 §6.2) passes only when the
+    query-free attack meets the leak rule on ``none``; only then is the query-free verdict given.
+    """
+    rows = out["rows"]
+    none = rows[0]
+    n_eval = out["n_eval"]
+    gate = margins({m: none["per_probe"][QUERY_FREE][m] for m in METRICS}, floor, thresholds,
+                   what="the query-free attack on the undefended model", how=QUERY_FREE, seed=seed)
+    out["query_free_gate"] = ("passed: the query-free attack meets the leak rule on the undefended model"
+                              if leaks(gate) else
+                              "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
+                              "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
+                              "what Ensembler adds (the mean-image sanity gate)")
+    best_pp = {r["setting"]: {m: r["per_probe"][max(r["attacks"], key=lambda a, m=m: r["attacks"][a][f"{m}_mean"])][m]
+                              for m in METRICS} for r in rows}
+    chance = 1 / classes
+    for r in rows[1:]:
+        common = {"utility": r["accuracy"], "n_utility": n_eval, "chance": chance, "seed": seed}
+        r.update(judge_defence(best_pp[r["setting"]], best_pp["none"], floor, thresholds,
+                               how=f"best attack per row, {r['setting']} against none", **common))
+        r["drops"] = {a: {m: measure(f"{m}_drop", m, none["per_probe"][a][m], pp[m], seed=seed).model_dump(
+            include={"margin", "ci"}) for m in METRICS} for a, pp in r["per_probe"].items() if a in none["per_probe"]}
+        shadow = QUERY_FREE_ORACLE if QUERY_FREE_ORACLE in r["per_probe"] else QUERY_FREE
+        r["query_free_verdict"] = (judge_defence(r["per_probe"][shadow], none["per_probe"][QUERY_FREE], floor,
+                                                 thresholds, how=f"{shadow} against {QUERY_FREE} on none", **common)
+                                   ["verdict"] if leaks(gate) else "inconclusive (query-free gate)")
+    for r in rows:
+        r.pop("per_probe")
+    return out

@@ -13,6 +13,7 @@ from auditor.plugin import (
     ArchitectureProfile,
     Artifact,
     DataBundle,
+    Measurement,
     PluginResult,
     PluginSkipped,
     Requirements,
@@ -21,21 +22,23 @@ from auditor.plugin import (
     default_probe_images,
     image_grid,
     png_base64,
+    svg_artifact,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
-from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate
-from auditor_split_inversion.plots import defence_chart, line_chart
+from auditor_split_inversion.control import power_check
+from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
+from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
-    INCONCLUSIVE,
     LEAKY_SPLIT,
     NO_SAFE_SPLIT,
     NOISE_DEFENCE,
     RULES,
     WEAK_ATTACKER,
 )
+from auditor_split_inversion.verdict import METRICS, judge_defence
 
 THREAT_MODEL = ("white-box server (honest-but-curious) or eavesdropper that knows the device-side weights and "
                 "sees the feature at the split; data-free (BN-statistics synthesis) unless --data is given, then "
@@ -64,7 +67,7 @@ def load_inputs(data: DataBundle | None, shape: tuple[int, ...], n_probes: int, 
 
 
 class SplitInversionPlugin:
-    """Attack every chosen split point with DCI and rMLE and report leakage over the mean-image floor."""
+    """Attack every chosen split point with DCI and rMLE and report leakage over the no-information floor."""
 
     name = "split-inversion"
     family = "model-inversion"
@@ -84,39 +87,47 @@ class SplitInversionPlugin:
         return Applicability(True, f"{len(profile.split_points)} split points in the fx graph")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Attack the chosen splits, evaluate noise at the split, and return findings and artifacts."""
+        """Attack the chosen splits, run the positive control, judge the defences; return findings and verdict data."""
         cfg = ctx.config_as(SplitInversionConfig)
         budget = BUDGETS[cfg.budget]
         shape = tuple(ctx.profile.input_shape)
         inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
         if len(inputs.probes) < 2:
-            raise PluginSkipped("fewer than two probe images: the mean-image floor is undefined")
+            raise PluginSkipped("fewer than two probe images: the floor and the margins' intervals are undefined")
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
-        model = ctx.model
-        res = audit(model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
         rows, fl = res["rows"], res["floor"]
-        for row in rows:
-            row["leaky"] = bool(row["psnr"] is not None and (row["psnr_margin"] >= cfg.psnr_margin_db
-                                                             or row["ssim_margin"] >= cfg.ssim_margin))
+        thresholds = thresholds_of(cfg)
+        power, control = [], None
+        if "rmle" in res["records"]:
+            clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
+            check, control = power_check(res["probes"], fl, thresholds, steps=res["records"]["rmle"]["steps_per_run"],
+                                         tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
+            power.append(check)
         findings = _findings(rows, res)
         defence = self._defence(res, rows, inputs, cfg, budget, ctx, clock)
         if defence:
             findings.append(NOISE_DEFENCE.finding(
-                message="; ".join(f"{r['kind']} σ={r['sigma']:g}: utility {r['utility']:.2f}, PSNR {r['psnr']:.1f} dB, "
-                                  f"SSIM {r['ssim']:.2f}" for r in defence["rows"]),
+                message="; ".join(f"{r['kind']} σ={r['sigma']:g}: {r['verdict']} (utility {r['utility']:.2f}, "
+                                  f"PSNR {r['psnr']:.1f} dB, drop {r['psnr_drop']:+.1f} dB "
+                                  f"{_ci(r['psnr_drop_ci'])} from σ=0)" for r in defence["rows"] if r["sigma"]),
                 location=defence["split"], evidence=defence))
         ensembler = self._ensembler(res, rows, defence, inputs, cfg, budget, ctx, clock)
         if ensembler is not None and "rows" in ensembler:
             findings.append(ENSEMBLER_DEFENCE.finding(
                 message="; ".join(f"{r['setting']}: accuracy {r['accuracy']:.2f}, best PSNR {r['psnr']:.1f} dB "
-                                  f"({r['best_attack']}), best SSIM {r['ssim']:.2f}" for r in ensembler["rows"]),
+                                  f"({r['best_attack']}), best SSIM {r['ssim']:.2f}"
+                                  + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler["rows"])
+                        + f"; query-free gate: {ensembler['query_free_gate']}",
                 location=ensembler["split"], evidence=ensembler))
         metrics = {
             "floor": fl, "per_split": rows, "lpips": res["lpips"],
-            "leaky_splits": [r["split"] for r in rows if r["leaky"]],
+            "leaky_splits": [r["split"] for r in rows if r["leaky"]], "positive_control": control,
         }
         if "evaluator_clean_acc" in res:
             metrics["evaluator_clean_acc"] = res["evaluator_clean_acc"]
+        if defence is not None:
+            metrics["noise_defence"] = defence
         if ensembler is not None:
             metrics["ensembler"] = ensembler
         provenance = {
@@ -124,20 +135,24 @@ class SplitInversionPlugin:
             "time_budget_s": ctx.budget_s, "seed": ctx.seed, "device": str(ctx.device),
             "splits": res["split_note"], "probes": inputs.probe_source,
             "auxiliary_data": None if inputs.aux is None else f"{len(inputs.aux)} images from {inputs.aux_source}",
-            "attacks": sorted({a for r in rows for a in r["attacks"]}), "leakage": "maximum over the attacks run",
+            "attacks": sorted({a for r in rows for a in r["attacks"]}),
+            "leakage": "maximum over the attacks run and, for rMLE, over its searched settings (TV weight, steps)",
             "metrics": "PSNR=10log10(1/MSE) per image on [0,1]; SSIM skimage 7x7 uniform window, data_range=1; "
-                       "floor = mean image of the probe set; margins = best attack - floor",
-            "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin},
+                       f"floor per probe = {fl['kind']}; margins = best attack - floor, 95% bootstrap interval "
+                       "over probes",
+            "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin,
+                           "rule": "a margin reaches its threshold and its interval lies above zero"},
             "training": res["records"], "notes": res["notes"],
         }
         artifacts = _artifacts(res, rows, fl, defence)
         if ensembler is not None and "rows" in ensembler:
             artifacts.append(_ensembler_csv(ensembler, fl))
-        return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts)
+        return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts,
+                            headline=_headline(res), power=power)
 
     def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
                  ctx: RunContext, clock: Clock) -> dict | None:
-        """Sweep noise at the earliest leaky split (else the first) and return the curve."""
+        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
         k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
@@ -145,13 +160,28 @@ class SplitInversionPlugin:
         head = nn.Sequential(*blocks[:k + 1])
         tail = nn.Sequential(*blocks[k + 1:], res["server"])
         snaps = [s[k] for s in res["snapshots"].values() if len(s) > k]
+        rmle_settings = rows[k]["attacks"].get("rmle", {}).get("settings")
         clock.stage(SHARES["defence"])
         rows_d = noise_sweep(head, tail, res["probes"], inputs.probe_labels, snapshot=snaps[0] if snaps else None,
-                             sigmas=cfg.noise_sigmas, kinds=list(cfg.noise_kinds),
-                             rmle_steps=(budget.rmle_steps // 2) if "rmle" in cfg.attacks else 0,
-                             tv=cfg.rmle_tv, seed=ctx.seed, tick=clock.tick)
+                             sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
+                             rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
+                             tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed, tick=clock.tick)
+        chance = 1 / res["classes"] if res["classes"] else 0.0
+        for kind in cfg.noise_kinds:
+            mine = [r for r in rows_d if r["kind"] == kind]
+            base = next((r for r in mine if r["sigma"] == 0), None)
+            for r in mine if base is not None else []:
+                r.update(judge_defence(r["per_probe"], base["per_probe"], res["floor"], thresholds_of(cfg),
+                                       utility=r["utility"], n_utility=len(res["probes"]), chance=chance,
+                                       how=f"{r['best_attack']} at {rows[k]['split']}, σ={r['sigma']:g}",
+                                       seed=ctx.seed))
+        for r in rows_d:
+            r.pop("per_probe")
+        rows_d = [r for r in rows_d if "verdict" in r]
         return {"split": rows[k]["split"], "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
-                "attackers": "not retrained on noisy features (lower bound)"} if rows_d else None
+                "attackers": "not retrained on noisy features (lower bound)",
+                "baseline": "the σ = 0 row: the same attacks and budget on the undefended feature",
+                "rmle_settings": rmle_settings} if rows_d else None
 
     def _ensembler(self, res: dict, rows: list[dict], defence: dict | None, inputs: Inputs,
                    cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
@@ -175,14 +205,17 @@ class SplitInversionPlugin:
         x, y = inputs.aux.to(ctx.device), inputs.aux_labels.to(ctx.device)
         data = {"client": x[perm[:a]], "client_y": y[perm[:a]], "aux": x[perm[a:b]], "aux_y": y[perm[a:b]],
                 "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res["probes"]}
+        settings = next((r["attacks"]["rmle"]["settings"] for r in rows if r["split"] == split
+                         and "rmle" in r["attacks"]), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
         clock.stage(SHARES["ensembler"])
         try:
-            out = evaluate(pieces, template, data, inputs.classes, ens, res["floor"], rmle_steps=budget.rmle_steps,
-                           seed=ctx.seed, tick=clock.tick)
+            out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
+                                 rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
+                        res["floor"], thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
         except OutOfTime:
             return {"skipped": f"the time budget ran out while training Ensembler ({ens.n_bodies} bodies, "
                                f"{ens.epochs} epochs); give the plugin a larger --budget"}
-        return {**out, "split": split, "settings": ens.model_dump(),
+        return {**out, "split": split, "settings": ens.model_dump(), "rmle_settings": settings,
                 "data": {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
                          "source": f"{inputs.aux_source}, seeded 40/40/20 split"}}
 
@@ -196,28 +229,43 @@ def _ensembler_csv(ens: dict, fl: dict) -> Artifact:
                     description=f"no defence, noise only and Ensembler at {ens['split']} (settings: metrics.ensembler)")
 
 
+def thresholds_of(cfg: SplitInversionConfig) -> dict[str, float]:
+    """Return the leak rule's thresholds per metric."""
+    return {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _headline(res: dict) -> list[Measurement]:
+    """Return the worst split's PSNR margin and the worst split's SSIM margin (each the largest over splits)."""
+    measured = [m for m in res["measures"] if m]
+    return [max((m[metric] for m in measured), key=lambda x: x.margin or 0.0)
+            for metric in METRICS] if measured else []
+
+
 def _findings(rows: list[dict], res: dict) -> list:
-    """Return the leaky-split, no-safe-split, inconclusive and weak-attacker findings."""
+    """Return the leaky-split, no-safe-split and weak-attacker findings."""
     findings = []
+    fl = res["floor"]
     leaky = [r for r in rows if r["leaky"]]
     for r in leaky:
         findings.append(LEAKY_SPLIT.finding(
             message=(f"{r['best_attack']} reconstructs the input from {r['split']} ({'x'.join(map(str, r['shape']))}, "
-                     f"numel ratio {r['numel_ratio']:g}): PSNR {r['psnr']:.1f} dB vs floor "
-                     f"{res['floor']['psnr_mean']:.1f} ({r['psnr_margin']:+.1f}), SSIM {r['ssim']:.2f} vs floor "
-                     f"{res['floor']['ssim_mean']:.2f} ({r['ssim_margin']:+.2f})"),
+                     f"numel ratio {r['numel_ratio']:g}): PSNR {r['psnr']:.1f} dB vs floor {fl['psnr_mean']:.1f} "
+                     f"({r['psnr_margin']:+.1f} dB, 95% CI {_ci(r['psnr_margin_ci'])}), SSIM {r['ssim']:.2f} vs floor "
+                     f"{fl['ssim_mean']:.2f} ({r['ssim_margin']:+.2f}, 95% CI {_ci(r['ssim_margin_ci'])}); floor: "
+                     f"the strongest no-information guess per probe (mean image, class-conditional mean of the "
+                     f"predicted class)"),
             location=r["split"], evidence={k: r[k] for k in ("psnr", "ssim", "psnr_margin", "ssim_margin",
-                                                             "best_attack", "numel_ratio", "depth")}))
+                                                             "psnr_margin_ci", "ssim_margin_ci", "best_attack",
+                                                             "best_attack_ssim", "numel_ratio", "depth")}))
     before_head = [r for r in rows if len(r["shape"]) != 1] or rows[:-1]
     if before_head and all(r["leaky"] for r in before_head):
         findings.append(NO_SAFE_SPLIT.finding(
             message=f"every evaluated split before the head leaks ({', '.join(r['split'] for r in before_head)})",
             location=before_head[-1]["split"], evidence={"splits": [r["split"] for r in before_head]}))
-    if not leaky:
-        cut = [f"{name}: {rec['budget_note']}" for name, rec in res["records"].items() if "budget_note" in rec]
-        findings.append(INCONCLUSIVE.finding(
-            message="no evaluated split beats the floor by the margin" + (f" ({'; '.join(cut)})" if cut else ""),
-            evidence={"splits": [r["split"] for r in rows], "budget_notes": cut}))
     synth = res["records"].get("synthesis", {})
     if synth.get("source") == "image-prior-only":
         findings.append(WEAK_ATTACKER.finding(message=res["notes"][0], evidence={"synthesis": synth}))
@@ -225,7 +273,7 @@ def _findings(rows: list[dict], res: dict) -> list:
 
 
 def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> list[Artifact]:
-    """Return the reconstruction grid, the PSNR/SSIM curves and the defence curve as PNG artifacts."""
+    """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r["split"] for r in rows]
     attacks = sorted({a for r in rows for a in r["attacks"]})
     arts = []
@@ -233,18 +281,17 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
         series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
                       [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
-        img = line_chart(f"Leakage vs split: {metric.upper()} {unit} (mean ± SD over probes)", labels, series,
-                         fl[f"{metric}_mean"], metric.upper())
-        arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
-                             description=f"{metric.upper()} per split and attack; dashed line = mean-image floor",
-                             data_base64=png_base64(img)))
+        svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
+        arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
+                                 f"{metric.upper()} per split and attack (mean ± SD over probes); dashed line = "
+                                 "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
         f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
         for r in rows for a, v in r["attacks"].items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
-                         description="per split and attack, next to the mean-image floor (settings: provenance)"))
+                         description="per split and attack, next to the floor (settings: provenance)"))
     probes = res["probes"][:8]
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
@@ -254,9 +301,8 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(Artifact(name="split-noise-defence.png", media_type="image/png",
-                             description=f"noise at {defence['split']}: utility vs best-attack PSNR, points = σ",
-                             data_base64=png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
+        arts.append(svg_artifact(defence_chart(defence["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
+                                 f"noise at {defence['split']}: utility against best-attack PSNR, points = σ"))
     return arts
 
 

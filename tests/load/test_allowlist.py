@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from auditor.load.allowlist import ImportPolicy, graph_target_reason, refusal_reason, sym_expr_reason
+from auditor.load.allowlist import (
+    ImportPolicy,
+    graph_target_reason,
+    is_unknown_import,
+    refusal_reason,
+    sym_expr_reason,
+)
 
 DEFAULT = ImportPolicy()
 TRUST_ALL = ImportPolicy(trust_all=True)
@@ -101,10 +107,35 @@ def test_model_zoo_functions_are_refused(full: str) -> None:
 
 
 def test_unknown_module_needs_import_or_trust() -> None:
-    assert "not on the allowlist" in (refusal_reason("mypkg.models", "Net", DEFAULT) or "")
+    assert "pass --import mypkg" in (refusal_reason("mypkg.models", "Net", DEFAULT) or "")
+    assert is_unknown_import("mypkg.models", "Net", DEFAULT)
     assert refusal_reason("mypkg.models", "Net", ImportPolicy(trusted_imports=("mypkg",))) is None
-    assert refusal_reason("mypkg.models", "Net", TRUST_ALL) is None
+    assert refusal_reason("html.parser", "HTMLParser", TRUST_ALL) is None  # a class: --trust may build it
     assert refusal_reason("mypkgx.models", "Net", ImportPolicy(trusted_imports=("mypkg",))) is not None
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("cProfile", "run"), ("profile", "run"), ("html", "escape"), ("json", "loads"), ("mypkg.models", "make")],
+)
+def test_trust_never_allows_a_function(module: str, name: str) -> None:
+    reason = refusal_reason(module, name, TRUST_ALL)
+    assert reason is not None and not is_unknown_import(module, name, TRUST_ALL)
+
+
+@pytest.mark.parametrize(
+    "full",
+    ["argparse.Namespace", "collections.defaultdict", "pathlib.PurePosixPath", "pathlib.PosixPath",
+     "pathlib.PureWindowsPath", "datetime.datetime", "uuid.UUID"],
+)
+def test_data_only_classes_are_allowed(full: str) -> None:
+    assert refusal_reason(*full.rsplit(".", 1), DEFAULT) is None
+
+
+def test_denied_and_unknown_imports_are_told_apart() -> None:
+    assert not is_unknown_import("os", "system", DEFAULT) and not is_unknown_import("cProfile", "run", DEFAULT)
+    assert not is_unknown_import("pathlib", "Path", DEFAULT)  # allowed, so not refused at all
+    assert not is_unknown_import("timm.models", "load_checkpoint", DEFAULT)
 
 
 @pytest.mark.parametrize(
@@ -133,6 +164,7 @@ def test_torch_internals_outside_the_list_are_not_allowed_by_default() -> None:
         "Add(Mul(Integer(8), Symbol('s65', positive=True, integer=True)), Integer(4))",
         "FloorDiv(s0, 2) + 1.5*s1",
         "Max(1, u0) <= 64",
+        "Pow(s0, 2) + s1**-3 + 2**s2 + PowByNatural(s3, Integer(4))",
     ],
 )
 def test_exported_sympy_expressions_that_are_plain_math(expr: str) -> None:
@@ -148,6 +180,11 @@ def test_exported_sympy_expressions_that_are_plain_math(expr: str) -> None:
         "lambdify(s0, s0)",
         "x[0]",
         "Symbol('a b')",
+        "2**2**2**2**2**2",
+        "Pow(2, Pow(2, Pow(2, 100)))",
+        "PowByNatural(s0, 10**9)",
+        "s0**100000",
+        "+".join(["s0"] * 1500),
     ],
 )
 def test_exported_sympy_expressions_with_code_are_refused(expr: str) -> None:

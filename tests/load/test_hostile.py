@@ -259,3 +259,14 @@ def test_torch_export_guard_code_never_runs(
     assert loaded.model is not None and "check_guards=False" in loaded.info.load_safety.loader
     assert loaded.model(torch.randn(5, 4)).shape == (5, 2)
     assert not canary.exists()
+
+
+def test_torch_export_power_tower_expression_is_refused(tmp_path: Path, canary: Path, dynamic_pt2: Path) -> None:
+    def tower(graph: dict[str, object]) -> None:
+        expr = _first_expr(graph)
+        assert expr is not None
+        expr["expr_str"] = f"{expr['expr_str']} + 0*(9**9**9**9**9)"
+
+    loaded = _refused(pt2_with_graph_edit(dynamic_pt2, tmp_path / "evil.pt2", tower), canary, "sympy", "sympify",
+                      "models/model.json")
+    assert "power" in loaded.info.load_safety.issues[0].reason

@@ -44,9 +44,15 @@ def test_scan_onnx_profiles_the_graph_and_agrees_with_its_reference(
     assert {"graph.onnx-profile", "arch.last-stage-skip"} <= rules and "onnx.reference-mismatch" not in rules
     runs = {p["name"]: p for p in report["plugins"]}
     assert runs["architecture-risk"]["status"] == "ok"
-    for name in ("gradient-inversion", "model-inversion"):
-        assert runs[name] | {"status": "skipped", "category": "no-torch-model", "reason": GRADIENT_REASON} == runs[name]
+    for name in ("gradient-inversion", "model-inversion"):  # attacks nobody asked for are no gap
+        assert runs[name]["status"] == "skipped" and runs[name]["category"] == "not-selected"
     assert all(p["status"] == "skipped" for n, p in runs.items() if n != "architecture-risk")
+    # asked for on a graph, a gradient attack cannot run: a gap, so at best INCONCLUSIVE
+    code, report = _scan(tmp_path, str(onnx_path), "--plugins", "architecture-risk,gradient-inversion",
+                         "--fail-on", "critical")
+    assert code == 3 and report is not None and report["summary"]["not_judged"] == ["gradient-inversion"]
+    run = next(p for p in report["plugins"] if p["name"] == "gradient-inversion")
+    assert run | {"status": "skipped", "category": "no-torch-model", "reason": GRADIENT_REASON} == run
 
 
 def test_a_different_reference_is_a_high_mismatch(resnet18_files: tuple[Path, Path], tmp_path: Path) -> None:

@@ -2,16 +2,22 @@
 
 Objective (seed 003 §2.6 / Appendix A; seed 004 §3.3):
 ``1 − ⟨G', G⟩ / (‖G'‖‖G‖ + 1e-8) + λ_TV·TV(x')`` over the *concatenated* chosen parameter
-gradients, TV anisotropic mean-abs. Adam on signed gradients, ``MultiStepLR`` ×0.1 at 3/8, 5/8 and
-7/8 of the iterations, randn init in the model's (normalised) input space, box constraint to the
-valid normalised pixel range, restarts with the best-loss iterate kept (inversefed defaults).
+gradients, TV anisotropic mean-abs. Adam on signed gradients, the learning rate ×0.1 at 3/8, 5/8
+and 7/8 of the iterations, a random init in the model's (normalised) input space, box constraint
+to the valid normalised pixel range, restarts with the best-loss iterate kept (inversefed defaults).
 
 Differences from the reference code:
 
-* Independent attacks (images attacked one by one, and restarts) are *trials* batched into one
-  forward/backward with :func:`torch.func.vmap` (``randomness="different"``, so a stochastic layer
-  draws independent noise per trial), or run one after the other when that is faster (``auto``
-  times both once) or when a model cannot be vmapped; the result says which.
+* Independent attacks (images attacked one by one, restarts, and several *settings* - learning
+  rate, TV weight, init - of one search) are *trials* batched into one forward/backward with
+  :func:`torch.func.vmap`, or run one after the other for large gradients (``auto``: above
+  :data:`VMAP_MAX_ELEMENTS`) or when a model cannot be vmapped; the result says which. Adam runs per trial (its own
+  learning rate and step count), so trials of different settings share one batch.
+* Every trial draws from its own generator, seeded by (seed, target, restart): its init, and on a
+  stochastic model the fresh noise plain IG meets at every step (``noise="fresh"``), so a trial's
+  numbers do not depend on which other trials ran beside it, nor on the global RNG.
+* Plateaus (``patience`` > 0): a trial whose best loss has not improved by 0.1 % for ``patience``
+  iterations moves to its next learning-rate stage early; a plateau in the last stage ends it.
 * Sequential trials take the cosine over the gradient *list* with ``_foreach`` kernels instead of a
   concatenated copy (same value, about 1.8× faster on ResNet-18).
 * Joint-ε (seed 004 §3.7 (1), pilot §6.3; DIA-style, not in either paper): the victim's unknown
@@ -24,32 +30,50 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
 import torch
 
-from auditor_gradient_inversion.oracle import GradientOracle
+from auditor_gradient_inversion.oracle import GradientOracle, seeded_rng
+
+#: Learning-rate stages: ×0.1 at these fractions of the iterations (inversefed's MultiStepLR).
+MILESTONES = (3 / 8, 5 / 8, 7 / 8)
+Init = Literal["randn", "box"]
+NoiseMode = Literal["joint", "fresh", "zero"]
 
 
 @dataclass(frozen=True)
 class IGSettings:
-    """Hyper-parameters of one Inverting-Gradients run."""
+    """Hyper-parameters of one Inverting-Gradients setting.
+
+    ``init="randn"`` draws N(0, 1) in the model's input space (inversefed); ``"box"`` draws
+    N(centre, (width/4)²) of the valid pixel box, which is what N(0, 1) is for a model whose
+    input is normalised - so the attack does not depend on the model's normalisation being known.
+    """
 
     iterations: int = 300
     lr: float = 0.1
     tv_weight: float = 0.01
     restarts: int = 1
+    init: Init = "randn"
     signed: bool = True
     decay: bool = True
-    trial_mode: str = "auto"  # "auto" (time both once), "vmap" or "sequential"
+    patience: int = 0
+    trial_mode: str = "auto"  # "auto" (vmap up to VMAP_MAX_ELEMENTS gradient elements), "vmap" or "sequential"
+
+    def describe(self) -> str:
+        """Return the setting as a short ``key=value`` string for reports."""
+        return f"lr={self.lr:g}, tv={self.tv_weight:g}, init={self.init}, restarts={self.restarts}"
 
 
 @dataclass
 class IGResult:
-    """Best-loss reconstructions per trial, in the model's input space."""
+    """Best-loss reconstructions per (target, setting), in the model's input space."""
 
-    x: torch.Tensor  # (T, B, C, H, W)
-    loss: torch.Tensor  # (T,)
-    iterations: int
+    x: torch.Tensor  # (N, S, B, C, H, W)
+    loss: torch.Tensor  # (N, S)
+    steps: torch.Tensor  # (N, S): iterations run by the best restart (plateau stops end early)
     seconds: float
     batched: bool
     note: str = ""
@@ -80,19 +104,43 @@ def cosine_distance_lists(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch
     return 1 - 0.5 * (ab - aa - bb) / (aa.sqrt() * bb.sqrt() + 1e-8)
 
 
+def trial_generator(*keys: int) -> torch.Generator:
+    """Return a CPU generator seeded from integer keys (seed, target, restart, …) via SeedSequence."""
+    state = np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in keys]).generate_state(2, dtype=np.uint64)
+    return torch.Generator().manual_seed(int(state[0] >> np.uint64(1)))
+
+
+class _Adam:
+    """Adam with a learning rate and a step count per trial (leading dimension), torch's defaults otherwise."""
+
+    def __init__(self, shape: Sequence[int], device: torch.device) -> None:
+        self.m = torch.zeros(tuple(shape), device=device)
+        self.v = torch.zeros(tuple(shape), device=device)
+
+    def step(self, p: torch.Tensor, g: torch.Tensor, idx: torch.Tensor, lr: torch.Tensor, t: torch.Tensor) -> None:
+        """Update ``p[idx]`` with gradient ``g`` at per-trial learning rates ``lr`` and step counts ``t`` (1-based)."""
+        view = (-1,) + (1,) * (g.dim() - 1)
+        m = self.m[idx].mul_(0.9).add_(g, alpha=0.1)
+        v = self.v[idx].mul_(0.999).addcmul_(g, g, value=0.001)
+        self.m[idx], self.v[idx] = m, v
+        bc1, bc2 = (1 - 0.9**t).view(view), (1 - 0.999**t).view(view)
+        p[idx] = p[idx] - lr.view(view) / bc1 * m / ((v / bc2).sqrt() + 1e-8)
+
+
 def invert(
     oracle: GradientOracle,
     targets: torch.Tensor,
     labels: torch.Tensor,
     shape: Sequence[int],
     box: tuple[torch.Tensor, torch.Tensor],
-    settings: IGSettings,
+    settings: IGSettings | Sequence[IGSettings],
     *,
-    generator: torch.Generator,
+    seed: int,
     noise_shapes: Sequence[tuple[int, ...]] | None = None,
+    noise: NoiseMode | None = None,
     check_budget: Callable[[], None] = lambda: None,
 ) -> IGResult:
-    """Reconstruct one input batch per target gradient, ``settings.restarts`` trials each.
+    """Reconstruct one input batch per (target gradient, setting), each setting's restarts as trials.
 
     Args:
         oracle: the gradient function the victim used (same parameters, same loss).
@@ -100,130 +148,201 @@ def invert(
         labels: (N, B) labels the attacker uses (known or recovered).
         shape: (B, C, H, W) of one attacked batch.
         box: (low, high) broadcastable to ``shape``: the valid normalised pixel range.
-        settings: iterations, learning rate, TV weight, restarts.
-        generator: CPU generator for the dummy (and ε') initialisation.
-        noise_shapes: when given, run joint-ε: one ε' of each shape per trial.
+        settings: one setting or several; they share ``iterations``, ``signed``, ``decay``,
+            ``patience`` and ``trial_mode`` (the first one's).
+        seed: the attack's seed; trial (n, restart) draws from ``trial_generator(seed, n, restart)``.
+        noise_shapes: the model's Gaussian draws per forward (with ``noise``).
+        noise: ``"joint"`` optimises ε' per trial; ``"fresh"`` feeds each trial new seeded noise
+            every step (plain IG on a stochastic model); ``"zero"`` holds the noise at 0 (the model
+            without its defence); None lets the model draw. Draws no override answers (dropout)
+            come from the global RNG, forked and seeded with ``seed`` for the run.
         check_budget: called every iteration; raises when the plugin's time is up.
     """
+    with seeded_rng(seed, targets.device):
+        return _invert(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise, check_budget)
+
+
+def _invert(
+    oracle: GradientOracle,
+    targets: torch.Tensor,
+    labels: torch.Tensor,
+    shape: Sequence[int],
+    box: tuple[torch.Tensor, torch.Tensor],
+    settings: IGSettings | Sequence[IGSettings],
+    seed: int,
+    noise_shapes: Sequence[tuple[int, ...]] | None,
+    noise: NoiseMode | None,
+    check_budget: Callable[[], None],
+) -> IGResult:
+    """Run :func:`invert` inside its seeded RNG fork."""
+    group = [settings] if isinstance(settings, IGSettings) else list(settings)
+    first = group[0]
     device = targets.device
-    reps = settings.restarts
-    tgt = targets.repeat_interleave(reps, 0)
-    ys = labels.repeat_interleave(reps, 0).to(device)
-    trials = tgt.shape[0]
+    n, s_count = targets.shape[0], len(group)
+    order = [(i, s, r) for i in range(n) for s in range(s_count) for r in range(group[s].restarts)]
+    trials = len(order)
+    tgt = targets[[i for i, _, _ in order]]
+    ys = labels.to(device)[[i for i, _, _ in order]]
     low, high = (b.to(device) for b in box)
-    x = torch.randn((trials, *shape), generator=generator).to(device)
-    x = torch.max(torch.min(x, high), low).requires_grad_(True)
-    eps = [
-        torch.randn((trials, *s), generator=generator).to(device).requires_grad_(True)
-        for s in (noise_shapes or ())
-    ]
-    joint = noise_shapes is not None
-    opt_x = torch.optim.Adam([x], lr=settings.lr)
-    opt_e = torch.optim.Adam(eps, lr=settings.lr) if eps else None
-    milestones = [int(settings.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)] if settings.decay else []
-    scheds = [torch.optim.lr_scheduler.MultiStepLR(o, milestones, 0.1) for o in (opt_x, opt_e) if o]
+    gens = [trial_generator(seed, i, r) for i, _, r in order]
+    x = torch.stack([_init(group[s].init, shape, low, high, g) for (_, s, _), g in zip(order, gens)]).to(device)
+    x = torch.max(torch.min(x, high), low)
+    shapes = [tuple(sh) for sh in (noise_shapes or ())] if noise else []
+    eps = [torch.stack([torch.randn(sh, generator=g) for g in gens]).to(device) for sh in shapes]
+    if noise == "zero":
+        eps = [torch.zeros_like(e) for e in eps]
+    lr0 = torch.tensor([group[s].lr for _, s, _ in order], device=device)
+    tv = torch.tensor([group[s].tv_weight for _, s, _ in order], device=device)
+    joint = noise == "joint"
 
-    def cost(
-        xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt: torch.Tensor, gt: torch.Tensor
-    ) -> torch.Tensor:
-        g = oracle.flat_grad(xt, yt, list(et) if joint else None)
-        return cosine_distance(g, gt) + settings.tv_weight * total_variation(xt)
+    def cost(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, tvt) -> torch.Tensor:
+        g = oracle.flat_grad(xt, yt, list(et) if shapes else None)
+        return cosine_distance(g, gt) + tvt * total_variation(xt)
 
-    def cost_lists(
-        xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt: torch.Tensor, gt: torch.Tensor
-    ) -> torch.Tensor:
-        g = oracle.grads(xt, yt, list(et) if joint else None)
-        return cosine_distance_lists(g, oracle.unflatten(gt)) + settings.tv_weight * total_variation(xt)
+    def cost_lists(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, tvt) -> torch.Tensor:
+        g = oracle.grads(xt, yt, list(et) if shapes else None)
+        return cosine_distance_lists(g, oracle.unflatten(gt)) + tvt * total_variation(xt)
 
-    step = torch.func.grad_and_value(cost_lists, argnums=(0, 1))
-    batched_step = torch.func.vmap(torch.func.grad_and_value(cost, argnums=(0, 1)), randomness="different")
+    argnums = (0, 1) if joint else 0
+    step = torch.func.grad_and_value(cost_lists, argnums=argnums)
+    batched_step = torch.func.vmap(torch.func.grad_and_value(cost, argnums=argnums), randomness="different")
 
-    def run_step(batched: bool) -> tuple[tuple[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor]:
-        xd, ed = x.detach(), tuple(e.detach() for e in eps)
+    def run_step(batched: bool, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        xd, ed, yd, gd, td = x[idx], tuple(e[idx] for e in eps), ys[idx], tgt[idx], tv[idx]
         if batched:
-            return batched_step(xd, ed, ys, tgt)
-        outs = [step(xd[t], tuple(e[t] for e in ed), ys[t], tgt[t]) for t in range(trials)]
-        gx = torch.stack([o[0][0] for o in outs])
-        ge = tuple(torch.stack([o[0][1][k] for o in outs]) for k in range(len(ed)))
-        return (gx, ge), torch.stack([o[1] for o in outs])
+            grads, loss = batched_step(xd, ed, yd, gd, td)
+        else:
+            outs = [step(xd[k], tuple(e[k] for e in ed), yd[k], gd[k], td[k]) for k in range(idx.numel())]
+            grads = _stack_grads([o[0] for o in outs], joint)
+            loss = torch.stack([o[1] for o in outs])
+        gx, ge = (grads[0], list(grads[1])) if joint else (grads, [])
+        return gx, ge, loss
 
-    best_x = x.detach().clone()
+    everyone = torch.arange(trials, device=device)
+    if noise == "fresh":
+        _fresh(eps, gens, everyone)
+    batched, note = _choose_mode(lambda b: run_step(b, everyone), trials, first.trial_mode, sum(oracle.sizes))
+    best_x = x.clone()
     best_loss = torch.full((trials,), float("inf"), device=device)
-    batched, note = _choose_mode(run_step, trials, settings.trial_mode)
+    stage = torch.zeros(trials, dtype=torch.long, device=device)
+    stall = torch.zeros(trials, dtype=torch.long, device=device)
+    steps = torch.zeros(trials, dtype=torch.long, device=device)
+    active = torch.ones(trials, dtype=torch.bool, device=device)
+    adam_x = _Adam(x.shape, device)
+    adam_e = [_Adam(e.shape, device) for e in eps] if joint else []
+    marks = [int(first.iterations * f) for f in MILESTONES] if first.decay else []
     start = time.monotonic()
-    for _ in range(settings.iterations):
-        check_budget()
-        (gx, ge), loss = run_step(batched)
-        with torch.no_grad():
-            better = loss < best_loss
-            best_loss = torch.where(better, loss, best_loss)
-            best_x[better] = x.detach()[better]
-        x.grad = gx.sign() if settings.signed else gx
-        opt_x.step()
-        if opt_e is not None:
-            for e, g in zip(eps, ge):
-                e.grad = g
-            opt_e.step()
-        for s in scheds:
-            s.step()
-        with torch.no_grad():
-            x.copy_(torch.max(torch.min(x, high), low))
     with torch.no_grad():
-        final = cost_all(oracle, x.detach(), eps, ys, tgt, settings, joint)
+        for it in range(first.iterations):
+            check_budget()
+            idx = active.nonzero().flatten()
+            if idx.numel() == 0:
+                break
+            if noise == "fresh":
+                _fresh(eps, gens, idx)
+            with torch.enable_grad():
+                gx, ge, loss = run_step(batched, idx)
+            better = loss < best_loss[idx]
+            improved = loss < best_loss[idx] - 1e-3 * best_loss[idx].abs()
+            best_loss[idx] = torch.where(better, loss, best_loss[idx])
+            best_x[idx[better]] = x[idx[better]]
+            stall[idx] = torch.where(improved, 0, stall[idx] + 1)
+            steps[idx] += 1
+            lr = lr0[idx] * 0.1 ** stage[idx].clamp(max=len(marks)).float()
+            adam_x.step(x, gx.sign() if first.signed else gx, idx, lr, steps[idx].float())
+            for e, a, g in zip(eps, adam_e, ge):
+                a.step(e, g, idx, lr, steps[idx].float())
+            x.copy_(torch.max(torch.min(x, high), low))
+            scheduled = sum(it + 1 >= mk for mk in marks)
+            stage[idx] = torch.maximum(stage[idx], torch.full_like(stage[idx], scheduled))
+            if first.patience:
+                plateau = idx[stall[idx] >= first.patience]
+                stage[plateau] += 1
+                stall[plateau] = 0
+                active[plateau[stage[plateau] > len(marks)]] = False
+        final = _cost_all(oracle, x, eps, ys, tgt, tv)
         better = final < best_loss
         best_loss = torch.where(better, final, best_loss)
-        best_x[better] = x.detach()[better]
-    n = labels.shape[0]
-    pick = best_loss.view(n, reps).argmin(1) + torch.arange(n, device=device) * reps
+        best_x[better] = x[better]
+    res_x, res_loss, res_steps = [], [], []
+    for i in range(n):
+        row_x, row_l, row_s = [], [], []
+        for s in range(s_count):
+            ks = [k for k, (ii, ss, _) in enumerate(order) if ii == i and ss == s]
+            k = ks[int(best_loss[ks].argmin())]
+            row_x.append(best_x[k])
+            row_l.append(best_loss[k])
+            row_s.append(steps[k])
+        res_x.append(torch.stack(row_x))
+        res_loss.append(torch.stack(row_l))
+        res_steps.append(torch.stack(row_s))
     return IGResult(
-        x=best_x[pick],
-        loss=best_loss[pick],
-        iterations=settings.iterations,
+        x=torch.stack(res_x),
+        loss=torch.stack(res_loss),
+        steps=torch.stack(res_steps),
         seconds=time.monotonic() - start,
         batched=batched,
         note=note,
     )
 
 
-def _choose_mode(run_step: Callable[[bool], object], trials: int, mode: str) -> tuple[bool, str]:
-    """Return whether to vmap the trials: as asked, or (``auto``) whichever step is faster after warm-up."""
+def _init(kind: Init, shape: Sequence[int], low: torch.Tensor, high: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Return one trial's starting point: N(0, 1), or N(centre, (width/4)²) of the box."""
+    z = torch.randn(tuple(shape), generator=gen)
+    if kind == "randn":
+        return z
+    lo, hi = low.cpu().expand(tuple(shape)), high.cpu().expand(tuple(shape))
+    return (lo + hi) / 2 + z * (hi - lo) / 4
+
+
+def _fresh(eps: list[torch.Tensor], gens: list[torch.Generator], idx: torch.Tensor) -> None:
+    """Draw new noise for the trials ``idx`` from their own generators (plain IG against a stochastic layer)."""
+    for e in eps:
+        for k in idx.tolist():
+            e[k] = torch.randn(e.shape[1:], generator=gens[k]).to(e.device)
+
+
+def _stack_grads(grads: list, joint: bool) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Stack per-trial gradients of the sequential path into the vmapped layout."""
+    if not joint:
+        return torch.stack(grads)
+    gx = torch.stack([g[0] for g in grads])
+    ge = tuple(torch.stack([g[1][j] for g in grads]) for j in range(len(grads[0][1])))
+    return gx, ge
+
+
+#: ``auto`` vmaps trials up to this many matched gradient elements: vmap is 1.7-1.9x faster on the
+#: 66k-parameter CNN, sequential ``_foreach`` trials faster on ResNet-18 (11.2M), where vmapped
+#: double-backward of convolutions is slower.
+VMAP_MAX_ELEMENTS = 2_000_000
+
+
+def _choose_mode(run_step: Callable[[bool], object], trials: int, mode: str, elements: int) -> tuple[bool, str]:
+    """Return whether to vmap the trials: as asked, or (``auto``) by the gradient size - never by a timing,
+    since the two paths differ in rounding and a load-dependent choice would change the numbers."""
     if trials == 1 or mode == "sequential":
         return False, "one trial" if trials == 1 else "trials sequential (requested)"
-    if mode == "vmap":
-        try:
-            run_step(True)
-        except (RuntimeError, NotImplementedError, ValueError) as exc:
-            return False, f"vmap unavailable, trials run sequentially: {type(exc).__name__}: {exc}"
-        return True, "trials vmapped (requested)"
-    timings = {}
-    for vmapped in (True, False):
-        try:
-            run_step(vmapped)
-            t0 = time.monotonic()
-            run_step(vmapped)
-        except (RuntimeError, NotImplementedError, ValueError) as exc:
-            return False, f"vmap unavailable, trials run sequentially: {type(exc).__name__}: {exc}"
-        timings[vmapped] = time.monotonic() - t0
-    batched = timings[True] <= timings[False]
-    return batched, (
-        f"trials {'vmapped' if batched else 'sequential'}: one step took "
-        f"{timings[True]:.3f}s vmapped vs {timings[False]:.3f}s sequential"
-    )
+    if mode == "auto" and elements > VMAP_MAX_ELEMENTS:
+        return False, f"trials sequential ({elements} gradient elements > {VMAP_MAX_ELEMENTS})"
+    try:
+        run_step(True)
+    except (RuntimeError, NotImplementedError, ValueError) as exc:
+        return False, f"vmap unavailable, trials run sequentially: {type(exc).__name__}: {exc}"
+    return True, "trials vmapped" + (" (requested)" if mode == "vmap" else f" ({elements} gradient elements)")
 
 
-def cost_all(
+def _cost_all(
     oracle: GradientOracle,
     x: torch.Tensor,
     eps: Sequence[torch.Tensor],
     ys: torch.Tensor,
     tgt: torch.Tensor,
-    settings: IGSettings,
-    joint: bool,
+    tv: torch.Tensor,
 ) -> torch.Tensor:
-    """Return the attack loss of every trial at its current iterate (no gradient to x)."""
+    """Return the attack loss of every trial at its current iterate (with its last ε', joint or fresh)."""
     losses = []
     for t in range(x.shape[0]):
         with torch.enable_grad():
-            g = oracle.flat_grad(x[t], ys[t], [e[t].detach() for e in eps] if joint else None)
-        losses.append(cosine_distance(g.detach(), tgt[t]) + settings.tv_weight * total_variation(x[t]))
+            g = oracle.flat_grad(x[t], ys[t], [e[t] for e in eps] if eps else None)
+        losses.append(cosine_distance(g.detach(), tgt[t]) + tv[t] * total_variation(x[t]))
     return torch.stack(losses)

@@ -44,10 +44,11 @@ def protocol_attack(model: torch.nn.Module, attack: str, n_images: int = N_IMAGE
         (1, 3, 32, 32),
         (-MEAN / STD, (1 - MEAN) / STD),
         settings,
-        generator=torch.Generator().manual_seed(42),
-        noise_shapes=shapes if attack == "joint" else None,
+        seed=42,
+        noise_shapes=shapes,
+        noise={"joint": "joint"}.get(attack, "fresh") if shapes else None,
     )
-    recon = (res.x[:, 0] * STD + MEAN).clamp(0, 1)
+    recon = (res.x[:, 0, 0] * STD + MEAN).clamp(0, 1)
     return [image_scores(images[i], recon[i], "minmax")["ssim"] for i in range(n_images)]
 
 

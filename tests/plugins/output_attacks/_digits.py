@@ -20,14 +20,21 @@ SHAPE = (1, 8, 8)
 
 
 def write_manifest(
-    root: Path, splits: dict[str, np.ndarray], attributes: dict[str, np.ndarray] | None = None
+    root: Path,
+    splits: dict[str, np.ndarray],
+    attributes: dict[str, np.ndarray] | None = None,
+    labels: np.ndarray | None = None,
 ) -> DataBundle:
-    """Write digits with the given indices per split as 8x8 PNGs; return the loaded bundle."""
+    """Write digits with the given indices per split as 8x8 PNGs; return the loaded bundle.
+
+    ``labels`` (one per digit of ``load_digits``) replaces the true labels, e.g. to plant label noise.
+    """
     digits = load_digits()
+    target = digits.target if labels is None else labels
     rows = []
     for split, idx in splits.items():
         for i in idx:
-            rel = Path(split) / str(digits.target[i]) / f"{i:04d}.png"
+            rel = Path(split) / str(target[i]) / f"{i:04d}.png"
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray((digits.images[i] * 15).astype(np.uint8), mode="L").save(root / rel)
             rows.append((rel.as_posix(), i))

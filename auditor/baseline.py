@@ -1,0 +1,180 @@
+"""Accepting findings: stable fingerprints, baseline files and ``[[suppress]]`` rules.
+
+A fingerprint hashes the rule id, the model's identity (its path, relative to the working directory
+when inside it) and the finding's location, never its position in the list, so it survives
+re-ordering, new findings elsewhere and retraining. Accepted findings stay in the report, marked with
+a :class:`~auditor.report.model.Suppression`, and the gate is decided on the others.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import date
+from pathlib import Path, PurePath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from auditor.errors import ConfigError
+from auditor.gate import summarize
+from auditor.report.model import Finding, Report, Severity, Suppression
+
+BASELINE_VERSION = 1
+
+
+class SuppressRule(BaseModel):
+    """One ``[[suppress]]`` table of the config: accept a rule on models whose path matches a glob."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: str = Field(description="Rule id, or a glob over rule ids ('arch.*').")
+    path: str = Field(default="*", description="Glob over the model path (relative to the working directory).")
+    location: str | None = Field(default=None, description="Glob over the finding's location; any when unset.")
+    reason: str = Field(min_length=1, description="Why the finding is accepted (shown in the report).")
+    expires: date | None = Field(default=None, description="Last day the rule applies (YYYY-MM-DD).")
+
+
+class BaselineEntry(BaseModel):
+    """An accepted finding, as written by ``--write-baseline``; ``reason`` and ``expires`` are for people to add."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fingerprint: str
+    rule_id: str
+    model: str
+    location: str | None = None
+    title: str = ""
+    reason: str = ""
+    expires: date | None = None
+
+
+class Baseline(BaseModel):
+    """The contents of a baseline file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auditor_baseline: int = BASELINE_VERSION
+    entries: list[BaselineEntry] = Field(default_factory=list)
+
+
+def model_identity(path: str | Path) -> str:
+    """Return the path a fingerprint uses: POSIX, normalised, relative to the working directory when inside it."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+    return PurePath(os.path.normpath(p)).as_posix()
+
+
+def fingerprint(rule_id: str, model: str, location: str | None, ordinal: int = 0) -> str:
+    """Return the 32-hex-digit fingerprint of a finding; ``ordinal`` tells apart same-rule same-location twins."""
+    text = "\0".join(["auditor-fp/1", rule_id, model, location or "", str(ordinal)])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def finding_keys(findings: Sequence[Finding]) -> list[tuple[str, str, int]]:
+    """Return (rule id, location, ordinal) per finding; twins are ordered by message, then title."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, f in enumerate(findings):
+        groups[(f.rule_id, f.location or "")].append(i)
+    keys: list[tuple[str, str, int]] = [("", "", 0)] * len(findings)
+    for (rule, loc), idx in groups.items():
+        for ordinal, i in enumerate(sorted(idx, key=lambda j: (findings[j].message, findings[j].title))):
+            keys[i] = (rule, loc, ordinal)
+    return keys
+
+
+def with_fingerprints(report: Report) -> Report:
+    """Return ``report`` with every finding's ``fingerprint`` set."""
+    model = model_identity(report.model.path)
+    findings = [f.model_copy(update={"fingerprint": fingerprint(rule, model, loc or None, n)})
+                for f, (rule, loc, n) in zip(report.findings, finding_keys(report.findings))]
+    return report.model_copy(update={"findings": findings})
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read a baseline file.
+
+    Raises:
+        ConfigError: the file is missing or is not a baseline.
+    """
+    try:
+        return Baseline.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"baseline file not found: {path} (write one with --write-baseline)") from exc
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise ConfigError(f"baseline file {path} is not an auditor baseline: {str(exc).splitlines()[0]}") from exc
+
+
+def write_baseline(reports: Iterable[Report], path: Path) -> Baseline:
+    """Record every finding of ``reports`` in ``path``, keeping reasons and expiries already written there."""
+    old = {e.fingerprint: e for e in load_baseline(path).entries} if path.exists() else {}
+    entries = []
+    for report in reports:
+        model = model_identity(report.model.path)
+        for f in with_fingerprints(report).findings:
+            kept = old.get(f.fingerprint or "")
+            entries.append(BaselineEntry(fingerprint=f.fingerprint or "", rule_id=f.rule_id, model=model,
+                                         location=f.location, title=f.title, reason=kept.reason if kept else "",
+                                         expires=kept.expires if kept else None))
+    baseline = Baseline(entries=entries)
+    path.write_text(json.dumps(baseline.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return baseline
+
+
+def apply_acceptances(
+    report: Report,
+    *,
+    baseline: Baseline | None,
+    rules: Sequence[SuppressRule],
+    fail_on: Severity,
+    strict: bool,
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive",
+    today: date | None = None,
+) -> tuple[Report, list[str]]:
+    """Fingerprint, mark accepted findings and re-decide the gate on the rest.
+
+    Returns the new report and one message per expired entry or rule (those findings count again).
+    """
+    today = today or date.today()
+    report = with_fingerprints(report)
+    model = model_identity(report.model.path)
+    by_print = {e.fingerprint: e for e in baseline.entries} if baseline else {}
+    messages: list[str] = []
+    findings: list[Finding] = []
+    for f in report.findings:
+        mark: Suppression | None = None
+        candidates = [("config", f"[[suppress]] rule {r.rule!r}", r.expires, r.reason)
+                      for r in rules if _matches(r, f, model)]
+        entry = by_print.get(f.fingerprint or "")
+        if entry is not None:
+            candidates.append(("baseline", "baseline entry", entry.expires, entry.reason))
+        for kind, what, expires, reason in candidates:
+            if expires is not None and expires < today:
+                messages.append(f"{what} for {f.rule_id}{' at ' + f.location if f.location else ''} in {model} "
+                                f"expired on {expires.isoformat()}{' (' + reason + ')' if reason else ''}: "
+                                "the finding counts again")
+                continue
+            mark = Suppression(kind=kind, reason=reason, expires=expires.isoformat() if expires else None)
+            break
+        findings.append(f.model_copy(update={"suppression": mark}))
+    active = [f for f in findings if f.suppression is None]
+    summary = summarize(active, report.plugins, fail_on=fail_on, unsafe=report.model.load_safety.verdict == "unsafe",
+                        strict=strict, on_inconclusive=on_inconclusive)
+    accepted = len(findings) - len(active)
+    if accepted:
+        summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")
+    summary.reasons.extend(messages)
+    return report.model_copy(update={"findings": findings, "summary": summary}), messages
+
+
+def _matches(rule: SuppressRule, finding: Finding, model: str) -> bool:
+    return (fnmatch.fnmatchcase(finding.rule_id, rule.rule) and fnmatch.fnmatchcase(model, rule.path)
+            and (rule.location is None or fnmatch.fnmatchcase(finding.location or "", rule.location)))

@@ -1,0 +1,167 @@
+"""Audit many checkpoints in one call: collect them, audit each on its own, never lose a run.
+
+:func:`audit_one` takes one path and returns a serialisable :class:`ScanRow` (a failed checkpoint is
+a row with ``verdict == "error"``, not an exception), so an executor other than the serial loop of
+:func:`audit_many` (a process pool, Ray) can map it over the paths from :func:`collect`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import date
+from pathlib import Path, PurePath
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from auditor.baseline import Baseline, apply_acceptances, model_identity
+from auditor.config import ScanConfig
+from auditor.errors import AuditorError, ConfigError, TruncatedArchive
+from auditor.gate import ExitCode
+from auditor.report.model import Report
+
+#: How bad an exit code is when several models are combined: error > fail > any other code > pass.
+_EXIT_RANK = {int(ExitCode.PASS): 0, int(ExitCode.FAIL): 2, int(ExitCode.ERROR): 3}
+_SKIP_DIRS = ("__pycache__", "node_modules")
+
+Progress = Callable[[str], None]
+Executor = Callable[[Callable[[Path], "ScanRow"], Sequence[Path]], list["ScanRow"]]
+
+
+class ScanRow(BaseModel):
+    """The outcome of auditing one path: a report, or the error that stopped it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    verdict: str = Field(description="The report's verdict, or 'error' when no report was made.")
+    exit_code: int
+    error: str | None = None
+    messages: list[str] = Field(default_factory=list, description="Expired baseline entries and rules.")
+    report: Report | None = None
+
+
+def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
+    """Expand directories into the checkpoints under them, sniffed by content, in sorted order.
+
+    A path named explicitly is kept even when it is no checkpoint (its row then says why), unless
+    ``exclude`` matches it or ``include`` does not; inside directories, files whose bytes match no
+    checkpoint format are left out, and so are hidden folders. A Hugging Face ``save_pretrained``
+    directory is one checkpoint. Globs match the POSIX path and the file name.
+    """
+    from auditor.load.formats import sniff
+    from auditor.load.hf import is_hf_dir
+
+    found: list[Path] = []
+    for root in paths:
+        if not root.is_dir() or is_hf_dir(root):
+            found.append(root)
+            continue
+        for folder, dirs, files in os.walk(root):
+            here = Path(folder)
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+            for d in list(dirs):
+                if is_hf_dir(here / d):
+                    found.append(here / d)
+                    dirs.remove(d)
+            for name in sorted(files):
+                candidate = here / name
+                if not _selected(candidate, include, exclude):
+                    continue
+                try:
+                    sniff(candidate)
+                except TruncatedArchive:
+                    pass  # starts like a checkpoint: audit it and report the damage
+                except AuditorError:
+                    continue
+                found.append(candidate)
+    return list(dict.fromkeys(p for p in found if _selected(p, include, exclude)))
+
+
+def audit_one(
+    path: Path,
+    config: ScanConfig,
+    *,
+    baseline: Baseline | None = None,
+    today: date | None = None,
+    progress: Progress | None = None,
+) -> ScanRow:
+    """Audit one checkpoint and apply the baseline and ``[[suppress]]`` rules; errors become an error row.
+
+    Raises:
+        ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
+    """
+    from auditor.scan import scan
+
+    try:
+        report = scan(path, config, progress=progress)
+    except ConfigError:
+        raise
+    except AuditorError as exc:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug in one model's audit must not lose the others
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
+                       error=f"internal error: {type(exc).__name__}: {exc}")
+    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress, fail_on=config.fail_on,
+                                         strict=config.strict, on_inconclusive=config.on_inconclusive, today=today)
+    return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
+                   messages=messages, report=report)
+
+
+def audit_many(
+    paths: Iterable[Path],
+    config: ScanConfig,
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    baseline: Baseline | None = None,
+    today: date | None = None,
+    executor: Executor | None = None,
+    progress: Callable[[int, int, Path], Progress | None] | None = None,
+) -> list[ScanRow]:
+    """Audit every checkpoint under ``paths``; one row per checkpoint, in :func:`collect` order.
+
+    Args:
+        executor: maps the one-path function over the paths (default: a serial loop).
+        progress: given (index, count, path), returns the progress callback of that checkpoint's scan.
+    """
+    targets = collect(paths, include, exclude)
+    if executor is not None:
+        return executor(functools.partial(audit_one, config=config, baseline=baseline, today=today), targets)
+    return [audit_one(p, config, baseline=baseline, today=today,
+                      progress=progress(i, len(targets), p) if progress else None)
+            for i, p in enumerate(targets)]
+
+
+def worst_exit_code(rows: Iterable[ScanRow]) -> int:
+    """Return the exit code of the worst row (error over fail over anything else over pass; 0 when empty)."""
+    codes = [r.exit_code for r in rows]
+    return max(codes, key=lambda c: _EXIT_RANK.get(c, 1), default=int(ExitCode.PASS))
+
+
+def report_names(paths: Sequence[str]) -> list[str]:
+    """Return a distinct, file-system-safe report name per model path (``models/a/r.pt`` -> ``models_a_r.pt``)."""
+    names: list[str] = []
+    taken: set[str] = set()
+    for path in paths:
+        parts = [p for p in PurePath(model_identity(path)).parts if p not in ("/", "..", ".")]
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(parts)).strip("._") or "model"
+        name, n = base, 1
+        while name.lower() in taken:
+            n += 1
+            name = f"{base}-{n}"
+        taken.add(name.lower())
+        names.append(name)
+    return names
+
+
+def _selected(path: Path, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    posix = path.as_posix()
+
+    def hit(globs: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatch(posix, g) or fnmatch.fnmatch(path.name, g) for g in globs)
+
+    return (not include or hit(include)) and not hit(exclude)

@@ -1,0 +1,46 @@
+"""What the static checks record: the imports a pickle makes and the problems that make a file unsafe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The opcodes that import a global (the only issues the allowlist itself decided).
+IMPORT_OPCODES = frozenset({"GLOBAL", "STACK_GLOBAL", "INST"})
+
+
+@dataclass(frozen=True)
+class ImportRef:
+    """One global a pickle imports."""
+
+    module: str
+    name: str
+    opcode: str
+    position: int
+
+
+@dataclass(frozen=True)
+class ScanProblem:
+    """Something in a pickle that is unsafe regardless of the allowlist."""
+
+    opcode: str
+    position: int
+    reason: str
+    module: str = ""
+    name: str = ""
+
+
+@dataclass
+class PickleScan:
+    """What one pickle (an archive member or one pickle of a stream) imports."""
+
+    name: str
+    imports: list[ImportRef] = field(default_factory=list)
+    problems: list[ScanProblem] = field(default_factory=list)
+
+
+class RefusedWhileLoading(Exception):
+    """A load-time guard (a size cap, the sandbox) refused the file before the harm; never leaves the loader."""
+
+    def __init__(self, member: str, opcode: str, reason: str, module: str = "", name: str = "") -> None:
+        super().__init__(reason)
+        self.member, self.opcode, self.reason, self.module, self.name = member, opcode, reason, module, name

@@ -1,0 +1,46 @@
+"""Render reports as GitHub-flavoured Markdown for ``$GITHUB_STEP_SUMMARY`` and pull-request comments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from auditor.report.model import Finding, Report
+
+_MAX_CELL = 300
+
+
+def md_cell(text: object) -> str:
+    """Return ``text`` safe for one Markdown table cell: no pipes, newlines, HTML or backticks run wild."""
+    value = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+    value = value.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
+    return value if len(value) <= _MAX_CELL else value[: _MAX_CELL - 1] + "…"
+
+
+def findings_table(findings: Sequence[Finding]) -> list[str]:
+    """Return the Markdown lines of a findings table (severity, rule, title, location, status)."""
+    lines = ["| severity | rule | title | location | status |", "|---|---|---|---|---|"]
+    for f in findings:
+        status = f"accepted ({f.suppression.kind}{': ' + f.suppression.reason if f.suppression.reason else ''})" \
+            if f.suppression else "counts"
+        lines.append(f"| {f.severity.value} | `{md_cell(f.rule_id)}` | {md_cell(f.title)} | "
+                     f"{md_cell(f.location or '')} | {md_cell(status)} |")
+    return lines
+
+
+def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
+    """Return one Markdown document: a summary table of every model, then each model's findings."""
+    lines = ["## auditor", "", "| model | verdict | exit | max severity | findings | accepted |",
+             "|---|---|---|---|---|---|"]
+    for r in reports:
+        s = r.summary
+        accepted = sum(1 for f in r.findings if f.suppression is not None)
+        lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}** | {s.exit_code} | "
+                     f"{s.max_severity.value if s.max_severity else '-'} | {len(r.findings) - accepted} | {accepted} |")
+    for path, message in errors:
+        lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
+    for r in reports:
+        lines += ["", f"### {md_cell(r.model.path)}", "", "; ".join(md_cell(x) for x in r.summary.reasons), ""]
+        lines += findings_table(r.findings) if r.findings else ["No findings."]
+    for path, message in errors:
+        lines += ["", f"### {md_cell(path)}", "", f"Not audited: {md_cell(message)}"]
+    return "\n".join(lines) + "\n"

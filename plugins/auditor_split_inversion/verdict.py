@@ -1,0 +1,106 @@
+"""Verdicts from per-probe scores: leakage over the strongest no-information floor, defences against the baseline.
+
+The floor is, per probe and metric, the best of the guesses an attacker has without the feature:
+the mean image (of the other probes, and of the auxiliary data with ``--data``) and the
+class-conditional mean of the class the model predicts for the probe (the server runs the tail,
+so it knows the prediction at every split), and of its true class when labels are known. A split
+leaks when the best attack's mean margin over that floor reaches the threshold (3 dB PSNR or 0.1
+SSIM by default) **and** the 95 % bootstrap interval of the margin over probes lies above zero.
+A defence is judged by the same rule, next to the undefended setting under the same attack and
+budget (the drop and its interval), and next to its utility: a defence whose accuracy is not
+above chance has lost the model, it has not held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from auditor.plugin import Measurement, floor_images, image_scores, measure
+
+#: The leak rule reads these two margins; each has its own threshold in the configuration.
+METRICS = ("psnr", "ssim")
+
+
+def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: torch.Tensor | None = None,
+                 aux: torch.Tensor | None = None, aux_labels: torch.Tensor | None = None) -> dict:
+    """Score every no-information guess per probe; return the per-probe best (``psnr``, ``ssim``) and each guess's mean.
+
+    ``predicted`` are the model's classes for the probes (None when it has no class output),
+    ``labels`` the true ones when known; ``aux_labels`` label the auxiliary pool (true labels, or
+    the model's predictions on it).
+    """
+    guesses: dict[str, torch.Tensor] = {}
+    keys = [(name, k) for name, k in (("predicted class", predicted), ("true class", labels)) if k is not None]
+    for name, k in keys or [("", None)]:
+        own = floor_images(probes, k)
+        guesses["mean image of the other probes"] = own["probe-set mean image"]
+        if k is not None:
+            guesses[f"class-conditional mean of the {name} (other probes)"] = own["class-conditional mean image"]
+        if aux is not None:
+            pool = floor_images(probes, k, pool=aux, pool_labels=aux_labels if k is not None else None)
+            guesses["mean image of the auxiliary data"] = pool["probe-set mean image"]
+            if "class-conditional mean image" in pool:
+                guesses[f"class-conditional mean of the {name} (auxiliary data)"] = pool["class-conditional mean image"]
+    scored = {kind: [image_scores(p, g, "clamp") for p, g in zip(probes.cpu(), imgs)] for kind, imgs in guesses.items()}
+    best = {m: [max(s[i][m] for s in scored.values()) for i in range(len(probes))] for m in METRICS}
+    means = {f"{m}_mean": round(sum(best[m]) / len(probes), 4) for m in METRICS}
+    guessed = {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}
+    return {**best, **means, "kind": "best per probe of: " + "; ".join(scored), "guesses": guessed}
+
+
+def margins(scores: dict[str, Sequence[float]], floor: dict, thresholds: dict[str, float], *, what: str, how: str,
+            seed: int) -> dict[str, Measurement]:
+    """Return the PSNR and SSIM margins of per-probe ``scores`` over the per-probe ``floor``, with 95 % intervals."""
+    units = {"psnr": "dB", "ssim": ""}
+    return {m: measure(m, f"{m.upper()} of {what}", scores[m], floor[m], floor_kind=floor["kind"],
+                       threshold=thresholds[m], unit=units[m], how=how, seed=seed) for m in METRICS}
+
+
+def leaks(measures: dict[str, Measurement]) -> bool:
+    """Apply the leak rule: some margin reaches its threshold and its interval lies above zero."""
+    return any(x.margin is not None and x.threshold is not None and x.margin >= x.threshold
+               and x.ci is not None and x.ci[0] > 0 for x in measures.values())
+
+
+def wilson_low(rate: float, n: int, z: float = 1.96) -> float:
+    """Return the lower end of the Wilson 95 % interval of a proportion ``rate`` observed on ``n`` trials."""
+    if n <= 0:
+        return 0.0
+    centre = rate + z * z / (2 * n)
+    spread = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)
+
+
+def judge_defence(defended: dict[str, Sequence[float]], baseline: dict[str, Sequence[float]], floor: dict,
+                  thresholds: dict[str, float], *, utility: float, n_utility: int, chance: float, how: str,
+                  seed: int) -> dict:
+    """Judge one defended setting against the undefended one under the same attack and budget.
+
+    ``defended`` and ``baseline`` hold per-probe ``psnr`` and ``ssim`` of the best attack. Verdicts:
+    ``leaks`` (the defended setting still meets the leak rule), ``utility lost`` (it does not, but
+    its utility is not above chance: Wilson lower bound ≤ chance), ``nothing to defend`` (the
+    undefended setting does not leak under this attack either), else ``held``.
+    """
+    now = margins(defended, floor, thresholds, what="the defended setting", how=how, seed=seed)
+    base = margins(baseline, floor, thresholds, what="the undefended setting", how=how, seed=seed)
+    drops = {m: measure(f"{m}_drop", f"{m.upper()} drop from the undefended setting", baseline[m], defended[m],
+                        floor_kind="the defended setting, same attack and budget", how=how, seed=seed)
+             for m in METRICS}
+    low = wilson_low(utility, n_utility)
+    verdict = ("leaks" if leaks(now) else "utility lost" if low <= chance
+               else "nothing to defend" if not leaks(base) else "held")
+    return {
+        "verdict": verdict,
+        **{f"{m}_margin": round(now[m].margin or 0.0, 4) for m in METRICS},
+        **{f"{m}_margin_ci": _rounded(now[m].ci) for m in METRICS},
+        **{f"{m}_drop": round(drops[m].margin or 0.0, 4) for m in METRICS},
+        **{f"{m}_drop_ci": _rounded(drops[m].ci) for m in METRICS},
+        "utility_ci_low": round(low, 4), "chance": round(chance, 4),
+    }
+
+
+def _rounded(ci: list[float] | None) -> list[float] | None:
+    return None if ci is None else [round(v, 4) for v in ci]

@@ -1,0 +1,117 @@
+"""Many checkpoints per call: collection by content, one row per model, the worst exit code, report names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from auditor.batch import ScanRow, audit_many, audit_one, collect, report_names, worst_exit_code
+from auditor.config import ScanConfig
+from auditor.errors import ConfigError
+
+
+class Block(nn.Module):
+    """A residual block, so the default gate fails on arch.last-stage-skip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x)
+
+
+def _tree(root: Path) -> Path:
+    torch.manual_seed(0)
+    (root / "a" / "deep").mkdir(parents=True)
+    (root / ".git").mkdir()
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), root / "a" / "plain.pt")
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), Block()), root / "a" / "deep" / "skip.bin")
+    (root / "a" / "notes.txt").write_text("not a checkpoint")
+    (root / "a" / "broken.pt").write_bytes((root / "a" / "plain.pt").read_bytes()[:200])
+    torch.save(nn.Linear(2, 2), root / ".git" / "hidden.pt")
+    return root
+
+
+def test_collect_sniffs_content_and_applies_globs(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    found = [p.relative_to(root).as_posix() for p in collect([root])]
+    assert found == ["a/broken.pt", "a/plain.pt", "a/deep/skip.bin"]  # notes.txt and .git/ left out
+    assert [p.name for p in collect([root], include=["*.pt"])] == ["broken.pt", "plain.pt"]
+    assert [p.name for p in collect([root], exclude=["*/deep/*", "broken.pt"])] == ["plain.pt"]
+    named = root / "a" / "notes.txt"
+    assert collect([named, root / "a" / "plain.pt", named]) == [named, root / "a" / "plain.pt"]
+
+
+def test_audit_many_keeps_every_row_and_the_worst_exit_code(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    root = _tree(tmp_path)
+    config = ScanConfig(input_shape=(3, 8, 8))
+    rows = audit_many([root, root / "missing.pt"], config)
+    by_name = {Path(r.path).name: r for r in rows}
+    assert set(by_name) == {"broken.pt", "plain.pt", "skip.bin", "missing.pt"}
+    assert by_name["plain.pt"].verdict == "pass" and by_name["plain.pt"].exit_code == 0
+    assert by_name["skip.bin"].verdict == "fail" and by_name["skip.bin"].report is not None
+    assert by_name["broken.pt"].verdict == "error" and "truncated" in (by_name["broken.pt"].error or "")
+    assert by_name["missing.pt"].exit_code == 2 and "not found" in (by_name["missing.pt"].error or "")
+    assert all(f.fingerprint for r in rows if r.report for f in r.report.findings)
+    assert worst_exit_code(rows) == 2
+    assert worst_exit_code([r for r in rows if r.error is None]) == 1
+    for row in rows:  # serialisable: a remote executor can ship rows back
+        assert ScanRow.model_validate(json.loads(row.model_dump_json())) == row
+
+
+def test_audit_many_takes_an_executor(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    calls: list[Path] = []
+
+    def executor(fn, paths):  # type: ignore[no-untyped-def]
+        calls.extend(paths)
+        return [fn(p) for p in reversed(paths)]
+
+    rows = audit_many([root / "a" / "plain.pt", root / "a" / "notes.txt"], ScanConfig(input_shape=(3, 8, 8)),
+                      executor=executor)
+    assert calls == [root / "a" / "plain.pt", root / "a" / "notes.txt"]
+    assert [r.verdict for r in rows] == ["error", "pass"]
+
+
+def test_a_bug_in_one_audit_is_an_error_row_and_config_errors_stop_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    scan_module = importlib.import_module("auditor.scan")  # the package attribute `scan` is the function
+
+    def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(scan_module, "scan", boom)
+    row = audit_one(tmp_path / "x.pt", ScanConfig())
+    assert row.exit_code == 2 and row.error == "internal error: ZeroDivisionError: division by zero"
+
+    def bad_config(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConfigError("unknown plugin")
+
+    monkeypatch.setattr(scan_module, "scan", bad_config)
+    with pytest.raises(ConfigError):
+        audit_one(tmp_path / "x.pt", ScanConfig())
+
+
+def test_worst_exit_code_orders_error_over_fail_over_pass() -> None:
+    def row(code: int) -> ScanRow:
+        return ScanRow(path="m", verdict="x", exit_code=code)
+
+    assert worst_exit_code([]) == 0
+    assert worst_exit_code([row(0), row(1), row(0)]) == 1
+    assert worst_exit_code([row(1), row(2), row(0)]) == 2
+    assert worst_exit_code([row(0), row(3)]) == 3 and worst_exit_code([row(3), row(1)]) == 1
+
+
+def test_report_names_do_not_collide() -> None:
+    names = report_names(["a/model.pt", "b/model.pt", "a_model.pt", "A/Model.pt", "/abs/../x y.pt"])
+    assert len({n.lower() for n in names}) == 5
+    assert names[:2] == ["a_model.pt", "b_model.pt"] and names[2] == "a_model.pt-2"
+    assert all("/" not in n and " " not in n for n in names)
