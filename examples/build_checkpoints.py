@@ -14,6 +14,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 import warnings
 from collections.abc import Callable
@@ -87,8 +88,18 @@ def build_repvgg(out: Path) -> None:
         raise SystemExit(f"re-parameterisation changed the function: {error:.3e} > {TOLERANCE:g}")
     torch.save(train_form, out / "repvgg_train.pt")
     torch.save(deploy, out / "repvgg_deploy.pt")
-    _report(out / "repvgg_train.pt")
-    _report(out / "repvgg_deploy.pt")
+    torch.save(deploy_without_eps(train_form), out / "repvgg_deploy_no_eps.pt")
+    for name in ("repvgg_train.pt", "repvgg_deploy.pt", "repvgg_deploy_no_eps.pt"):
+        _report(out / name)
+
+
+def deploy_without_eps(train_form: torch.nn.Module) -> torch.nn.Module:
+    """Return a broken deploy form: fused as if every BatchNorm had eps = 0 (what reparam-check must catch)."""
+    broken = copy.deepcopy(train_form)
+    for m in broken.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.eps = 0.0
+    return reparameterize_model(broken).eval()
 
 
 BUILDERS: tuple[Callable[[Path], None], ...] = (build_resnet18, build_vit_small, build_repvgg)

@@ -4,8 +4,8 @@ Writes ``OUT/digits`` (manifest layout: ``train/``, ``test/``, 32x32 PNGs), trai
 ``test_resnet`` on it (``OUT/model.pt``), then runs one ``auditor harden`` command per rewrite,
 each auditing the model before and after with the same plugin, data, seed and budget:
 
-- ``rolss`` and ``ssf`` with ``model-inversion`` (seed 000's RoLSS / SSF against white-box class inversion),
-- ``cvb`` and ``precode`` with ``gradient-inversion`` (seed 004's bottlenecks against FedSGD gradient
+- ``rolss`` and ``ssf`` with ``model-inversion`` (Koh et al. 2024's RoLSS / SSF against white-box class inversion),
+- ``cvb`` and ``precode`` with ``gradient-inversion`` (Scheliga et al. 2023's bottlenecks against FedSGD gradient
   inversion; on the bottlenecked model the plugin also runs its Ignore and joint-epsilon attacks).
 
 It prints each command and a markdown table of the comparison (accuracy, every headline number and

@@ -14,6 +14,7 @@ from auditor.config import ScanConfig
 from auditor.data import load_data_dir
 from auditor.harden import HardenOptions, _splits, accuracy, fine_tune, harden
 from auditor.load.loaders import load_checkpoint
+from auditor.scan import scan
 
 timm = pytest.importorskip("timm")
 SHAPE = (3, 32, 32)
@@ -129,6 +130,9 @@ def test_saved_rewrites_rescan_to_the_in_memory_profile(digits: tuple[Path, Path
         torch.testing.assert_close(loaded.require_model()(x), expected)
     ssf = profile_model(load_checkpoint(root / "ssf-direct.pt").require_model(), SHAPE)
     assert [s.scale for s in ssf.skip_connections if s.stage == ssf.last_stage] == [0.2]
+    report = scan(root / "ssf-direct.pt", ScanConfig(input_shape=SHAPE, plugins=["architecture-risk"]))
+    last = [f for f in report.findings if f.rule_id == "arch.last-stage-skip"]
+    assert [f.severity.value for f in last] == ["medium"]  # SSF credited: the scale survived the save
 
 
 def test_both_audits_get_the_same_data_seed_budget_and_plugins(digits: tuple[Path, Path, float],
