@@ -71,10 +71,15 @@ def test_a_program_calling_anything_else_is_refused_at_load(tmp_path: Path, modu
         load_checkpoint(path)
 
 
-def test_private_attribute_paths_are_refused() -> None:
+@pytest.mark.parametrize(("op", "target", "args"), [
+    ("get_attr", "stem.__class__", ("tuple", [])),
+    ("call_method", "__reduce_ex__", ("tuple", [("node", "x"), ("value", 2)])),
+    ("call_function", ("builtins", "getattr"), ("tuple", [("node", "x"), ("value", "__class__")])),
+    ("call_function", ("builtins", "getattr"), ("tuple", [("node", "x"), ("node", "x")])),
+])
+def test_private_or_computed_attributes_are_refused(op: str, target: object, args: tuple) -> None:
     assert function_refusal("_operator", "add") is None and function_refusal("torch", "cat") is None
     model = RewrittenModel(apply_rewrite(_Net().eval(), "ssf", SHAPE).model)
-    node, _, _, args, kwargs = model.program[1]
-    model.program[1] = (node, "get_attr", "stem.__class__", args, kwargs)
-    with pytest.raises(ProgramError, match="private attribute"):
+    model.program[1] = (model.program[1][0], op, target, args, ("dict", []))
+    with pytest.raises(ProgramError, match="private attribute|literal attribute"):
         model.__setstate__(model.__dict__.copy())
