@@ -30,7 +30,9 @@ ATTACK_ACCURACY = Rule(
     remediation=("dp-sgd",),
     description=(
         "An independent evaluation model, trained on the private split, assigns the inverted "
-        "images to their target class well above chance."
+        "images to their target class more often than the strongest no-information guess (chance, the "
+        "search's unoptimised starting images, the mean image), with a class-permutation p-value below "
+        "p_value_max: the reconstructions of one class are one cluster, not independent trials."
     ),
 )
 LAST_STAGE_SKIPS = Rule(

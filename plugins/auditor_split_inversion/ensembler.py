@@ -191,7 +191,8 @@ def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor,
     attacks = {a: v[0] for a, v in scored.items()}
     best = max(attacks, key=lambda a: attacks[a]["psnr_mean"])
     return {"setting": name, "accuracy": accuracy(pipe, data["eval"], data["eval_y"]), "attacks": attacks,
-            "best_attack": best, "psnr": attacks[best]["psnr_mean"], "ssim": max(a["ssim_mean"] for a in attacks.values()),
+            "best_attack": best, "psnr": attacks[best]["psnr_mean"],
+            "ssim": max(a["ssim_mean"] for a in attacks.values()),
             "per_probe": {a: v[1] for a, v in scored.items()}}
 
 
@@ -292,7 +293,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
 
 
 def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
-    """Judge ``noise`` and ``ensembler`` against ``none`` with the leak rule; return ``out`` with verdicts, per-probe data removed.
+    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe data.
 
     Each defended row gets the verdict of its best attack against the ``none`` row's best attack
     (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -99,7 +100,7 @@ class SplitInversionPlugin:
         thresholds = thresholds_of(cfg)
         power, control = [], None
         if "rmle" in res["records"]:
-            clock.stage(SHARES["control"])
+            clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
             check, control = power_check(res["probes"], fl, thresholds, steps=res["records"]["rmle"]["steps_per_run"],
                                          tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
             power.append(check)
@@ -151,7 +152,7 @@ class SplitInversionPlugin:
 
     def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
                  ctx: RunContext, clock: Clock) -> dict | None:
-        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks, budget)."""
+        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
         k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
@@ -279,17 +280,18 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
     for metric, unit in (("psnr", "dB"), ("ssim", "")):
         series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
                       [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
+        series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
         svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
         arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
                                  f"{metric.upper()} per split and attack (mean ± SD over probes); dashed line = "
-                                 "mean-image floor"))
+                                 "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
         f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
         for r in rows for a, v in r["attacks"].items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
-                         description="per split and attack, next to the mean-image floor (settings: provenance)"))
+                         description="per split and attack, next to the floor (settings: provenance)"))
     probes = res["probes"][:8]
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
