@@ -165,7 +165,7 @@ def svg_markup(artifact: Artifact) -> Markup | None:
     """Return an ``image/svg+xml`` artifact's SVG, sanitised for inlining, else None."""
     if artifact.text is None or artifact.media_type.lower() != SVG_MEDIA_TYPE:
         return None
-    return sanitize_svg(artifact.text, artifact.description or artifact.name)
+    return sanitize_svg(artifact.text, artifact.description or artifact.name, prefix=slug(artifact.name))
 
 
 def safe_url(url: str | None) -> str | None:
