@@ -32,7 +32,10 @@ def _seed004_cnn() -> nn.Sequential:
 
 
 def _scan(tmp_path: Path, config: str | None = None) -> tuple[int, dict, dict]:
-    """Run ``auditor scan cnn.pt --input-shape 3,32,32 --plugins gradient-inversion`` (+ ``--config``); return code, report, run."""
+    """Run ``auditor scan cnn.pt --input-shape 3,32,32 --plugins gradient-inversion`` (+ ``--config``).
+
+    Returns the exit code, the JSON report and the plugin's run record.
+    """
     model = tmp_path / "cnn.pt"
     torch.save(_seed004_cnn(), model)
     args = ["scan", str(model), "--input-shape", "3,32,32", "--plugins", "gradient-inversion", "--quiet",
@@ -122,6 +125,7 @@ def test_same_seed_gives_the_same_numbers_on_a_random_layer(build) -> None:
     for global_seed, seed in ((1, 0), (2, 0), (3, 5)):
         torch.manual_seed(global_seed)  # the global RNG must not matter
         result = _run(model, seed=seed, iterations=5, search=False, control=False)
-        runs.append([(r["key"], r["per_image_ssim"], r["final_loss_mean"]) for r in result.metrics["settings"]])
+        rows = result.metrics["settings"]
+        runs.append([(r["key"], r["per_image_ssim"], r["final_loss_mean"]) for r in rows])
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]  # and the seed does
