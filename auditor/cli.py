@@ -99,12 +99,12 @@ _STDOUT = Path("-")
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
-        help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[Optional[list[str]], typer.Option(help="Only files matching this glob (path or name; "
+    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option(help="Skip files matching this glob (path or name; "
+    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
                                                               "repeatable).")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
@@ -113,7 +113,7 @@ def scan(
     input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
@@ -140,7 +140,7 @@ def scan(
                                                              "severity [default: high].")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
@@ -155,6 +155,12 @@ def scan(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
                                   "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
                                   "[default: inconclusive].")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
+                                                   "on a local Ray instance with this many CPUs (needs "
+                                                   "auditor[ray]).")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Submit the checkpoints' audits to "
+                                                       "this existing Ray cluster (e.g. ray://head:10001 or "
+                                                       "'auto').")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> int:
@@ -191,9 +197,14 @@ def scan(
                          "their bytes; check --include/--exclude)")
     if html_path is not None and len(targets) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
-    progress = _Progress(enabled=not quiet, config=config)
-    with progress:
-        rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+    if workers is not None and ray_address is not None:
+        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
+    if workers is not None or ray_address is not None:
+        rows = _audit_on_ray(targets, config, accepted, workers=workers, address=ray_address, quiet=quiet)
+    else:
+        progress = _Progress(enabled=not quiet, config=config)
+        with progress:
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
@@ -222,6 +233,33 @@ def scan(
         if written_paths:
             human.print("reports: " + ", ".join(safe(p) for p in written_paths))
     return code
+
+
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
+                  address: str | None, quiet: bool) -> list[ScanRow]:
+    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
+    from auditor.batch import ScanRow, audit_many
+    from auditor.config import resolve_device
+    from auditor.distributed import ray_executor, ray_session
+
+    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
+    finished: list[Path] = []
+
+    def failed(path: Path, error: str) -> ScanRow:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
+
+    def done(path: Path, row: ScanRow) -> None:
+        finished.append(path)
+        if not quiet:
+            _err.print(f"auditor: [{len(finished)}/{len(targets)}] {plain(str(path))}: {row.verdict} "
+                       f"(exit {row.exit_code})", markup=False)
+
+    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
+    if not quiet:
+        _err.print(f"auditor: auditing {len(targets)} checkpoint(s) on {plain(where)}", markup=False)
+    with ray_session(workers=workers, address=address):
+        return audit_many(targets, config, baseline=accepted,
+                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
 
 
 def _accept(result: tuple[Report, list[str]]) -> dict[str, Any]:
@@ -261,7 +299,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
             path.write_text(text, encoding="utf-8")
             written.append(path)
 
-    if json_path is not None:
+    if json_path is not None and (len(rows) > 1 or reports):  # one model that could not be audited: no report
         emit(json_path, _json_text(rows, code))
     if sarif_path is not None:
         emit(sarif_path, _sarif_text(rows, code))
@@ -306,14 +344,9 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 
 def _html_text(report: Report) -> str:
-    import tempfile
+    from auditor.report.render_html import render_html
 
-    from auditor.report.render_html import write_html
-
-    with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "report.html"
-        write_html(report, target)
-        return target.read_text(encoding="utf-8")
+    return render_html(report)
 
 
 def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
@@ -414,7 +447,7 @@ def list_plugins(
     model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
@@ -458,7 +491,7 @@ def reparam_check(
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
@@ -495,10 +528,13 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-def _rewrite_help() -> str:
-    from auditor.rewrite import REGISTRY
+#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
+#: (tests/test_cli.py checks they agree).
+REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
 
-    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+def _rewrite_help() -> str:
+    return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
 @app.command()
@@ -530,7 +566,7 @@ def harden(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
@@ -629,7 +665,7 @@ def split(
     onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
@@ -748,15 +784,26 @@ def diff(
 
 
 def _report_of(path: Path, config: ScanConfig) -> Report:
-    """Read a JSON report, or audit a checkpoint (with the config's baseline-free acceptances)."""
+    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
     import json
+
+    from pydantic import ValidationError
 
     from auditor.batch import audit_one
 
-    if path.is_file() and path.read_bytes()[:1] in (b"{", b" ", b"\n"):
+    data = None
+    if path.is_file():
+        with path.open("rb") as fh:
+            starts_like_json = fh.read(1) == b"{"
+        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+    if data is not None:
         try:
-            return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
+            return Report.model_validate(data)
+        except ValidationError as exc:
             raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
     row = audit_one(path, config)
     if row.report is None:

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-import torch
 
-from auditor._version import __version__
+from auditor.assemble import assemble_report, run_settings
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
 from auditor.errors import ConfigError
-from auditor.gate import summarize
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec, parse_input_spec, spec_from_model
 from auditor.load.formats import Container, sniff
@@ -23,25 +18,19 @@ from auditor.load.loaders import LoadedModel, load_checkpoint
 from auditor.load.problems import IMPORT_OPCODES
 from auditor.onnx import require
 from auditor.plugin.registry import PluginEntry, discover_plugins
-from auditor.plugin.runner import RunSettings, run_plugins
+from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
     CATEGORY_NO_MODEL,
-    ArchitectureProfile,
     Finding,
-    ModelInfo,
-    OnnxInfo,
     PluginRun,
-    Reference,
     Report,
     Severity,
-    ToolInfo,
 )
+from auditor.report.sources import cite
 
 _PICKLE_REFS = [
-    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
-              locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:pickle", title="Python pickle module documentation",
-              locator="'Restricting Globals' (the gate auditor loads through)"),
+    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
+    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 
@@ -115,35 +104,6 @@ def scan(
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
-
-
-def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
-    """Return the plugin runner's settings for a scan with ``config``."""
-    selected = tuple(config.plugins) if config.plugins is not None else None
-    return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
-                       graph_only=graph_only)
-
-
-def assemble_report(
-    config: ScanConfig,
-    device: torch.device,
-    *,
-    model: ModelInfo,
-    architecture: ArchitectureProfile | None,
-    findings: list[Finding],
-    plugins: list[PluginRun],
-    notes: list[str],
-    unsafe: bool = False,
-    onnx: OnnxInfo | None = None,
-) -> Report:
-    """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
-    findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
-                        on_inconclusive=config.on_inconclusive)
-    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
-    return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
-                  architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
-                  onnx=onnx)
 
 
 def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...] | TokenSpec, str]:

@@ -37,7 +37,7 @@ from auditor.report.model import (
     Report,
     Severity,
 )
-from auditor.scan import assemble_report, run_settings
+from auditor.assemble import assemble_report, run_settings
 
 FORMAT_ONNX = "onnx"
 LOADER = "onnx.load(load_external_data=False): protobuf parse, no code runs"

@@ -178,6 +178,9 @@ class Plugin(Protocol):
         requires: what the plugin needs (:class:`Requirements`).
         Config: a pydantic model whose defaults are the plugin's defaults.
         rules: the plugin's rule catalogue (:class:`Rule` records with stable ids).
+
+    A plugin may also set ``api_version`` (an int): the :data:`PLUGIN_API_VERSION` it was
+    written for. Discovery refuses a plugin that needs a newer API than this auditor provides.
     """
 
     name: str

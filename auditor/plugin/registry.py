@@ -18,7 +18,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pydantic import BaseModel
 
 from auditor.errors import PluginValidationError
-from auditor.plugin.api import Plugin, Requirements, Rule
+from auditor.plugin.api import PLUGIN_API_VERSION, Plugin, Requirements, Rule
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +110,7 @@ def validate_plugin(name: str, obj: object) -> None:
         raise PluginValidationError(name, "duplicate rule ids")
     if not callable(getattr(obj, "applicable")) or not callable(getattr(obj, "run")):
         raise PluginValidationError(name, "applicable and run must be callable")
+    wanted = getattr(obj, "api_version", None)
+    if wanted is not None and not (isinstance(wanted, int) and 1 <= wanted <= PLUGIN_API_VERSION):
+        raise PluginValidationError(name, f"built for plugin API {wanted!r}; this auditor provides API "
+                                          f"{PLUGIN_API_VERSION} (upgrade auditor or the plugin)")

@@ -108,6 +108,14 @@ def _run_one(
     if plugin.requires.data and settings.data is None:
         return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
                          reason="needs --data; nothing is run on made-up data", **base), []
+    if plugin.requires.labels and not getattr(settings.data, "classes", ()):
+        return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
+                         reason="needs labelled --data (one folder per class, or a labels column); none were given",
+                         **base), []
+    if plugin.requires.split_point and not profile.split_points:
+        return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE,
+                         reason="needs a split point, and the graph has none (no single tensor carries everything)",
+                         **base), []
     budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
     own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
     ctx = RunContext(

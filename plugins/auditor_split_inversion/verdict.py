@@ -46,9 +46,9 @@ def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: t
                 guesses[f"class-conditional mean of the {name} (auxiliary data)"] = pool["class-conditional mean image"]
     scored = {kind: [image_scores(p, g, "clamp") for p, g in zip(probes.cpu(), imgs)] for kind, imgs in guesses.items()}
     best = {m: [max(s[i][m] for s in scored.values()) for i in range(len(probes))] for m in METRICS}
-    return {**best, "kind": "best per probe of: " + "; ".join(scored),
-            "psnr_mean": round(sum(best["psnr"]) / len(probes), 4), "ssim_mean": round(sum(best["ssim"]) / len(probes), 4),
-            "guesses": {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}}
+    means = {f"{m}_mean": round(sum(best[m]) / len(probes), 4) for m in METRICS}
+    guessed = {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}
+    return {**best, **means, "kind": "best per probe of: " + "; ".join(scored), "guesses": guessed}
 
 
 def margins(scores: dict[str, Sequence[float]], floor: dict, thresholds: dict[str, float], *, what: str, how: str,

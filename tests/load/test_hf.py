@@ -141,7 +141,7 @@ def _no_config(d: Path) -> None:
     (_renamed_key, "missing transformer.h.0.ln_1.weight (1); unexpected transformer.h.0.ln_1.scale (1)"),
     (_remote_code, "auto_map"),
     (_missing_shard, "names missing shard(s): model-00002-of-00002.safetensors"),
-    (_no_config, "a directory without config.json"),
+    (_no_config, "holds weights only (safetensors); pass --arch"),  # a plain folder is searched for checkpoints
 ])
 def test_bad_hf_dir_exits_2_with_one_line(
     gpt2_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Callable[[Path], None], message: str

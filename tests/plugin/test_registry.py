@@ -80,3 +80,14 @@ def test_discovery_does_not_import_the_attacks_heavy_libraries() -> None:
             "print(sorted(m for m in ('sklearn', 'scipy', 'skimage') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_plugin_needing_a_newer_api_is_refused() -> None:
+    from auditor.plugin import PLUGIN_API_VERSION
+
+    plugin = FakePlugin("future")
+    plugin.api_version = PLUGIN_API_VERSION  # type: ignore[attr-defined]
+    validate_plugin("future", plugin)
+    plugin.api_version = PLUGIN_API_VERSION + 1  # type: ignore[attr-defined]
+    with pytest.raises(PluginValidationError, match=f"provides API {PLUGIN_API_VERSION}"):
+        validate_plugin("future", plugin)

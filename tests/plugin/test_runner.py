@@ -136,3 +136,21 @@ def test_a_static_plugin_needs_no_positive_control() -> None:
     plugin.family = "static"
     (run,), _ = _run(plugin)
     assert run.status == "ok"
+
+
+def test_declared_labels_and_split_points_are_enforced() -> None:
+    from types import SimpleNamespace
+
+    wants_labels = FakePlugin("labels", requires=Requirements(budget_s=5, data=True, labels=True))
+    (run,), _ = _run(wants_labels, data=SimpleNamespace(classes=()))
+    assert (run.status, run.category) == ("skipped", "missing-data") and "labelled --data" in run.reason
+    (run,), _ = _run(wants_labels, data=SimpleNamespace(classes=("0", "1")))
+    assert run.status == "ok"
+    wants_split = FakePlugin("split", requires=Requirements(budget_s=5, split_point=True))
+    flat = profile_model(nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 2)), (3, 8, 8))
+    entries = [PluginEntry("split", wants_split, "test", "0")]
+    (run,), _ = run_plugins(entries, model=_MODEL, profile=flat.model_copy(update={"split_points": []}), configs={},
+                            settings=RunSettings(device=torch.device("cpu")))
+    assert (run.status, run.category) == ("skipped", "not-applicable")
+    (run,), _ = _run(wants_split)
+    assert run.status == "ok" and _PROFILE.split_points
