@@ -78,7 +78,7 @@ class GradientInversionPlugin:
         cfg = ctx.config_as(GradientInversionConfig)
         model = ctx.model.to(ctx.device)
         shape = tuple(ctx.profile.input_shape)
-        images, labels, data_desc, real_labels = _private_inputs(ctx.data, shape, cfg)
+        images, labels, data_desc, pool = _private_inputs(ctx.data, shape, cfg)
         bn_note = _set_mode(model, cfg.bn_mode, images[:1].to(ctx.device))
         with torch.no_grad(), seeded_rng(ctx.seed, ctx.device):
             num_classes = int(model(images[:1].to(ctx.device)).shape[-1])
@@ -102,7 +102,7 @@ class GradientInversionPlugin:
             check_budget=ctx.check_budget,
         )
         known = cfg.label_mode == "known"
-        floors, floor_kind = _floors(camp, cfg, known, real_labels)
+        floors, floor_kind = _floors(camp, known, pool)
         findings, skipped, undecided = _analytic(camp, ctx.profile), [], []
         split = split_parameters(model)
         all_names = [n for n, _ in model.named_parameters()]
@@ -192,23 +192,34 @@ class GradientInversionPlugin:
         )
 
 
+#: Images of ``--data`` beside the probes that the floors may use as the attacker's knowledge of the data.
+FLOOR_POOL = 200
+
+
 def _private_inputs(
     data: DataBundle | None, shape: tuple[int, ...], cfg: GradientInversionConfig
-) -> tuple[torch.Tensor, torch.Tensor, str, bool]:
-    """Return the images to protect (``--data``, else bundled probes) and whether their labels are real."""
+) -> tuple[torch.Tensor, torch.Tensor, str, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Return the probes to protect, their labels, a description and the floor pool.
+
+    With ``--data`` the probes are a seeded sample of the ``train`` split (else the first split)
+    and the pool (up to :data:`FLOOR_POOL` other images of it, with labels) is what the attacker
+    may know of the data distribution; bundled probes have no pool and a made-up label.
+    """
     n = cfg.images or 1
     if data is not None:
         split = data.splits.get("train") or next(iter(data.splits.values()))
-        imgs, labels = split.tensors(shape, limit=n, seed=0)
+        imgs, labels = split.tensors(shape, limit=n + FLOOR_POOL, seed=0)
+        pool = (imgs[n:], labels[n:]) if imgs.shape[0] > n else None
         return (
-            imgs,
-            labels,
-            f"--data {data.root} split '{split.name}', {imgs.shape[0]} images with their labels",
-            True,
+            imgs[:n],
+            labels[:n],
+            f"--data {data.root} split '{split.name}', {min(n, imgs.shape[0])} images with their labels; "
+            f"floors from {imgs.shape[0] - n if pool else 0} other images of it",
+            pool,
         )
     imgs, names = default_probe_images(shape, n)
     labels = torch.full((imgs.shape[0],), cfg.probe_label, dtype=torch.long)
-    return imgs, labels, f"scikit-image bundled images {names}, label {cfg.probe_label} (no --data)", False
+    return imgs, labels, f"scikit-image bundled images {names}, label {cfg.probe_label} (no --data)", None
 
 
 def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
@@ -229,22 +240,28 @@ def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
 
 
 def _floors(
-    camp: Campaign, cfg: GradientInversionConfig, known: bool, real_labels: bool
+    camp: Campaign, known: bool, pool: tuple[torch.Tensor, torch.Tensor] | None
 ) -> tuple[dict[str, list[float]], str]:
-    """Score the strongest no-information guess per probe: the probe-set mean, and the class mean.
+    """Score the strongest no-information guess per probe: the data mean, and the class mean.
 
-    The class-conditional guess uses the true labels of ``--data`` when the attacker knows them, or
-    the labels it reads off the head's gradient (batch 1) in ``recovered`` mode; bundled probes carry
-    a made-up label, so they get the probe-set mean only.
+    The guesses are means over the pool of other ``--data`` images (else over the other probes).
+    The class-conditional guess uses the probe's true label when the attacker knows it, or the
+    label it reads off the head's gradient (batch 1) in ``recovered`` mode; bundled probes carry a
+    made-up label, so they get the probe-set mean only.
     """
     labels = None
-    if real_labels and known:
-        labels = camp.labels
-    elif not known and camp.head is not None:
+    if not known and camp.head is not None:
         _, x, y = camp.batches(1)
         labels = camp.attacker_labels(x, y, camp.victim_noise(x), known=False)[0].flatten().cpu()
-    floors, kind = image_floor_scores(camp.images, labels, scaling=camp.scaling)
-    return floors, kind
+    elif known and pool is not None:
+        labels = camp.labels
+    return image_floor_scores(
+        camp.images,
+        labels,
+        pool=pool[0] if pool else None,
+        pool_labels=pool[1] if pool else None,
+        scaling=camp.scaling,
+    )
 
 
 def _stages(cfg: GradientInversionConfig) -> list[list[IGSettings]]:

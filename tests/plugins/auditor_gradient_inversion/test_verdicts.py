@@ -129,3 +129,21 @@ def test_same_seed_gives_the_same_numbers_on_a_random_layer(build) -> None:
         runs.append([(r["key"], r["per_image_ssim"], r["final_loss_mean"]) for r in rows])
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]  # and the seed does
+
+
+def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path) -> None:
+    import numpy as np
+
+    from tests.plugins.output_attacks._digits import SHAPE, TinyCNN, write_manifest
+
+    bundle = write_manifest(tmp_path, {"train": np.arange(120)})
+    torch.manual_seed(0)
+    model = TinyCNN()
+    config = GradientInversionConfig(images=6, iterations=20, group_iterations=0, search=False)
+    ctx = RunContext(model=model, profile=profile_model(model, SHAPE), config=config, data=bundle,
+                     device=torch.device("cpu"), seed=0, budget_s=300, plugin_name=plugin.name)
+    result = plugin.run(ctx)
+    ssim = next(m for m in result.headline if m.name == "ssim")
+    assert "class-conditional mean image" in ssim.floor_kind and "114 other images" in result.provenance["data"]
+    assert ssim.floor > 0.3  # what the class-mean digit scores with no gradient at all
+    assert ssim.margin == pytest.approx(ssim.value - ssim.floor)
