@@ -519,22 +519,34 @@ def _stochastic(
     )
     verdict["drop"] = drop.model_dump()
     verdict["strongest_attack"] = strongest
-    if not verdict["baseline_leaks"]:
-        verdict["verdict"] = (
-            "cannot tell: the undefended model did not leak at this budget either "
-            f"(SSIM {baseline['ssim_mean']:.2f})"
-        )
-    elif any(verdict["leaks"].values()):
-        verdict["verdict"] = f"bypassed: {strongest} reconstructs through the defence"
-    elif drop.ci is not None and drop.ci[0] > 0 or drop.ci is None and (drop.margin or 0) >= MARGIN_SSIM:
-        verdict["verdict"] = (
-            "held at this budget: every attack stays below its leak threshold, and below the baseline"
-        )
-    else:
-        verdict["verdict"] = (
-            "cannot tell: the drop from the undefended baseline is within the noise of the probes"
-        )
+    verdict["verdict"] = defence_verdict(
+        verdict["baseline_leaks"], any(verdict["leaks"].values()), drop, strongest,
+        rows[strongest]["ssim_mean"], baseline["ssim_mean"],
+    )
     return verdict
+
+
+def defence_verdict(
+    baseline_leaks: bool, attack_leaks: bool, drop: Measurement, strongest: str, attack: float, base: float
+) -> str:
+    """Say whether a stochastic defence held, was bypassed, or cannot be judged, against its baseline.
+
+    Held needs a leaking baseline, no leaking attack on the defended model, and a drop of at least
+    :data:`MARGIN_SSIM` with its interval above 0.
+    """
+    if not baseline_leaks:
+        return f"cannot tell: the undefended model did not leak at this budget either (SSIM {base:.2f})"
+    if attack_leaks:
+        return f"bypassed: {strongest} reconstructs through the defence"
+    if (drop.margin or 0) >= MARGIN_SSIM and (drop.ci is None or drop.ci[0] > 0):
+        return (
+            f"held at this budget: every attack stays below its leak threshold, at least {MARGIN_SSIM} "
+            "SSIM below the undefended baseline"
+        )
+    return (
+        f"cannot tell: the strongest attack ({strongest}, SSIM {attack:.2f}) is less than {MARGIN_SSIM} "
+        f"below the undefended baseline ({base:.2f}) or its interval reaches 0"
+    )
 
 
 def _rank_groups(

@@ -25,7 +25,8 @@ RECONSTRUCTION = Rule(
     ),
     remediation=("secure-aggregation", "dp-sgd", "cvb"),
     description="Inverting Gradients (best of a search of its settings) reached mean SSIM >= 0.5 and beat "
-    "the strongest no-information guess (data or class mean image) by >= 0.1, CI above 0 (FedSGD, one client).",
+    "the strongest no-information guess (data or class mean image) by >= 0.1, CI above 0 (FedSGD, one "
+    "client).",
 )
 PARTIAL = Rule(
     id="gia.partial-leakage",
@@ -78,14 +79,14 @@ BYPASSED = Rule(
 )
 DEFENCE_HELD = Rule(
     id="gia.stochastic-defence-held",
-    title="A stochastic defence held against plain, Ignore and joint-eps IG, compared with the undefended model",
+    title="A stochastic defence held against plain, Ignore and joint-eps IG, against the undefended model",
     severity=Severity.INFO,
     references=(cite("seed-004", "Eq. 4, Table I (plain IG is blind to the noise, Ignore is not)"),),
     remediation=(
         "None needed at this budget; re-audit with a larger --budget before relying on the defence.",
     ),
     description="The undefended model (noise held at 0) leaks, no attack on the defended model does, and the "
-    "SSIM drop between them has a CI above 0, at the stated setting and budget only.",
+    "SSIM drop between them is >= 0.1 with a CI above 0, at the stated setting and budget only.",
 )
 GROUP_LEAK = Rule(
     id="gia.group-leakage",

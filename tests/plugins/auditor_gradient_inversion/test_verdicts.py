@@ -147,3 +147,26 @@ def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path)
     assert "class-conditional mean image" in ssim.floor_kind and "114 other images" in result.provenance["data"]
     assert ssim.floor > 0.3  # what the class-mean digit scores with no gradient at all
     assert ssim.margin == pytest.approx(ssim.value - ssim.floor)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "attack", "expected"),
+    [
+        ([0.52, 0.54], [0.49, 0.50], "cannot tell"),  # measured on CVB@P1: joint-eps 0.49 vs baseline 0.53
+        ([0.45, 0.47], [0.05, 0.06], "cannot tell"),  # issue 12: the undefended model itself did not leak
+        ([0.62, 0.66], [0.20, 0.24], "held"),
+        ([0.62, 0.66], [0.58, 0.70], "bypassed"),
+    ],
+)
+def test_a_defence_holds_only_against_a_leaking_baseline_by_a_real_margin(
+    baseline: list[float], attack: list[float], expected: str
+) -> None:
+    from auditor_gradient_inversion.plugin import defence_verdict
+
+    from auditor.plugin import measure
+
+    floors = [0.0, 0.0]
+    base, att = measure("ssim", "", baseline, floors), measure("ssim", "", attack, floors)
+    drop = measure("ssim-drop", "", baseline, attack)
+    text = defence_verdict(leaks(base), leaks(att), drop, "joint-eps", att.value, base.value)
+    assert text.startswith(expected)
