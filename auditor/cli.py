@@ -99,12 +99,12 @@ _STDOUT = Path("-")
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
-        help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[Optional[list[str]], typer.Option(help="Only files matching this glob (path or name; "
+    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option(help="Skip files matching this glob (path or name; "
+    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
                                                               "repeatable).")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
@@ -113,7 +113,7 @@ def scan(
     input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
@@ -140,7 +140,7 @@ def scan(
                                                              "severity [default: high].")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
@@ -344,14 +344,9 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 
 def _html_text(report: Report) -> str:
-    import tempfile
+    from auditor.report.render_html import render_html
 
-    from auditor.report.render_html import write_html
-
-    with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "report.html"
-        write_html(report, target)
-        return target.read_text(encoding="utf-8")
+    return render_html(report)
 
 
 def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
@@ -452,7 +447,7 @@ def list_plugins(
     model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
@@ -496,7 +491,7 @@ def reparam_check(
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
@@ -533,10 +528,13 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-def _rewrite_help() -> str:
-    from auditor.rewrite import REGISTRY
+#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
+#: (tests/test_cli.py checks they agree).
+REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
 
-    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+def _rewrite_help() -> str:
+    return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
 @app.command()
@@ -568,7 +566,7 @@ def harden(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
@@ -667,7 +665,7 @@ def split(
     onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
@@ -786,15 +784,26 @@ def diff(
 
 
 def _report_of(path: Path, config: ScanConfig) -> Report:
-    """Read a JSON report, or audit a checkpoint (with the config's baseline-free acceptances)."""
+    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
     import json
+
+    from pydantic import ValidationError
 
     from auditor.batch import audit_one
 
-    if path.is_file() and path.read_bytes()[:1] in (b"{", b" ", b"\n"):
+    data = None
+    if path.is_file():
+        with path.open("rb") as fh:
+            starts_like_json = fh.read(1) == b"{"
+        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+    if data is not None:
         try:
-            return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
+            return Report.model_validate(data)
+        except ValidationError as exc:
             raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
     row = audit_one(path, config)
     if row.report is None:

@@ -23,16 +23,14 @@ from auditor.report.model import (
     CATEGORY_NO_MODEL,
     Finding,
     PluginRun,
-    Reference,
     Report,
     Severity,
 )
+from auditor.report.sources import cite
 
 _PICKLE_REFS = [
-    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
-              locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:pickle", title="Python pickle module documentation",
-              locator="'Restricting Globals' (the gate auditor loads through)"),
+    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
+    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 

@@ -387,3 +387,39 @@ def test_plugins_command_takes_import(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(["plugins", str(path), "--input-shape", "4,8,8"]) == 2
     assert "refused" in capsys.readouterr().err
     assert run_cli(["plugins", str(path), "--input-shape", "4,8,8", "--import", _Residual.__module__]) == 0
+
+
+def test_version_and_help_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom auditor.cli import run_cli\n"
+            "for args in (['version'], ['--version'], ['--help'], ['scan', '--help'], ['harden', '--help']):\n"
+            "    assert run_cli(args) == 0, args\n"
+            "heavy = sorted(m for m in ('torch', 'torchvision', 'timm', 'numpy', 'jinja2') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_rewrite_ids_in_the_help_match_the_registry() -> None:
+    from auditor.cli import REWRITE_IDS
+    from auditor.rewrite import REGISTRY
+
+    assert list(REWRITE_IDS) == list(REGISTRY)
+
+
+def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    import auditor.cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(auditor.cli, "_err", Console(file=screen, force_terminal=True, width=120))
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
+    shown = screen.getvalue()
+    assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences
+    assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err

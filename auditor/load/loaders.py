@@ -31,6 +31,7 @@ from auditor.load.digest import sha256_file
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.problems import RefusedWhileLoading
 from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
 from auditor.load.unpickler import gated_pickle_module
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
@@ -126,7 +127,16 @@ def load_checkpoint(
                          **common)
         return LoadedModel(None, info, notes)
 
-    done = _materialise(sniffed, arch, allowed, notes)
+    try:
+        done = _materialise(sniffed, arch, allowed, notes)
+    except RefusedWhileLoading as exc:
+        logger.warning("%s: refused while loading: %s", path, exc.reason)
+        safety.verdict = "unsafe"
+        safety.issues.append(LoadIssue(pickle=exc.member or path.name, module=exc.module, name=exc.name,
+                                       opcode=exc.opcode, position=0, reason=exc.reason))
+        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, sha256=hashing.result(),
+                         **common)
+        return LoadedModel(None, info, notes)
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
@@ -246,7 +256,7 @@ def _torch_load(
     try:
         obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed), weights_only=False,
                          mmap=mmap)
-    except InputError:
+    except (InputError, RefusedWhileLoading):
         raise
     except Exception as exc:  # translated at this boundary
         raise _translate(exc, path, "torch.load") from exc

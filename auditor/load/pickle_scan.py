@@ -48,6 +48,7 @@ _STRING_OPS = frozenset(
     {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"}
 )
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_LARGE_PUTS = frozenset({"PUT", "LONG_BINPUT"})  # memo slots past the opcode's own offset are refused
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
@@ -223,7 +224,11 @@ class _Replay:
                     if code == 114:  # LONG_BINPUT
                         if len(stack) == floor:
                             raise _Malformed("LONG_BINPUT with nothing to memoise")
-                        memo[uint4(data, i + 1)[0]] = stack[-1]
+                        key = uint4(data, i + 1)[0]
+                        if key > i:  # memo slots are numbered in order: slot n needs n earlier opcodes
+                            raise _Malformed(f"LONG_BINPUT to memo slot {key} (the unpickler would allocate a "
+                                             "memo table that large)")
+                        memo[key] = stack[-1]
                         last, i = i, i + 5
                         continue
                     effect = plain[code]
@@ -331,7 +336,10 @@ class _Replay:
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
             stack.append(_OPAQUE)
         elif name in _PUT_OPS or name == "MEMOIZE":
-            memo[len(memo) if name == "MEMOIZE" else int(arg)] = self._top(name)  # type: ignore[call-overload]
+            top, key = self._top(name), len(memo) if name == "MEMOIZE" else int(arg)  # type: ignore[call-overload]
+            if name in _LARGE_PUTS and key > i:
+                raise _Malformed(f"{name} to memo slot {key} (the unpickler would allocate a memo table that large)")
+            memo[key] = top
         elif name in _GET_OPS:
             if arg not in memo:
                 raise _Malformed(f"{name} of unset memo slot {arg}")

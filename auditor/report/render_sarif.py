@@ -38,7 +38,7 @@ _SECURITY_SEVERITY = {
     Severity.LOW: "3.0",
     Severity.INFO: "0.1",
 }
-_PLUGIN_LEVELS = {"error": "error", "skipped": "note"}
+_PLUGIN_LEVELS = {"error": "error", "inconclusive": "warning", "skipped": "note"}
 
 
 def sarif_level(severity: Severity) -> str:

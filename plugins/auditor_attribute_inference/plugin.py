@@ -16,12 +16,15 @@ from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
     Artifact,
+    Measurement,
     PluginResult,
     PluginSkipped,
+    PowerCheck,
     Requirements,
     Rule,
     RunContext,
     load_image,
+    measure,
 )
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from auditor_attribute_inference.rules import ATTRIBUTE_LEAK, RULES
@@ -48,13 +51,8 @@ class AttributeInferencePlugin:
         return Applicability(True, "reads a representation through a forward hook")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Hook the representation, fit the attack MLP on half the pairs, score the other half."""
-        from sklearn.exceptions import ConvergenceWarning  # sklearn: imported when run, not at discovery
-        from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
-        from sklearn.model_selection import train_test_split
-        from sklearn.neural_network import MLPClassifier
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
+        """Hook the representation, fit the attack MLP on half the pairs, score the other half against the label."""
+        from sklearn.model_selection import train_test_split  # sklearn: imported when run, not at discovery
 
         cfg = ctx.config_as(AttributeInferenceConfig)
         bundle = ctx.data
@@ -72,77 +70,79 @@ class AttributeInferencePlugin:
         order = np.random.default_rng(ctx.seed).permutation(len(paths))[: cfg.max_samples]
         paths, values = [paths[i] for i in order], values[order]
         layer, module = self._layer(ctx.model, cfg.layer)
-        feats = self._representations(ctx, module, cfg.layer is None, paths)
-        xtr, xte, ytr, yte = train_test_split(
-            feats, values, test_size=cfg.attack_test_fraction, random_state=ctx.seed, stratify=values
+        feats, predicted = self._representations(ctx, module, cfg.layer is None, paths)
+        tr, te = train_test_split(
+            np.arange(len(values)), test_size=cfg.attack_test_fraction, random_state=ctx.seed, stratify=values
         )
-        attack = make_pipeline(
-            StandardScaler(),
-            MLPClassifier(hidden_layer_sizes=(cfg.hidden,), max_iter=500, random_state=ctx.seed),
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)  # a fixed epoch budget, not a failure
-            attack.fit(xtr, ytr)
-        pred = attack.predict(xte)
-        values_tr, counts_tr = np.unique(ytr, return_counts=True)
-        majority = values_tr[np.argmax(counts_tr)]  # ties: the first value in sorted order
-        base = np.full_like(yte, majority)
-        rng = np.random.default_rng(ctx.seed)
-        boot = [
-            accuracy_score(yte[i], pred[i])
-            for i in (rng.integers(0, len(yte), len(yte)) for _ in range(cfg.bootstrap))
-        ]
-        lo, hi = np.percentile(boot, [2.5, 97.5])
-        m = {
-            "accuracy": round(float(accuracy_score(yte, pred)), 4),
-            "accuracy_ci95": [round(float(lo), 4), round(float(hi), 4)],
-            "macro_f1": round(float(f1_score(yte, pred, average="macro")), 4),
-            "balanced_accuracy": round(float(balanced_accuracy_score(yte, pred)), 4),
-            "majority_baseline_accuracy": round(float(accuracy_score(yte, base)), 4),
-            "majority_baseline_macro_f1": round(float(f1_score(yte, base, average="macro")), 4),
-        }
-        m["leaks"] = bool(
-            lo > m["majority_baseline_accuracy"] and m["macro_f1"] > m["majority_baseline_macro_f1"]
-        )
+        m = _attack(cfg, feats, predicted, values, tr, te, ctx.seed)
+        planted = _planted(feats, predicted, ctx.seed)
+        control = _attack(cfg, feats, predicted, planted, tr, te, ctx.seed)
         metrics: dict[str, Any] = {
             "attribute": attribute,
             "layer": layer,
             "representation_dim": int(feats.shape[1]),
-            "attack_train_pairs": len(ytr),
-            "attack_test_pairs": len(yte),
+            "attack_train_pairs": len(tr),
+            "attack_test_pairs": len(te),
             "attribute_values": {str(c): int(n) for c, n in zip(*np.unique(values, return_counts=True))},
-            **m,
+            **{k: v for k, v in m.items() if not k.startswith("_")},
+            "positive_control": {k: v for k, v in control.items() if not k.startswith("_")},
         }
         findings = []
         if m["leaks"]:
             findings.append(
                 ATTRIBUTE_LEAK.finding(
-                    message=f"{attribute!r} is predicted from {layer} with accuracy {m['accuracy']:.3f} (95% CI "
-                    f"{lo:.3f}-{hi:.3f}) vs a majority baseline of {m['majority_baseline_accuracy']:.3f}; "
-                    f"macro-F1 {m['macro_f1']:.3f} vs {m['majority_baseline_macro_f1']:.3f}",
+                    message=f"{attribute!r} is predicted from {layer} with accuracy {m['accuracy']:.3f} vs "
+                    f"{m['label_baseline_accuracy']:.3f} from the model's predicted label alone (margin 95% CI "
+                    f"{m['margin_ci95'][0]:+.3f} to {m['margin_ci95'][1]:+.3f}); macro-F1 {m['macro_f1']:.3f} "
+                    f"vs {m['label_baseline_macro_f1']:.3f}",
                     location=layer,
-                    evidence={k: metrics[k] for k in ("attribute", "layer", *m)},
+                    evidence={k: metrics[k] for k in ("attribute", "layer", *m) if not k.startswith("_")},
                 )
             )
         how = (
             f"2-layer MLP (hidden {cfg.hidden}, standardised inputs, sklearn, seed {ctx.seed}) trained on "
-            f"{len(ytr)} pairs, scored on {len(yte)} held-out pairs (stratified split)"
+            f"{len(tr)} pairs, scored on {len(te)} held-out pairs (stratified split)"
+        )
+        base_how = (
+            "the attribute an attacker predicts from the model's predicted label alone (the most frequent "
+            "attribute value per predicted label among the attack-training pairs)"
         )
         provenance = {
             "method": how,
+            "baseline": base_how,
             "data": str(bundle.root),
             "representation": f"{layer} ({'input' if cfg.layer is None else 'output'})",
-            "ci": f"95% bootstrap over held-out pairs, {cfg.bootstrap} resamples",
+            "ci": f"95% paired bootstrap over held-out pairs, {cfg.bootstrap} resamples",
         }
+        headline = [
+            m["_accuracy"].model_copy(update={"label": f"attribute {attribute!r} accuracy from {layer}",
+                                              "how": f"{how}; floor: {base_how}"}),
+            Measurement(name="macro_f1", label=f"attribute {attribute!r} macro-F1 from {layer}",
+                        value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
+                        margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
+                        threshold=0.0, how=f"{how}; floor: {base_how}"),
+        ]
+        power = PowerCheck(
+            control="planted attribute: a random direction of the representation, thresholded at its median "
+            "within each predicted label (recoverable from the representation, not from the label)",
+            metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
+            value=control["margin_ci95"][0],
+            required=0.0,
+            passed=bool(control["leaks"]),
+            how=f"the same attack on the same {len(tr)}/{len(te)} pairs; control accuracy {control['accuracy']:.3f} "
+            f"vs baseline {control['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
+        )
         return PluginResult(
             findings=findings,
             metrics=metrics,
             provenance=provenance,
+            headline=headline,
+            power=[power],
             artifacts=[
                 Artifact(
                     name="aia-table.csv",
                     media_type="text/csv",
-                    text=_table(m, how),
+                    text=_table(m, how, base_how),
                     description=f"attribute {attribute!r} from {layer}",
                 )
             ],
@@ -180,8 +180,8 @@ class AttributeInferencePlugin:
     @torch.no_grad()
     def _representations(
         self, ctx: RunContext, module: nn.Module, use_input: bool, paths: list[Path]
-    ) -> np.ndarray:
-        """Run the model on the images and collect the hooked representation, flattened."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Run the model on the images; return the hooked representation (flattened) and the predicted labels."""
         shape = tuple(ctx.profile.input_shape)
         seen: list[torch.Tensor] = []
 
@@ -190,24 +190,122 @@ class AttributeInferencePlugin:
 
         model = ctx.model.to(ctx.device).eval()
         handle = module.register_forward_hook(hook)
+        predicted = []
         try:
             for start in range(0, len(paths), 128):
                 ctx.check_budget()
                 batch = torch.stack([load_image(p, shape) for p in paths[start : start + 128]])
-                model(batch.to(ctx.device))
+                predicted.append(model(batch.to(ctx.device)).argmax(1).cpu())
         finally:
             handle.remove()
-        return torch.cat(seen).numpy()
+        return torch.cat(seen).numpy(), torch.cat(predicted).numpy()
 
 
-def _table(m: dict[str, Any], how: str) -> str:
+def _attack(
+    cfg: AttributeInferenceConfig,
+    feats: np.ndarray,
+    predicted: np.ndarray,
+    values: np.ndarray,
+    tr: np.ndarray,
+    te: np.ndarray,
+    seed: int,
+) -> dict[str, Any]:
+    """Fit the attack MLP on the ``tr`` pairs; score it on ``te`` beside the majority and predicted-label baselines.
+
+    ``_accuracy`` holds the accuracy beside the predicted-label baseline as a :class:`Measurement`
+    (paired bootstrap over held-out pairs).
+    """
+    from sklearn.exceptions import ConvergenceWarning  # sklearn: imported when run, not at discovery
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    attack = make_pipeline(
+        StandardScaler(), MLPClassifier(hidden_layer_sizes=(cfg.hidden,), max_iter=500, random_state=seed)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a fixed epoch budget, not a failure
+        attack.fit(feats[tr], values[tr])
+    yte, pred = values[te], attack.predict(feats[te])
+    base = label_baseline(predicted[tr], values[tr], predicted[te])
+    vals, counts = np.unique(values[tr], return_counts=True)
+    majority = np.full_like(yte, vals[np.argmax(counts)])  # ties: the first value in sorted order
+    accuracy = measure("accuracy", "attribute accuracy", (pred == yte).astype(float), (base == yte).astype(float),
+                       floor_kind="predicted label alone", threshold=0.0, n_boot=cfg.bootstrap, seed=seed)
+    rng = np.random.default_rng(seed)
+    codes = {v: k for k, v in enumerate(np.unique(np.concatenate([yte, pred, base])))}
+    t, p_, b = (np.array([codes[v] for v in arr]) for arr in (yte, pred, base))
+    idx = rng.integers(0, len(yte), (cfg.bootstrap, len(yte)))
+    f1_d = macro_f1(t[idx], p_[idx], len(codes)) - macro_f1(t[idx], b[idx], len(codes))
+    m: dict[str, Any] = {
+        "accuracy": round(float(accuracy_score(yte, pred)), 4),
+        "macro_f1": round(float(f1_score(yte, pred, average="macro")), 4),
+        "balanced_accuracy": round(float(balanced_accuracy_score(yte, pred)), 4),
+        "label_baseline_accuracy": round(float(accuracy_score(yte, base)), 4),
+        "label_baseline_macro_f1": round(float(f1_score(yte, base, average="macro")), 4),
+        "majority_baseline_accuracy": round(float(accuracy_score(yte, majority)), 4),
+        "majority_baseline_macro_f1": round(float(f1_score(yte, majority, average="macro")), 4),
+        "margin_ci95": [round(float(v), 4) for v in accuracy.ci or [0.0, 0.0]],
+        "macro_f1_margin_ci95": [round(float(v), 4) for v in np.percentile(f1_d, [2.5, 97.5])],
+        "_accuracy": accuracy,
+    }
+    m["leaks"] = bool(m["margin_ci95"][0] > 0 and m["macro_f1"] > m["label_baseline_macro_f1"])
+    return m
+
+
+def macro_f1(truth: np.ndarray, pred: np.ndarray, n_values: int) -> np.ndarray:
+    """Return macro-F1 over the values present in truth or prediction, per row of ``[rows, n]`` code arrays.
+
+    Agrees with ``sklearn.metrics.f1_score(average="macro")`` row by row, vectorised for the bootstrap.
+    """
+    f1s, present = [], []
+    for v in range(n_values):
+        t, p = truth == v, pred == v
+        tp = (t & p).sum(1)
+        denom = t.sum(1) + p.sum(1)
+        f1s.append(np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0))
+        present.append(denom > 0)
+    return np.sum(f1s, axis=0) / np.maximum(np.sum(present, axis=0), 1)
+
+
+def label_baseline(train_labels: np.ndarray, train_values: np.ndarray, test_labels: np.ndarray) -> np.ndarray:
+    """Predict the attribute from the predicted label alone: its most frequent value per label (else overall)."""
+    vals, counts = np.unique(train_values, return_counts=True)
+    fallback = vals[np.argmax(counts)]
+    table = {}
+    for label in np.unique(train_labels):
+        v, c = np.unique(train_values[train_labels == label], return_counts=True)
+        table[label] = v[np.argmax(c)]
+    return np.array([table.get(label, fallback) for label in test_labels], dtype=train_values.dtype)
+
+
+def _planted(feats: np.ndarray, predicted: np.ndarray, seed: int) -> np.ndarray:
+    """Return a binary attribute recoverable from the representation but not from the predicted label.
+
+    A seeded random direction of the standardised representation, thresholded at its median within
+    each predicted label, so the label alone predicts it at about one half.
+    """
+    z = (feats - feats.mean(0)) / (feats.std(0) + 1e-12)
+    proj = z @ np.random.default_rng(seed + 11).standard_normal(z.shape[1])
+    planted = np.zeros(len(proj), dtype=int)
+    for label in np.unique(predicted):
+        sel = predicted == label
+        planted[sel] = proj[sel] > np.median(proj[sel])
+    return planted
+
+
+def _table(m: dict[str, Any], how: str, base_how: str) -> str:
     """Return the AIA table as CSV: metric, value, how it was obtained."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["metric", "value", "how"])
-    w.writerow(["accuracy", m["accuracy"], f"{how}; 95% CI {m['accuracy_ci95']}"])
+    w.writerow(["accuracy", m["accuracy"], how])
     w.writerow(["macro-F1", m["macro_f1"], "mean of per-value F1 on the held-out pairs"])
     w.writerow(["balanced accuracy", m["balanced_accuracy"], "mean of per-value recall"])
+    w.writerow(["predicted-label baseline accuracy", m["label_baseline_accuracy"], base_how])
+    w.writerow(["predicted-label baseline macro-F1", m["label_baseline_macro_f1"], "same predictor"])
+    w.writerow(["accuracy margin 95% CI", m["margin_ci95"], "paired bootstrap of attack - baseline accuracy"])
     w.writerow(
         [
             "majority baseline accuracy",
@@ -216,5 +314,7 @@ def _table(m: dict[str, Any], how: str) -> str:
         ]
     )
     w.writerow(["majority baseline macro-F1", m["majority_baseline_macro_f1"], "same constant predictor"])
-    w.writerow(["leaks", m["leaks"], "accuracy CI lower bound > baseline and macro-F1 > baseline macro-F1"])
+    w.writerow(
+        ["leaks", m["leaks"], "accuracy margin CI lower bound > 0 and macro-F1 > the predicted-label baseline's"]
+    )
     return buf.getvalue()

@@ -105,7 +105,7 @@ class GradientInversionConfig(BaseModel):
     )
     trial_mode: Literal["auto", "vmap", "sequential"] = Field(
         default="auto",
-        description="Batch independent attacks with vmap, run them in turn, or time both once.",
+        description="Batch independent attacks with vmap, run them in turn, or (auto) vmap up to 2M gradient elements.",
     )
     noise_seed_offset: int = Field(default=1000, description="Victim noise seed = run seed + offset.")
 

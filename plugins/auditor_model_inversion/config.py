@@ -34,6 +34,13 @@ class ModelInversionConfig(BaseModel):
     max_private: int = Field(
         default=5000, ge=10, description="Most train/ images used (evaluation model, KNN)."
     )
+    p_value_max: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="mi.attack-accuracy needs the class-permutation p-value below this (and a positive margin "
+        "over the floor); the positive control must pass the same test.",
+    )
     attack_accuracy_high: float = Field(
         default=0.5,
         gt=0,

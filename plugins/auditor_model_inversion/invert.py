@@ -29,8 +29,11 @@ def invert_class(
     device: torch.device,
     tick: Callable[[], None],
     vae: VAE | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``cfg.restarts`` reconstructions of class ``cls`` in [0, 1] and the target's confidence.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return ``cfg.restarts`` reconstructions of class ``cls`` in [0, 1], the target's confidence, and the starts.
+
+    The starts are the images the search begins from (before any gradient of the target): what the
+    same search yields without the model, one of the no-information floors.
 
     Pixel prior: ``x = sigmoid(v)``, minimise CE(T(x), y) + tv·TV(x) + l2·mean(x²) over v.
     VAE prior: ``x = G(w)``, minimise CE(T(G(w)), y) + λ·||w||² over the latent w.
@@ -46,6 +49,8 @@ def invert_class(
     def render() -> torch.Tensor:
         return torch.sigmoid(var) if vae is None else vae.decode(var)
 
+    with torch.no_grad():
+        starts = render()
     for _ in range(cfg.steps):
         tick()
         x = render()
@@ -61,4 +66,4 @@ def invert_class(
     with torch.no_grad():
         x = render()
         conf = torch.softmax(target(x), dim=1)[:, cls]
-    return x.detach(), conf.detach()
+    return x.detach(), conf.detach(), starts

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class EvalNet(nn.Module):
@@ -67,8 +70,19 @@ class VAE(nn.Module):
         return (rec + kl) / len(x)
 
 
+def linear_control(shape: tuple[int, ...], classes: int, side: int = 32) -> nn.Module:
+    """Return softmax regression on the pixels (average-pooled to at most ``side`` x ``side``).
+
+    The textbook target that inversion recovers class templates from (Fredrikson et al., 2015): the
+    plugin's positive control.
+    """
+    c, h, w = shape
+    pool = (min(h, side), min(w, side))
+    return nn.Sequential(nn.AdaptiveAvgPool2d(pool), nn.Flatten(), nn.Linear(c * pool[0] * pool[1], classes))
+
+
 def fit_eval(
-    net: EvalNet,
+    net: M,
     x: torch.Tensor,
     y: torch.Tensor,
     *,
@@ -76,8 +90,8 @@ def fit_eval(
     seed: int,
     device: torch.device,
     tick: Callable[[], None],
-) -> EvalNet:
-    """Train the evaluation model with Adam and one-pixel random shifts; return it in eval mode."""
+) -> M:
+    """Train a classifier (the evaluation model, the control) with Adam and one-pixel random shifts; return it in eval mode."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-4)
     net.train()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from auditor.plugin import (
@@ -13,17 +16,20 @@ from auditor.plugin import (
     Finding,
     PluginResult,
     PluginSkipped,
+    PowerCheck,
     Requirements,
     Rule,
     RunContext,
     Severity,
     image_grid,
+    measure,
     png_base64,
 )
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
-from auditor_model_inversion.nets import VAE, EvalNet, fit_eval, fit_vae
+from auditor_model_inversion.nets import VAE, EvalNet, fit_eval, fit_vae, linear_control
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
+from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
 
 
 class ModelInversionPlugin:
@@ -103,13 +109,14 @@ class ModelInversionPlugin:
         with torch.no_grad():
             priv_feats = _features(evaluator, xp, dev)
             test_feats = _features(evaluator, xt, dev) if test is not None else None
+            mean_pred = int(evaluator(xp.mean(0, keepdim=True).to(dev)).argmax(1))
+        run = _Inversions(cfg, shape, ctx.seed, dev, ctx.check_budget, vae, evaluator, classes, n_classes)
+        recons, confs, hits, starts_hits = run.attack(target)
         per_class: dict[str, Any] = {}
-        grids, hits1, hits5, knns, confs, natural_knn = [], 0, 0, [], [], []
+        knns, natural_knn = [], []
         k = min(5, n_classes)
-        for cls in classes:
-            recon, conf = invert_class(
-                target, cls, shape, cfg, seed=ctx.seed, device=dev, tick=ctx.check_budget, vae=vae
-            )
+        h1_all, h5_all = [], []
+        for cls, recon, conf in zip(classes, recons, confs):
             with torch.no_grad():
                 logits = evaluator(recon)
                 feats = evaluator.features(recon).cpu()
@@ -126,23 +133,33 @@ class ModelInversionPlugin:
                 natural_knn.append(
                     torch.cdist(test_feats[yt == cls].double(), priv_feats[yp == cls].double()).min(1).values
                 )
-            hits1, hits5 = hits1 + h1, hits5 + h5
+            h1_all.append(h1 / len(recon))
+            h5_all.append(h5 / len(recon))
             knns.append(dist)
-            confs.append(conf.cpu())
-            grids.append(recon.cpu())
-        total = len(classes) * cfg.restarts
-        top1, chance = hits1 / total, 1 / n_classes
-        from scipy.stats import binomtest  # imported when run, not at plugin discovery
-
-        p_value = float(binomtest(hits1, total, chance, alternative="greater").pvalue)
+        chance = 1 / n_classes
+        floors = _floors(run, starts_hits, mean_pred)
+        floor_kind = max(floors, key=lambda kind: float(floors[kind].mean()))
+        p_value = permutation_p_value(_diagonal_counts(hits, classes), seed=ctx.seed)
+        head = measure(
+            "attack_accuracy_top1", "evaluation-model top-1 attack accuracy", h1_all, floors[floor_kind],
+            floor_kind=floor_kind, threshold=0.0, n_boot=2000, seed=ctx.seed,
+            how=f"{prior} inversion, {cfg.restarts} restarts x {cfg.steps} steps per class, {len(classes)} classes; "
+            "mean of per-class accuracies, 95% CI by resampling classes (reconstructions of a class are clustered)",
+        )
+        top1 = float(np.mean(h1_all))
+        control = self._control(ctx, cfg, run, xp, yp, mean_pred)
         metrics: dict[str, Any] = {
             "prior": prior,
             "classes_inverted": len(classes),
-            "reconstructions": total,
+            "reconstructions": len(classes) * cfg.restarts,
             "attack_accuracy_top1": round(top1, 4),
-            "attack_accuracy_top5": round(hits5 / total, 4),
+            "attack_accuracy_top5": round(float(np.mean(h5_all)), 4),
             "chance_top1": round(chance, 4),
-            "p_value_vs_chance": p_value,
+            "floor_top1": round(float(floors[floor_kind].mean()), 4),
+            "floor_kind": floor_kind,
+            "floors_top1": {kind: round(float(v.mean()), 4) for kind, v in floors.items()},
+            "margin_top1_ci95": head.ci,
+            "p_value_permutation": p_value,
             "knn_distance": round(float(torch.cat(knns).mean()), 4),
             "knn_distance_test_images": (
                 round(float(torch.cat(natural_knn).mean()), 4) if natural_knn else None
@@ -152,8 +169,9 @@ class ModelInversionPlugin:
             "natural_accuracy_on": "test/" if test is not None else "train/ (no test/ given)",
             "evaluation_model_accuracy": None if eval_acc is None else round(eval_acc, 4),
             "per_class": per_class,
+            "positive_control": control[0],
         }
-        findings = self._findings(ctx.profile, cfg, metrics, p_value)
+        findings = self._findings(ctx.profile, cfg, metrics, p_value, head.margin or 0.0)
         provenance = {
             "attack": (
                 (
@@ -176,22 +194,70 @@ class ModelInversionPlugin:
             "of the target class in the evaluation model's penultimate features; "
             "knn_distance_test_images is the same for real held-out images (scale reference)",
             "success_criterion": "top-1/top-5 of the evaluation model; the target's confidence is reported but is "
-            "not evidence (seed 000, Fig. 2)",
+            "not evidence (Koh et al. 2024, Fig. 2)",
+            "statistics": "p_value_permutation: exact (or Monte Carlo) permutation test of the inverted-class "
+            "labels over the class clusters (the reconstructions of one class are not independent); floor: the "
+            "strongest of chance, the search's unoptimised starting images and the mean train/ image, scored by "
+            "the same evaluation model",
             "data": str(bundle.root),
         }
         art = Artifact(
             name="mi-reconstructions.png",
             media_type="image/png",
-            data_base64=png_base64(image_grid([("", row) for row in grids], cell=48, label_width=0)),
+            data_base64=png_base64(image_grid([("", row.cpu()) for row in recons], cell=48, label_width=0)),
             description=f"one row per class ({', '.join(per_class)}), {cfg.restarts} restarts per row",
         )
-        return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=[art])
+        return PluginResult(
+            findings=findings, metrics=metrics, provenance=provenance, artifacts=[art], headline=[head],
+            power=[control[1]],
+        )
+
+    def _control(
+        self,
+        ctx: RunContext,
+        cfg: ModelInversionConfig,
+        run: _Inversions,
+        xp: torch.Tensor,
+        yp: torch.Tensor,
+        mean_pred: int,
+    ) -> tuple[dict[str, Any], PowerCheck]:
+        """Invert softmax regression trained on train/ with the same attack and budget; return it and the check."""
+        torch.manual_seed(ctx.seed + 1)
+        control = fit_eval(
+            linear_control(run.shape, run.n_classes).to(ctx.device), xp, yp, epochs=cfg.eval_epochs,
+            seed=ctx.seed + 1, device=ctx.device, tick=ctx.check_budget,
+        )
+        for p in control.parameters():
+            p.requires_grad_(False)
+        _, _, hits, starts_hits = run.attack(control)
+        accuracy = np.array([float(np.mean(np.asarray(h) == c)) for h, c in zip(hits, run.classes)])
+        floor = max(float(v.mean()) for v in _floors(run, starts_hits, mean_pred).values())
+        p_value = permutation_p_value(_diagonal_counts(hits, run.classes), seed=ctx.seed)
+        top1 = float(accuracy.mean())
+        passed = bool(p_value < cfg.p_value_max and top1 > floor)
+        how = (
+            f"softmax regression on the pixels, trained by the plugin {cfg.eval_epochs} epochs on train/; the same "
+            f"{'VAE' if run.vae is not None else 'pixel'} inversion ({cfg.restarts} restarts x {cfg.steps} steps, "
+            f"{len(run.classes)} classes) judged by the same evaluation model: top-1 {top1:.3f} vs floor "
+            f"{floor:.3f}, permutation p = {p_value:.3g} (must be < {cfg.p_value_max})"
+        )
+        check = PowerCheck(
+            control="softmax regression trained on train/ (a target inversion is known to recover)",
+            metric="top-1 attack accuracy margin over its floor (with permutation p < p_value_max)",
+            value=round(top1 - floor, 4),
+            required=0.0,
+            passed=passed,
+            how=how,
+        )
+        return {"attack_accuracy_top1": round(top1, 4), "floor_top1": round(floor, 4), "p_value_permutation": p_value,
+                "passed": passed}, check
 
     def _findings(
-        self, profile: ArchitectureProfile, cfg: ModelInversionConfig, m: dict[str, Any], p_value: float
+        self, profile: ArchitectureProfile, cfg: ModelInversionConfig, m: dict[str, Any], p_value: float,
+        margin: float,
     ) -> list[Finding]:
         """Report a successful inversion, and link it to RoLSS/SSF/TTS when the last stage has skips."""
-        if not (p_value < 0.01 and m["attack_accuracy_top1"] > m["chance_top1"]):
+        if not (p_value < cfg.p_value_max and margin > 0):
             return []
         severity = (
             ATTACK_ACCURACY.severity
@@ -205,15 +271,17 @@ class ModelInversionPlugin:
                 "attack_accuracy_top1",
                 "attack_accuracy_top5",
                 "chance_top1",
-                "p_value_vs_chance",
+                "floor_top1",
+                "floor_kind",
+                "p_value_permutation",
                 "knn_distance",
                 "natural_accuracy",
             )
         }
         text = (
             f"evaluation-model attack accuracy {m['attack_accuracy_top1']:.3f} top-1 / "
-            f"{m['attack_accuracy_top5']:.3f} top-5 (chance {m['chance_top1']:.3f}, p={p_value:.2g}) at natural "
-            f"accuracy {m['natural_accuracy']:.3f}"
+            f"{m['attack_accuracy_top5']:.3f} top-5 (floor {m['floor_top1']:.3f}: {m['floor_kind']}; class-"
+            f"permutation p={p_value:.2g}) at natural accuracy {m['natural_accuracy']:.3f}"
         )
         findings = [ATTACK_ACCURACY.finding(message=text, evidence=evidence, severity=severity)]
         last = [
@@ -241,3 +309,56 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: 
 
 def _features(model: EvalNet, x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return torch.cat([model.features(x[i : i + 256].to(device)).cpu() for i in range(0, len(x), 256)])
+
+
+@dataclass(frozen=True)
+class _Inversions:
+    """One attack setting (prior, budget, classes, evaluation model), applied to any white-box classifier."""
+
+    cfg: ModelInversionConfig
+    shape: tuple[int, ...]
+    seed: int
+    device: torch.device
+    tick: Callable[[], None]
+    vae: VAE | None
+    evaluator: EvalNet
+    classes: list[int]
+    n_classes: int
+
+    def attack(
+        self, model: torch.nn.Module
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[int]], list[list[int]]]:
+        """Invert every class through ``model``; return reconstructions, confidences and the evaluator's top-1
+        labels for the reconstructions and for the unoptimised starts, per class."""
+        recons, confs, hits, starts_hits = [], [], [], []
+        for cls in self.classes:
+            recon, conf, starts = invert_class(
+                model, cls, self.shape, self.cfg, seed=self.seed, device=self.device, tick=self.tick, vae=self.vae
+            )
+            with torch.no_grad():
+                hits.append(self.evaluator(recon).argmax(1).cpu().tolist())
+                starts_hits.append(self.evaluator(starts).argmax(1).cpu().tolist())
+            recons.append(recon)
+            confs.append(conf.cpu())
+        return recons, confs, hits, starts_hits
+
+
+def _floors(run: _Inversions, starts_hits: list[list[int]], mean_pred: int) -> dict[str, np.ndarray]:
+    """Return, per no-information guess, the evaluation model's top-1 accuracy per inverted class."""
+    k = len(run.classes)
+    return {
+        "chance (1 / classes)": np.full(k, 1 / run.n_classes),
+        "the search's starting images (no gradient of the target)": guess_accuracy(starts_hits, run.classes),
+        "the mean train/ image for every class": guess_accuracy([[mean_pred]] * k, run.classes),
+    }
+
+
+def _diagonal_counts(hits: Sequence[Sequence[int]], classes: list[int]) -> np.ndarray:
+    """Return ``[k, k]`` counts: reconstructions for inverted class i that the evaluator labels inverted class j."""
+    index = {c: j for j, c in enumerate(classes)}
+    counts = np.zeros((len(classes), len(classes)), dtype=int)
+    for i, row in enumerate(hits):
+        for label in row:
+            if label in index:
+                counts[i, index[label]] += 1
+    return counts

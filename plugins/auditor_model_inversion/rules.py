@@ -11,13 +11,12 @@ not study model inversion, so it is not cited here.
 
 from __future__ import annotations
 
-from auditor.plugin import Reference, Rule, Severity
-
-_SKIPS = "On the Vulnerability of Skip Connections to Model Inversion Attacks (Koh et al.)"
+from auditor.plugin import Reference, Rule, Severity, cite
 
 
 def _ref(locator: str) -> Reference:
-    return Reference(source="seed-000", title=_SKIPS, locator=locator)
+    """Return a citation of the rules' source paper at ``locator``."""
+    return cite("seed-000", locator)
 
 
 ATTACK_ACCURACY = Rule(
@@ -31,7 +30,9 @@ ATTACK_ACCURACY = Rule(
     remediation=("dp-sgd",),
     description=(
         "An independent evaluation model, trained on the private split, assigns the inverted "
-        "images to their target class well above chance."
+        "images to their target class more often than the strongest no-information guess (chance, the "
+        "search's unoptimised starting images, the mean image), with a class-permutation p-value below "
+        "p_value_max: the reconstructions of one class are one cluster, not independent trials."
     ),
 )
 LAST_STAGE_SKIPS = Rule(

@@ -22,13 +22,14 @@ from auditor.plugin import (
     default_probe_images,
     image_grid,
     png_base64,
+    svg_artifact,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
 from auditor_split_inversion.control import power_check
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
-from auditor_split_inversion.plots import defence_chart, line_chart
+from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
     LEAKY_SPLIT,
@@ -272,7 +273,7 @@ def _findings(rows: list[dict], res: dict) -> list:
 
 
 def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> list[Artifact]:
-    """Return the reconstruction grid, the PSNR/SSIM curves and the defence curve as PNG artifacts."""
+    """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r["split"] for r in rows]
     attacks = sorted({a for r in rows for a in r["attacks"]})
     arts = []
@@ -280,12 +281,10 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
         series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
                       [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
-        img = line_chart(f"Leakage vs split: {metric.upper()} {unit} (mean ± SD over probes)", labels, series,
-                         fl[f"{metric}_mean"], metric.upper())
-        arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
-                             description=f"{metric.upper()} per split and attack; dashed line = floor (strongest "
-                                         "no-information guess)",
-                             data_base64=png_base64(img)))
+        svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
+        arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
+                                 f"{metric.upper()} per split and attack (mean ± SD over probes); dashed line = "
+                                 "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
@@ -302,9 +301,8 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(Artifact(name="split-noise-defence.png", media_type="image/png",
-                             description=f"noise at {defence['split']}: utility vs best-attack PSNR, points = σ",
-                             data_base64=png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
+        arts.append(svg_artifact(defence_chart(defence["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
+                                 f"noise at {defence['split']}: utility against best-attack PSNR, points = σ"))
     return arts
 
 

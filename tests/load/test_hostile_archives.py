@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import warnings
 import zipfile
@@ -280,3 +281,48 @@ def test_cli_exit_code_and_report_for_a_hostile_torchscript(
     assert code == 1 and report["model"]["load_safety"]["verdict"] == "unsafe"
     assert any(f["severity"] == "critical" and "from_file" in f["message"] for f in report["findings"])
     assert "Traceback" not in capsys.readouterr().err and not canary.exists()
+
+
+# --- sizes checked before allocation ------------------------------------------------------------------------
+
+
+def _peak_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+@pytest.mark.parametrize(
+    ("evil", "needle"),
+    [(Reduce(bytearray, (6 << 30,)), "bytearray(6442450944)"), (Reduce(list, (range(10**9),)), "range of")],
+    ids=["bytearray", "list-range"],
+)
+def test_pickle_allocations_by_number_are_refused_before_allocating(
+    tmp_path: Path, evil: object, needle: str
+) -> None:
+    path = tmp_path / "dos.pt"
+    path.write_bytes(torch_save_bytes({"w": torch.ones(2), "x": evil}))
+    before = _peak_mb()
+    loaded = load_checkpoint(path)
+    assert loaded.model is None and loaded.info.load_safety.verdict == "unsafe"
+    assert any(needle in issue.reason for issue in loaded.info.load_safety.issues)
+    assert _peak_mb() - before < 256
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_huge_memo_index_is_refused_statically(tmp_path: Path, canary: Path) -> None:
+    clean = _state_dict_archive(tmp_path)
+    data = bytearray(zipfile.ZipFile(clean).read("archive/data.pkl"))
+    at = data.index(b"q\x00")  # the first BINPUT 0
+    data[at : at + 2] = b"r\xff\xff\xff\x7f"  # LONG_BINPUT 2**31-1
+    path = rewrite_zip(clean, tmp_path / "evil.pt", {"data.pkl": bytes(data)})
+    _refused(path, canary, "malformed", "memo slot 2147483647")
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_zip_bomb_member_is_refused(tmp_path: Path, canary: Path) -> None:
+    clean = _state_dict_archive(tmp_path)
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(clean) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+        zout.writestr("archive/data/99", b"\0" * (64 << 20))
+    _refused(path, canary, "zip", "zip bomb")

@@ -140,7 +140,7 @@ def test_the_plugin_runs_within_its_budget_and_puts_curve_and_grid_in_the_html(d
     assert run.status == "ok", run.reason
     assert run.duration_s is not None and run.duration_s <= budget_s
     names = {a.name for a in run.artifacts}
-    assert {"split-grid.png", "split-curve-psnr.png", "split-curve-ssim.png", "split-leakage.csv"} <= names
+    assert {"split-grid.png", "split-curve-psnr.svg", "split-curve-ssim.svg", "split-leakage.csv"} <= names
     assert {"dci", "dci-aux", "rmle"} <= set(run.provenance["attacks"])
     assert run.metrics["per_split"][0]["leaky"] and "split.leaky-split" in {f.rule_id for f in findings}
     assert "split.noise-defence" in {f.rule_id for f in findings}
@@ -153,7 +153,8 @@ def test_the_plugin_runs_within_its_budget_and_puts_curve_and_grid_in_the_html(d
     assert noise[0.0]["verdict"] == "leaks" and noise[1.0]["psnr_drop_ci"][0] > 0
     html = render_html(make_full_report().model_copy(update={"plugins": [run]}))
     grid = next(a for a in run.artifacts if a.name == "split-grid.png")
-    assert grid.data_base64[:200] in html and "split-curve-psnr.png" in html
+    assert grid.data_base64[:200] in html and "split-curve-psnr.svg" in html
+    assert html.count('<figure class="chart">') == 3  # PSNR, SSIM, noise defence: inline SVG
 
 
 def test_without_batchnorm_and_data_the_plugin_says_what_it_did_instead() -> None:

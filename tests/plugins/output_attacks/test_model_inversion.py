@@ -10,9 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scipy.stats import binomtest
+
 from auditor.plugin import PluginSkipped
+from auditor.plugin.runner import _judged
 from auditor_model_inversion import plugin
 from auditor_model_inversion.config import ModelInversionConfig
+from auditor_model_inversion.plugin import _diagonal_counts
+from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
 from tests.plugins.output_attacks._digits import context, fit, write_manifest
 
 ORDER = np.random.default_rng(2).permutation(1797)
@@ -46,7 +51,7 @@ class TinyResNet(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
-_FAST = {"restarts": 4, "steps": 60, "eval_epochs": 15, "eval_width": 16, "max_classes": 5}
+_FAST = {"restarts": 3, "steps": 60, "eval_epochs": 15, "eval_width": 16, "max_classes": 10}
 
 
 def test_pixel_inversion_is_judged_by_the_evaluation_model(tmp_path: Path) -> None:
@@ -55,11 +60,7 @@ def test_pixel_inversion_is_judged_by_the_evaluation_model(tmp_path: Path) -> No
     target = fit(TinyResNet(), data, epochs=15)
     res = plugin.run(context(target, data, ModelInversionConfig(prior="auto", **_FAST)))
     m = res.metrics
-    assert (
-        m["prior"] == "pixel"
-        and m["reconstructions"] == 20
-        and list(m["per_class"]) == ["0", "1", "2", "3", "4"]
-    )
+    assert m["prior"] == "pixel" and m["reconstructions"] == 30 and list(m["per_class"]) == [str(c) for c in range(10)]
     assert m["natural_accuracy"] > 0.85 and m["evaluation_model_accuracy"] > 0.85
     assert 0 <= m["attack_accuracy_top1"] <= m["attack_accuracy_top5"] <= 1
     # The target is convinced by its own pixel-space inversions; the evaluation model mostly is not
@@ -68,7 +69,9 @@ def test_pixel_inversion_is_judged_by_the_evaluation_model(tmp_path: Path) -> No
     assert m["target_confidence_not_a_success_metric"] > m["attack_accuracy_top1"] + 0.3
     assert m["knn_distance"] > m["knn_distance_test_images"] > 0
     assert res.artifacts[0].name == "mi-reconstructions.png" and res.artifacts[0].data_base64
-    assert (res.findings == []) == (m["p_value_vs_chance"] >= 0.01)
+    assert (res.findings == []) == (m["p_value_permutation"] >= 0.01 or res.headline[0].margin <= 0)
+    assert m["p_value_permutation"] < 0.01 and res.headline[0].floor == m["floor_top1"] >= m["chance_top1"]
+    assert [p.passed for p in res.power] == [True] and m["positive_control"]["attack_accuracy_top1"] > 0.3
 
 
 def test_vae_prior_from_public_data_succeeds_and_links_skip_remedies(tmp_path: Path) -> None:
@@ -77,10 +80,48 @@ def test_vae_prior_from_public_data_succeeds_and_links_skip_remedies(tmp_path: P
     target = fit(TinyResNet(), data, epochs=10)
     res = plugin.run(context(target, data, ModelInversionConfig(prior_epochs=20, **_FAST)))
     m = res.metrics
-    assert m["prior"] == "vae" and "VAE" in res.provenance["attack"] and m["reconstructions"] == 20
-    assert m["attack_accuracy_top1"] >= 0.3 and m["p_value_vs_chance"] < 0.01
+    # The VAE's own samples, before any gradient of the target, already land on some classes: that is the floor.
+    assert m["floor_kind"].startswith("the search's starting images") and m["floor_top1"] > m["chance_top1"]
+    assert res.headline[0].ci[0] > 0 and res.power[0].passed
+    assert m["prior"] == "vae" and "VAE" in res.provenance["attack"] and m["reconstructions"] == 30
+    assert m["attack_accuracy_top1"] >= 0.3 and m["p_value_permutation"] < 0.01
     assert [f.rule_id for f in res.findings] == ["mi.attack-accuracy", "mi.last-stage-skips"]
     assert res.findings[1].remediation == ["rolss", "ssf", "tts"] and res.findings[1].location == "layer2"
+
+
+def test_random_init_target_stays_quiet_with_shown_power(tmp_path: Path) -> None:
+    data = write_manifest(tmp_path, {"train": ORDER[:600], "test": ORDER[600:900]})
+    torch.manual_seed(0)
+    res = plugin.run(context(TinyResNet().eval(), data, ModelInversionConfig(prior="pixel", **_FAST)))
+    m = res.metrics
+    assert res.findings == [] and m["p_value_permutation"] >= 0.01
+    assert res.headline[0].ci[0] <= 0 and res.power[0].passed
+
+
+def test_one_step_lacks_power_and_is_inconclusive(tmp_path: Path) -> None:
+    data = write_manifest(tmp_path, {"train": ORDER[:600]})
+    torch.manual_seed(0)
+    target = fit(TinyResNet(), data, epochs=5)
+    cfg = ModelInversionConfig(prior="pixel", **{**_FAST, "steps": 1, "restarts": 2})
+    res = plugin.run(context(target, data, cfg))
+    assert not res.power[0].passed and _judged(plugin.family, res, "")[0] == "inconclusive"
+
+
+def test_constant_guess_fooled_the_binomial_test_not_the_permutation_test() -> None:
+    """Issue 12, measurement 6: 5 of 10 classes inverted, 20 restarts each, every reconstruction judged
+    class 3. Accuracy 0.2 against chance 0.1 is 'significant' to a binomial test over 100 reconstructions,
+    but the verdict never depended on the class inverted."""
+    classes = [0, 1, 2, 3, 4]
+    hits = [[3] * 20 for _ in classes]
+    assert binomtest(20, 100, 0.1, alternative="greater").pvalue < 0.01
+    assert permutation_p_value(_diagonal_counts(hits, classes)) == 1.0
+    assert guess_accuracy([[3]] * 5, classes).mean() == pytest.approx(0.2)  # the constant guess's floor
+
+
+def test_permutation_p_value_is_exact_for_few_classes_and_monte_carlo_beyond() -> None:
+    assert permutation_p_value(np.eye(5, dtype=int) * 4) == pytest.approx(1 / 120)
+    assert permutation_p_value(np.eye(10, dtype=int) * 4, n_perm=999) == pytest.approx(1 / 1000)
+    assert permutation_p_value(np.ones((3, 3), dtype=int)) == 1.0 and permutation_p_value(np.eye(1)) == 1.0
 
 
 def test_skips_without_private_split(tmp_path: Path) -> None:
