@@ -101,7 +101,7 @@ class MembershipInferencePlugin:
         best, held = _held_out(cfg, member, select, scores, ctx.seed)
         report_side = int((member & ~select).sum())
         warnings = resolution_warnings(report_side, cfg.fprs)
-        control, power = self._control(ctx, cfg, x, y, member, select, refs)
+        control, power = self._control(ctx, cfg, x, y, n_classes, member, select, refs)
         findings = self._findings(cfg, best, held, gap, warnings, report_side)
         png = roc_png({k: v["roc"] for k, v in results.items()}, side, "membership inference")
         metrics = {
@@ -209,6 +209,7 @@ class MembershipInferencePlugin:
         cfg: MembershipInferenceConfig,
         x: torch.Tensor,
         y: torch.Tensor,
+        n_classes: int,
         member: np.ndarray,
         select: np.ndarray,
         refs: _References | None,
@@ -226,7 +227,6 @@ class MembershipInferencePlugin:
             update={"weight_decay": 0.0, "shift_augment": 0, "hflip_augment": False, "epochs": cfg.control_epochs}
         )
         gen = torch.Generator().manual_seed(ctx.seed + 502)
-        n_classes = int(logits(ctx.model, x[:1], ctx.device).shape[1])
         wrong = (y + torch.randint(1, n_classes, y.shape, generator=gen)) % n_classes
         taught = torch.where(torch.from_numpy(member), y, wrong)
         copy, cached = train_cached(
