@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from auditor.config import build_config, find_config_file, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
-from auditor.report.model import Report, Severity
+from auditor.report.model import PluginRun, Report, Severity
 
 if TYPE_CHECKING:
     from auditor.batch import ScanRow
@@ -652,11 +652,19 @@ def harden(
     for label, attr in (("params", "params"), ("accuracy", "accuracy"), ("skips", "skips"),
                         ("last-stage skips", "last_stage_skips"), ("verdict", "verdict")):
         table.add_row(label, str(getattr(c.before, attr)), str(getattr(c.after, attr)))
+    runs = {"before": {p.name: p for p in result.before.plugins}, "after": {p.name: p for p in result.after.plugins}}
     for name in sorted(set(c.before.plugin_metrics) | set(c.after.plugin_metrics)):
-        b, a = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
-        for key in [k for k in {**b, **a} if k == "status" or k.startswith("power:") or k.endswith(" CI")
-                    or _is_number(b.get(k)) or _is_number(a.get(k))]:
-            table.add_row(f"{name}: {key}", _cell(b.get(key)), _cell(a.get(key)))
+        b, a = runs["before"].get(name), runs["after"].get(name)
+        table.add_row(f"{name}: status", b.status if b else "—", a.status if a else "—")
+        labels = {m.name: m.label for run in (b, a) if run for m in run.headline}
+        for key, label in labels.items():
+            table.add_row(f"{name}: {label}", _measured(b, key), _measured(a, key))
+        if not labels and (b or a).family != "static":  # no headline yet: the attack's numeric metrics
+            mb, ma = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
+            for key in [k for k in {**mb, **ma} if _is_number(mb.get(k)) or _is_number(ma.get(k))]:
+                table.add_row(f"{name}: {key}", _number(mb.get(key)), _number(ma.get(key)))
+        for metric in {p.metric for run in (b, a) if run for p in run.power}:
+            table.add_row(f"{name}: power ({metric})", _power(b, metric), _power(a, metric))
     _out.print(table)
     for note in c.notes:
         _out.print(f"note: {plain(note)}", markup=False)
@@ -671,13 +679,28 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cell(value: object) -> str:
-    """Format a comparison value: numbers to 4 significant digits, a missing one as a dash."""
-    if value is None:
+def _number(value: object) -> str:
+    return f"{value:.4g}" if _is_number(value) else "—"
+
+
+def _measured(run: PluginRun | None, name: str) -> str:
+    """Format one headline measurement of a run: value, and floor / margin / CI when reported."""
+    m = next((m for m in run.headline if m.name == name), None) if run else None
+    if m is None:
         return "—"
-    if isinstance(value, list):
-        return "[" + ", ".join(_cell(v) for v in value) + "]"
-    return f"{value:.4g}" if _is_number(value) else str(value)
+    text = f"{m.value:.4g}{m.unit}"
+    if m.floor is not None:
+        text += f" (floor {m.floor:.4g}"
+        text += f", margin {m.margin:+.4g}" if m.margin is not None else ""
+        text += f" [{m.ci[0]:+.4g}, {m.ci[1]:+.4g}]" if m.ci else ""
+        text += ")"
+    return text
+
+
+def _power(run: PluginRun | None, metric: str) -> str:
+    """Format a run's positive control on ``metric``: value, required value, passed or not."""
+    p = next((p for p in run.power if p.metric == metric), None) if run else None
+    return "—" if p is None else f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
 
 
 @app.command()

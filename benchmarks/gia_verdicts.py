@@ -1,7 +1,7 @@
 """Print the gradient-inversion plugin's default verdict on seed 004's models (docs/gradient-inversion.md).
 
-Usage: ``PYTHONPATH=. python benchmarks/gia_verdicts.py [--models baseline,cvb1,precode3,zeroed] [--images 2]``
-(one CPU thread). Each model is attacked with the plugin's defaults (``fast`` preset, the IG
+Usage: ``PYTHONPATH=. python benchmarks/gia_verdicts.py [--models baseline,cvb1,precode3,zeroed]
+[--images N]`` (one CPU thread). Each model is attacked with the plugin's defaults (``fast`` preset, the IG
 search, floors, positive control); one JSON line per model: the winning setting, the headline SSIM
 beside its floor with the margin's CI, the control, the stochastic-defence verdict and the findings.
 """
@@ -55,10 +55,11 @@ def main() -> None:
             "margin": round(ssim.margin, 3),
             "ci": [round(v, 3) for v in ssim.ci or []],
             "how": ssim.how,
-            "search": [(t["setting"], round(t["ssim_mean"], 3), t["steps_mean"]) for t in res.metrics["search"]["tried"]],
+            "search": [(t["setting"], round(t["ssim_mean"], 3), t["steps_mean"])
+                       for t in res.metrics["search"]["tried"]],
             "control": [(round(p.value, 3), p.passed) for p in res.power],
-            "defence": {k: defence.get(k) for k in ("plain_ssim", "ignore_ssim", "joint_eps_ssim", "baseline_ssim",
-                                                     "verdict")} if defence else None,
+            "defence": {k: defence.get(k) for k in ("plain_ssim", "ignore_ssim", "joint_eps_ssim",
+                                                     "baseline_ssim", "verdict")} if defence else None,
             "drop_ci": (defence.get("drop") or {}).get("ci"),
             "findings": sorted(f"{f.rule_id}:{f.severity.value}" for f in res.findings),
         }))

@@ -84,12 +84,14 @@ def svg_artifact(svg: str, name: str, description: str) -> Artifact:
     return Artifact(name=name, media_type=SVG_MEDIA_TYPE, description=description, text=svg)
 
 
-def sanitize_svg(text: str, label: str = "") -> Markup | None:
+def sanitize_svg(text: str, label: str = "", prefix: str = "svg") -> Markup | None:
     """Return SVG rebuilt from the allowlist, safe to inline in HTML, or None if it does not parse.
 
     Every element and attribute outside the allowlist is dropped with its content (``script``,
     ``style``, ``foreignObject``, ``on*`` handlers, ``metadata``); references must point inside the
-    document (``#id``); DTDs and entities are refused. ``label`` becomes the chart's accessible name.
+    document (``#id``); DTDs and entities are refused. ``label`` becomes the chart's accessible name;
+    ``prefix`` (``[A-Za-z0-9-]``) is put before every id and reference, so charts on one page never
+    share ids (matplotlib derives them from the content).
     """
     if "<!ENTITY" in text or "<!entity" in text.lower():
         return None
@@ -101,7 +103,7 @@ def sanitize_svg(text: str, label: str = "") -> Markup | None:
     if _local(root.tag) != "svg":
         return None
     out: list[str] = []
-    _write(root, out, top=True, label=label)
+    _write(root, out, re.sub(r"[^A-Za-z0-9-]", "-", prefix), top=True, label=label)
     return Markup("".join(out))
 
 
@@ -111,7 +113,7 @@ def _local(tag: Any) -> str:
     return tag[len(_SVG_NS):] if tag.startswith(_SVG_NS) else ("" if tag.startswith("{") else tag)
 
 
-def _write(node: ET.Element, out: list[str], *, top: bool = False, label: str = "") -> None:
+def _write(node: ET.Element, out: list[str], prefix: str, *, top: bool = False, label: str = "") -> None:
     tag = _local(node.tag)
     if tag not in _ELEMENTS:
         return
@@ -119,10 +121,13 @@ def _write(node: ET.Element, out: list[str], *, top: bool = False, label: str = 
     for key, value in node.attrib.items():
         if key == _XLINK_HREF or key == "href":
             if _LOCAL_REF.match(value):
-                attrs.append(f' href="{escape(value)}"')
+                attrs.append(f' href="#{prefix}-{escape(value[1:])}"')
             continue
         if key not in _ATTRIBUTES or _UNSAFE_VALUE.search(value):
             continue
+        if key == "id":
+            value = f"{prefix}-{value}"
+        value = value.replace("url(#", f"url(#{prefix}-")
         if top and key in ("width", "height"):
             continue  # sized by CSS from the viewBox, so charts shrink with the page
         attrs.append(f' {key}="{escape(value)}"')
@@ -132,7 +137,7 @@ def _write(node: ET.Element, out: list[str], *, top: bool = False, label: str = 
     if node.text and tag in ("text", "tspan", "title", "desc"):
         out.append(str(escape(node.text)))
     for child in node:
-        _write(child, out)
+        _write(child, out, prefix)
         if child.tail and tag in ("text", "tspan"):
             out.append(str(escape(child.tail)))
     out.append(f"</{tag}>")

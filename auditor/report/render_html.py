@@ -68,6 +68,7 @@ def render_html(report: Report) -> str:
         severity_counts=_severity_counts(report.findings),
         plugin_counts=Counter(plugin.status for plugin in report.plugins),
         threats=threat_rows(report),
+        steps=next_steps(report),
         command=shlex.join(report.tool.command),
     )
 
@@ -164,7 +165,7 @@ def svg_markup(artifact: Artifact) -> Markup | None:
     """Return an ``image/svg+xml`` artifact's SVG, sanitised for inlining, else None."""
     if artifact.text is None or artifact.media_type.lower() != SVG_MEDIA_TYPE:
         return None
-    return sanitize_svg(artifact.text, artifact.description or artifact.name)
+    return sanitize_svg(artifact.text, artifact.description or artifact.name, prefix=slug(artifact.name))
 
 
 def safe_url(url: str | None) -> str | None:
@@ -356,6 +357,23 @@ def _headline(run: PluginRun) -> Measurement | None:
         return None
     return Measurement(name=value_key, label=label_text, value=value, floor=floor, floor_kind=floor_kind,
                        margin=round(value - floor, 4))
+
+
+def next_steps(report: Report, limit: int = 4) -> list[tuple[str, str]]:
+    """Return up to ``limit`` remedies of the gating findings as (what to do, finding anchor), most severe first.
+
+    Gating findings are those at or above ``--fail-on`` that are not suppressed; each remedy is
+    spelled out (rewrite title, known remedy id or the rule's sentence) and listed once.
+    """
+    steps: dict[str, str] = {}
+    for index, finding in enumerate(sort_findings(report.findings), start=1):
+        if finding.severity < report.summary.fail_on or finding.suppression is not None:
+            continue
+        for remedy in finding.remediation:
+            proposal = rewrite_proposal(remedy, report.model.path)
+            text = f"{proposal['title']} ({finding.title.lower()})" if proposal else remedy_text(remedy) or remedy
+            steps.setdefault(text, f"finding-{index}")
+    return list(steps.items())[:limit]
 
 
 def _worst(findings: list[Finding]) -> Severity | None:

@@ -24,7 +24,9 @@ RECONSTRUCTION = Rule(
         cite("seed-004", "evaluation protocol: attack success at SSIM >= 0.5"),
     ),
     remediation=("secure-aggregation", "dp-sgd", "cvb"),
-    description="Inverting Gradients reached mean SSIM >= 0.5 on the attacked images (FedSGD, one client).",
+    description="Inverting Gradients (best of a search of its settings) reached mean SSIM >= 0.5 and beat "
+    "the strongest no-information guess (data or class mean image) by >= 0.1, CI above 0 (FedSGD, one "
+    "client).",
 )
 PARTIAL = Rule(
     id="gia.partial-leakage",
@@ -32,7 +34,8 @@ PARTIAL = Rule(
     severity=Severity.MEDIUM,
     references=(cite("seed-004", "attack success rate: per image, SSIM >= 0.5"),),
     remediation=("secure-aggregation", "dp-sgd"),
-    description="Mean SSIM < 0.5 but at least one image reached SSIM >= 0.5.",
+    description="No leak on average, but at least one image reached SSIM >= 0.5 and beat its own "
+    "no-information guess by >= 0.1.",
 )
 ANALYTIC_FC = Rule(
     id="gia.analytic-fc-recovery",
@@ -43,7 +46,8 @@ ANALYTIC_FC = Rule(
         cite("seed-003", "Table 8 step 12 (conv and FC biases)", "B"),
     ),
     remediation=("remove-bias",),
-    description="x = dL/dW_i / dL/db_i recovers the layer input exactly for one sample.",
+    description="x = dL/dW_i / dL/db_i recovers the layer input exactly for one sample, on every probe, "
+    "and the input differs from what could be guessed without the gradient.",
 )
 POSEMB = Rule(
     id="gia.posemb-closed-form",
@@ -70,17 +74,19 @@ BYPASSED = Rule(
     severity=Severity.HIGH,
     references=(cite("seed-004", "Eq. 4, Table I (the Ignore attack; joint-eps is this project's extension)"),),
     remediation=("secure-aggregation", "dp-sgd"),
-    description="Plain IG fails but Ignore or joint-eps reconstructs: the defence gives a false sense of security.",
+    description="Plain IG does not leak but Ignore or joint-eps does (same leak rule): the defence gives a "
+    "false sense of security.",
 )
 DEFENCE_HELD = Rule(
     id="gia.stochastic-defence-held",
-    title="A stochastic defence held against plain, Ignore and joint-eps IG at this budget",
+    title="A stochastic defence held against plain, Ignore and joint-eps IG, against the undefended model",
     severity=Severity.INFO,
     references=(cite("seed-004", "Eq. 4, Table I (plain IG is blind to the noise, Ignore is not)"),),
     remediation=(
         "None needed at this budget; re-audit with a larger --budget before relying on the defence.",
     ),
-    description="No attack reached SSIM >= 0.5; an upper-bound-style result at the stated budget only.",
+    description="The undefended model (noise held at 0) leaks, no attack on the defended model does, and the "
+    "SSIM drop between them is >= 0.1 with a CI above 0, at the stated setting and budget only.",
 )
 GROUP_LEAK = Rule(
     id="gia.group-leakage",
@@ -88,7 +94,8 @@ GROUP_LEAK = Rule(
     severity=Severity.MEDIUM,
     references=(cite("seed-003", "Table 6", "A"),),
     remediation=("partial-sharing",),
-    description="IG restricted to one parameter group's gradients reached SSIM >= 0.5.",
+    description="IG restricted to one parameter group's gradients leaks (mean SSIM >= 0.5, >= 0.1 over "
+    "the floor).",
 )
 
 RULES: tuple[Rule, ...] = (

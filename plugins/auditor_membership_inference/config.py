@@ -56,18 +56,16 @@ class MembershipInferenceConfig(BaseModel):
         gt=1,
         description="mia.low-fpr-leak is high when TPR@1%FPR's CI lower bound is this many times the FPR.",
     )
-    control_epochs: int = Field(
-        default=300, ge=1, description="Positive control: most epochs for the copy overfitted on the members."
-    )
+    control_epochs: int = Field(default=100, ge=1, description="Positive control: most training epochs of the copy.")
     control_stop_loss: float = Field(
-        default=0.01, gt=0, description="Positive control: training stops once the mean training loss is below this."
+        default=0.05, gt=0, description="Positive control: training stops once the mean training loss is below this."
     )
     control_min_auc: float = Field(
-        default=0.5,
+        default=0.6,
         ge=0.5,
         lt=1,
-        description="Positive control: the overfitted copy's held-out AUC CI lower bound must exceed this "
-        "(set it to medium_auc to demand that the control itself would be flagged).",
+        description="Positive control: the copy's held-out AUC CI lower bound must exceed this (default: the "
+        "medium_auc level at which the model itself is flagged).",
     )
     medium_auc: float = Field(
         default=0.6, gt=0.5, le=1, description="mia.auc fires when the held-out AUC's CI lower bound exceeds this."

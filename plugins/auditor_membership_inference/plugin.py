@@ -101,7 +101,7 @@ class MembershipInferencePlugin:
         best, held = _held_out(cfg, member, select, scores, ctx.seed)
         report_side = int((member & ~select).sum())
         warnings = resolution_warnings(report_side, cfg.fprs)
-        control, power = self._control(ctx, cfg, x, y, member, select, refs)
+        control, power = self._control(ctx, cfg, x, y, n_classes, member, select, refs)
         findings = self._findings(cfg, best, held, gap, warnings, report_side)
         metrics = {
             "members": side,
@@ -207,23 +207,28 @@ class MembershipInferencePlugin:
         cfg: MembershipInferenceConfig,
         x: torch.Tensor,
         y: torch.Tensor,
+        n_classes: int,
         member: np.ndarray,
         select: np.ndarray,
         refs: _References | None,
     ) -> tuple[dict[str, Any], PowerCheck]:
-        """Attack a copy that overfits the members, with the same attacks, targets and selection; return its power check.
+        """Attack a copy taught to tell members from non-members, exactly as the model; return its power check.
 
         The copy has the audited architecture, re-initialised, and is trained on the member targets
-        only with the reference recipe minus its regularisation (no weight decay, no augmentation)
-        until its mean training loss falls below ``control_stop_loss`` (at most ``control_epochs``).
+        with their labels and on the non-member targets with a wrong label each (seeded), with the
+        reference recipe minus its regularisation, until its mean training loss is below
+        ``control_stop_loss`` (at most ``control_epochs``): the membership signal is as strong as the
+        architecture can learn from these targets in that budget.
         """
         copy, _ = fresh_copy(ctx.model, ctx.seed + 500)
         recipe = cfg.recipe.model_copy(
             update={"weight_decay": 0.0, "shift_augment": 0, "hflip_augment": False, "epochs": cfg.control_epochs}
         )
-        idx = torch.from_numpy(np.flatnonzero(member))
+        gen = torch.Generator().manual_seed(ctx.seed + 502)
+        wrong = (y + torch.randint(1, n_classes, y.shape, generator=gen)) % n_classes
+        taught = torch.where(torch.from_numpy(member), y, wrong)
         copy, cached = train_cached(
-            copy.to(ctx.device), x[idx], y[idx], recipe, seed=ctx.seed + 501, cache_dir=_cache(cfg),
+            copy.to(ctx.device), x, taught, recipe, seed=ctx.seed + 501, cache_dir=_cache(cfg),
             tick=ctx.check_budget, stop_loss=cfg.control_stop_loss,
         )
         control_logits = logits(copy, x, ctx.device)
@@ -232,14 +237,16 @@ class MembershipInferencePlugin:
         gap = _gap(control_logits, y, member)
         low = held["auc_ci95"][0]
         how = (
-            f"{best} (chosen on the selection half) on the report half of the same targets; the copy: audited "
-            f"architecture re-initialised, trained on the {int(member.sum())} members only with "
-            f"{recipe.optimizer} lr {recipe.lr}, no weight decay or augmentation, until mean training loss < "
-            f"{cfg.control_stop_loss} (at most {cfg.control_epochs} epochs){' (from the cache)' if cached else ''}; "
-            f"train accuracy {gap['train_accuracy']:.3f}, test accuracy {gap['test_accuracy']:.3f}"
+            f"{best} (chosen on the selection half) on the report half of the same targets, with their true "
+            f"labels; the copy: audited architecture re-initialised, trained on the {int(member.sum())} members with "
+            f"their labels and the {int((~member).sum())} non-members with wrong labels, {recipe.optimizer} lr "
+            f"{recipe.lr}, no weight decay or augmentation, until mean training loss < {cfg.control_stop_loss} "
+            f"(at most {cfg.control_epochs} epochs)"
+            f"{' (from the cache)' if cached else ''}; its accuracy on members {gap['train_accuracy']:.3f}, on "
+            f"non-members {gap['test_accuracy']:.3f}"
         )
         check = PowerCheck(
-            control="copy of the architecture overfitted on the member targets",
+            control="copy of the architecture that learnt the members and mislearnt the non-members",
             metric="held-out AUC, 95% CI lower bound",
             value=low,
             required=cfg.control_min_auc,

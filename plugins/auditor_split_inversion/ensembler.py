@@ -309,7 +309,7 @@ def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int,
                               if leaks(gate) else
                               "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
                               "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
-                              "what Ensembler adds (the mean-image sanity gate)")
+                              "what Ensembler adds (the no-information sanity gate)")
     best_pp = {r["setting"]: {m: r["per_probe"][max(r["attacks"], key=lambda a, m=m: r["attacks"][a][f"{m}_mean"])][m]
                               for m in METRICS} for r in rows}
     chance = 1 / classes

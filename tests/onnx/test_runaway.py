@@ -22,7 +22,7 @@ _OPSET = [helper.make_opsetid("", 17)]
 
 def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], out: str = "y") -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])], inits)
     return helper.make_model(graph, opset_imports=_OPSET)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -70,7 +72,7 @@ def test_sanitiser_keeps_the_drawing_and_drops_everything_active(leakage_svg: st
     assert out is not None
     for bad in ("onload", "onclick", "script", "alert", "evil", "foreignObject", "html", "url(https"):
         assert bad not in out, bad
-    assert "&lt;b&gt;hi" in out and 'href="#ok"' in out and 'clip-path="url(#p1)"' in out
+    assert "&lt;b&gt;hi" in out and 'href="#svg-ok"' in out and 'clip-path="url(#svg-p1)"' in out
     assert sanitize_svg('<!DOCTYPE svg [<!ENTITY a "b">]><svg>&a;</svg>') is None
     assert sanitize_svg("<html><body/></html>") is None and sanitize_svg("<svg") is None
 
@@ -81,4 +83,8 @@ def test_svg_artifacts_render_inline_and_nothing_else_does(full_report: Report, 
     run = PluginRun(name="membership-inference", status="ok", artifacts=[art, fake])
     html = render_html(full_report.model_copy(update={"plugins": [run]}))
     assert html.count('<figure class="chart">') == 1 and html.count("<svg ") == 1
+    twice = render_html(full_report.model_copy(update={"plugins": [
+        run, run.model_copy(update={"name": "other", "artifacts": [art.model_copy(update={"name": "b.svg"})]})]}))
+    ids = re.findall(r' id="([^"]+)"', twice)
+    assert len(ids) == len(set(ids))  # two copies of one chart share no id
     assert svg_markup(fake) is None and "&lt;svg" in html  # the text/plain copy stays escaped text

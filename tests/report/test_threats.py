@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from auditor.report.model import Measurement, PluginRun, PowerCheck, Report, Severity, Suppression
-from auditor.report.render_html import render_html, threat_rows
+from auditor.report.render_html import next_steps, render_html, threat_rows
 
 AUC = Measurement(name="auc", label="membership AUC (rmia, held out)", value=0.64, floor=0.5,
                   floor_kind="random guess", margin=0.14, ci=[0.08, 0.2], threshold=0.1, how="rmia, 75 + 75")
@@ -57,3 +57,18 @@ def test_suppressed_findings_say_so(full_report: Report) -> None:
         update={"suppression": Suppression(kind="baseline", reason="accepted in review 12", expires="2027-01-01")})
     html = render_html(full_report.model_copy(update={"findings": [hidden]}))
     assert "suppressed (baseline) until 2027-01-01" in html and "suppressed because: accepted in review 12" in html
+
+
+def test_next_steps_spell_out_the_gating_findings_remedies(full_report: Report) -> None:
+    high = full_report.findings[0].model_copy(update={"remediation": ["rolss", "dp-sgd", "Do this by hand."]})
+    low = full_report.findings[3].model_copy(update={"remediation": ["secure-aggregation"]})
+    steps = next_steps(full_report.model_copy(update={"findings": [low, high]}))
+    assert [text for text, _ in steps] == [
+        "Remove last-stage skip connections (RoLSS) (fully connected layer with bias after flatten)",
+        "Retrain with differentially private SGD (e.g. Opacus); it costs accuracy.",
+        "Do this by hand.",
+    ]  # the low finding is below --fail-on high
+    assert {anchor for _, anchor in steps} == {"finding-1"}
+    html = render_html(full_report.model_copy(update={"findings": [low, high]}))
+    assert html.index("What to do first:") < html.index('id="threats"')
+    assert '<a href="#finding-1" class="small">why</a>' in html

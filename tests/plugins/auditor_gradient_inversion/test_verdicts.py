@@ -32,7 +32,10 @@ def _seed004_cnn() -> nn.Sequential:
 
 
 def _scan(tmp_path: Path, config: str | None = None) -> tuple[int, dict, dict]:
-    """Run ``auditor scan cnn.pt --input-shape 3,32,32 --plugins gradient-inversion`` (+ ``--config``); return code, report, run."""
+    """Run ``auditor scan cnn.pt --input-shape 3,32,32 --plugins gradient-inversion`` (+ ``--config``).
+
+    Returns the exit code, the JSON report and the plugin's run record.
+    """
     model = tmp_path / "cnn.pt"
     torch.save(_seed004_cnn(), model)
     args = ["scan", str(model), "--input-shape", "3,32,32", "--plugins", "gradient-inversion", "--quiet",
@@ -122,6 +125,48 @@ def test_same_seed_gives_the_same_numbers_on_a_random_layer(build) -> None:
     for global_seed, seed in ((1, 0), (2, 0), (3, 5)):
         torch.manual_seed(global_seed)  # the global RNG must not matter
         result = _run(model, seed=seed, iterations=5, search=False, control=False)
-        runs.append([(r["key"], r["per_image_ssim"], r["final_loss_mean"]) for r in result.metrics["settings"]])
+        rows = result.metrics["settings"]
+        runs.append([(r["key"], r["per_image_ssim"], r["final_loss_mean"]) for r in rows])
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]  # and the seed does
+
+
+def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path) -> None:
+    import numpy as np
+
+    from tests.plugins.output_attacks._digits import SHAPE, TinyCNN, write_manifest
+
+    bundle = write_manifest(tmp_path, {"train": np.arange(120)})
+    torch.manual_seed(0)
+    model = TinyCNN()
+    config = GradientInversionConfig(images=6, iterations=20, group_iterations=0, search=False)
+    ctx = RunContext(model=model, profile=profile_model(model, SHAPE), config=config, data=bundle,
+                     device=torch.device("cpu"), seed=0, budget_s=300, plugin_name=plugin.name)
+    result = plugin.run(ctx)
+    ssim = next(m for m in result.headline if m.name == "ssim")
+    assert "class-conditional mean image" in ssim.floor_kind and "114 other images" in result.provenance["data"]
+    assert ssim.floor > 0.3  # what the class-mean digit scores with no gradient at all
+    assert ssim.margin == pytest.approx(ssim.value - ssim.floor)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "attack", "expected"),
+    [
+        ([0.52, 0.54], [0.49, 0.50], "cannot tell"),  # measured on CVB@P1: joint-eps 0.49 vs baseline 0.53
+        ([0.45, 0.47], [0.05, 0.06], "cannot tell"),  # issue 12: the undefended model itself did not leak
+        ([0.62, 0.66], [0.20, 0.24], "held"),
+        ([0.62, 0.66], [0.58, 0.70], "bypassed"),
+    ],
+)
+def test_a_defence_holds_only_against_a_leaking_baseline_by_a_real_margin(
+    baseline: list[float], attack: list[float], expected: str
+) -> None:
+    from auditor_gradient_inversion.plugin import defence_verdict
+
+    from auditor.plugin import measure
+
+    floors = [0.0, 0.0]
+    base, att = measure("ssim", "", baseline, floors), measure("ssim", "", attack, floors)
+    drop = measure("ssim-drop", "", baseline, attack)
+    text = defence_verdict(leaks(base), leaks(att), drop, "joint-eps", att.value, base.value)
+    assert text.startswith(expected)

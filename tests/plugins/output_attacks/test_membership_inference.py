@@ -50,8 +50,9 @@ def test_null_models_stay_quiet_with_shown_power(tmp_path: Path) -> None:
         assert m["attacks"]["loss"]["balanced_accuracy_upper_bound_ci95"][0] > 0.5
         auc = res.headline[0]
         assert auc.name == "auc" and auc.floor == 0.5 and auc.ci[0] <= 0 <= auc.ci[1]
-        assert [p.passed for p in res.power] == [True]
-        assert m["positive_control"]["train_accuracy"] == 1.0
+        assert [p.passed for p in res.power] == [True] and res.power[0].value > 0.6
+        control = m["positive_control"]  # right on the members, wrong on the non-members
+        assert control["train_accuracy"] == 1.0 and control["test_accuracy"] < 0.1
 
 
 def test_memorised_noisy_labels_are_flagged(tmp_path: Path) -> None:
@@ -70,13 +71,13 @@ def test_memorised_noisy_labels_are_flagged(tmp_path: Path) -> None:
     assert res.headline[0].margin > res.headline[0].threshold and res.power[0].passed
 
 
-def test_power_fails_when_the_control_cannot_overfit(tmp_path: Path) -> None:
-    """One epoch leaves the control at chance: the attack cannot show power, so the run must not vouch."""
+def test_power_fails_when_the_control_cannot_learn(tmp_path: Path) -> None:
+    """One epoch at a tiny learning rate leaves the control at chance: no power shown, the run must not vouch."""
     data = write_manifest(tmp_path, {"train": ORDER[:150], "test": ORDER[1500:1650]})
     cfg = _config(tmp_path, Recipe(epochs=30, batch_size=32, lr=1e-5), references=0)
     res = plugin.run(context(mlp(), data, cfg.model_copy(update={"control_epochs": 1})))
     check = res.power[0]
-    assert not check.passed and check.value <= 0.5 and "member targets" in check.control
+    assert not check.passed and check.value <= 0.6 and "mislearnt the non-members" in check.control
     assert _judged(plugin.family, res, "")[0] == "inconclusive"
 
 
