@@ -5,47 +5,87 @@ Example:
     >>> report = auditor.scan("resnet18.pt", auditor.ScanConfig(fail_on=auditor.Severity.CRITICAL))
     >>> report.summary.exit_code
     0
+
+The public names load on first use (PEP 562), so ``auditor version`` and ``--help`` do not import torch.
 """
 
 from __future__ import annotations
 
-from auditor._version import __version__ as __version__
-from auditor.config import ScanConfig as ScanConfig
-from auditor.errors import (
-    ArchitectureMismatch as ArchitectureMismatch,
-    AuditorError as AuditorError,
-    ConfigError as ConfigError,
-    InputError as InputError,
-    PluginError as PluginError,
-    TraceError as TraceError,
-    UnsafeCheckpoint as UnsafeCheckpoint,
-)
-from auditor.graph.profile import profile_model as profile_model
-from auditor.load.loaders import LoadedModel as LoadedModel, load_checkpoint as load_checkpoint
-from auditor.report.model import (
-    ArchitectureProfile as ArchitectureProfile,
-    Finding as Finding,
-    Report as Report,
-    Severity as Severity,
-)
-from auditor.scan import scan as scan
+import importlib
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ArchitectureMismatch",
-    "ArchitectureProfile",
-    "AuditorError",
-    "ConfigError",
-    "Finding",
-    "InputError",
-    "LoadedModel",
-    "PluginError",
-    "Report",
-    "ScanConfig",
-    "Severity",
-    "TraceError",
-    "UnsafeCheckpoint",
-    "__version__",
-    "load_checkpoint",
-    "profile_model",
-    "scan",
-]
+from auditor._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from auditor.config import ScanConfig as ScanConfig
+    from auditor.errors import (
+        ArchitectureMismatch as ArchitectureMismatch,
+        AuditorError as AuditorError,
+        ConfigError as ConfigError,
+        InputError as InputError,
+        PluginError as PluginError,
+        TraceError as TraceError,
+        UnsafeCheckpoint as UnsafeCheckpoint,
+    )
+    from auditor.graph.profile import profile_model as profile_model
+    from auditor.load.loaders import LoadedModel as LoadedModel, load_checkpoint as load_checkpoint
+    from auditor.report.model import (
+        ArchitectureProfile as ArchitectureProfile,
+        Finding as Finding,
+        Report as Report,
+        Severity as Severity,
+    )
+    from auditor.scan import scan as scan
+
+#: Public name -> the module that defines it.
+_HOMES = {
+    "ArchitectureMismatch": "auditor.errors",
+    "ArchitectureProfile": "auditor.report.model",
+    "AuditorError": "auditor.errors",
+    "ConfigError": "auditor.errors",
+    "Finding": "auditor.report.model",
+    "InputError": "auditor.errors",
+    "LoadedModel": "auditor.load.loaders",
+    "PluginError": "auditor.errors",
+    "Report": "auditor.report.model",
+    "ScanConfig": "auditor.config",
+    "Severity": "auditor.report.model",
+    "TraceError": "auditor.errors",
+    "UnsafeCheckpoint": "auditor.errors",
+    "load_checkpoint": "auditor.load.loaders",
+    "profile_model": "auditor.graph.profile",
+    "scan": "auditor.scan",
+}
+
+__all__ = sorted([*_HOMES, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'auditor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(ModuleType):
+    """The ``auditor`` module object: importing the submodule ``auditor.scan`` must not hide ``auditor.scan()``.
+
+    The import system binds a loaded submodule as an attribute of its package; the eager imports this
+    package used to do rebound ``scan`` to the function afterwards. Lazily, the binding is refused instead.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOMES and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *(name for name, value in globals().items() if isinstance(value, ModuleType))})

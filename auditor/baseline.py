@@ -33,14 +33,14 @@ class SuppressRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rule: str = Field(description="Rule id, or a glob over rule ids ('arch.*').")
-    path: str = Field(default="*", description="Glob over the model path (relative to the working directory).")
-    location: str | None = Field(default=None, description="Glob over the finding's location; any when unset.")
+    path: str = Field(default="*", description="Glob over the model path (relative to the working dir).")
+    location: str | None = Field(default=None, description="Glob over the finding's location; any if unset.")
     reason: str = Field(min_length=1, description="Why the finding is accepted (shown in the report).")
     expires: date | None = Field(default=None, description="Last day the rule applies (YYYY-MM-DD).")
 
 
 class BaselineEntry(BaseModel):
-    """An accepted finding, as written by ``--write-baseline``; ``reason`` and ``expires`` are for people to add."""
+    """An accepted finding as ``--write-baseline`` writes it; people add ``reason`` and ``expires``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -63,7 +63,7 @@ class Baseline(BaseModel):
 
 
 def model_identity(path: str | Path) -> str:
-    """Return the path a fingerprint uses: POSIX, normalised, relative to the working directory when inside it."""
+    """Return the path a fingerprint uses: POSIX, normalised, relative to the working directory if inside."""
     p = Path(path)
     if p.is_absolute():
         try:
@@ -74,7 +74,7 @@ def model_identity(path: str | Path) -> str:
 
 
 def fingerprint(rule_id: str, model: str, location: str | None, ordinal: int = 0) -> str:
-    """Return the 32-hex-digit fingerprint of a finding; ``ordinal`` tells apart same-rule same-location twins."""
+    """Return a finding's 32-hex-digit fingerprint; ``ordinal`` tells same-rule same-location twins apart."""
     text = "\0".join(["auditor-fp/1", rule_id, model, location or "", str(ordinal)])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
@@ -110,7 +110,8 @@ def load_baseline(path: Path) -> Baseline:
     except FileNotFoundError as exc:
         raise ConfigError(f"baseline file not found: {path} (write one with --write-baseline)") from exc
     except (json.JSONDecodeError, ValidationError) as exc:
-        raise ConfigError(f"baseline file {path} is not an auditor baseline: {str(exc).splitlines()[0]}") from exc
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"baseline file {path} is not an auditor baseline: {first}") from exc
 
 
 def write_baseline(reports: Iterable[Report], path: Path) -> Baseline:
@@ -122,10 +123,12 @@ def write_baseline(reports: Iterable[Report], path: Path) -> Baseline:
         for f in with_fingerprints(report).findings:
             kept = old.get(f.fingerprint or "")
             entries.append(BaselineEntry(fingerprint=f.fingerprint or "", rule_id=f.rule_id, model=model,
-                                         location=f.location, title=f.title, reason=kept.reason if kept else "",
+                                         location=f.location, title=f.title,
+                                         reason=kept.reason if kept else "",
                                          expires=kept.expires if kept else None))
     baseline = Baseline(entries=entries)
-    path.write_text(json.dumps(baseline.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(baseline.model_dump(mode="json"), indent=2, ensure_ascii=False)
+    path.write_text(text + "\n", encoding="utf-8")
     return baseline
 
 
@@ -158,7 +161,8 @@ def apply_acceptances(
             candidates.append(("baseline", "baseline entry", entry.expires, entry.reason))
         for kind, what, expires, reason in candidates:
             if expires is not None and expires < today:
-                messages.append(f"{what} for {f.rule_id}{' at ' + f.location if f.location else ''} in {model} "
+                where = f" at {f.location}" if f.location else ""
+                messages.append(f"{what} for {f.rule_id}{where} in {model} "
                                 f"expired on {expires.isoformat()}{' (' + reason + ')' if reason else ''}: "
                                 "the finding counts again")
                 continue
@@ -166,8 +170,9 @@ def apply_acceptances(
             break
         findings.append(f.model_copy(update={"suppression": mark}))
     active = [f for f in findings if f.suppression is None]
-    summary = summarize(active, report.plugins, fail_on=fail_on, unsafe=report.model.load_safety.verdict == "unsafe",
-                        strict=strict, on_inconclusive=on_inconclusive)
+    summary = summarize(active, report.plugins, fail_on=fail_on,
+                        unsafe=report.model.load_safety.verdict == "unsafe", strict=strict,
+                        on_inconclusive=on_inconclusive)
     accepted = len(findings) - len(active)
     if accepted:
         summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")

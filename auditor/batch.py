@@ -105,8 +105,9 @@ def audit_one(
     except Exception as exc:  # noqa: BLE001 - a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
                        error=f"internal error: {type(exc).__name__}: {exc}")
-    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress, fail_on=config.fail_on,
-                                         strict=config.strict, on_inconclusive=config.on_inconclusive, today=today)
+    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress,
+                                         fail_on=config.fail_on, strict=config.strict,
+                                         on_inconclusive=config.on_inconclusive, today=today)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
 
@@ -121,19 +122,25 @@ def audit_many(
     today: date | None = None,
     executor: Executor | None = None,
     progress: Callable[[int, int, Path], Progress | None] | None = None,
+    on_row: Callable[[ScanRow], None] | None = None,
 ) -> list[ScanRow]:
     """Audit every checkpoint under ``paths``; one row per checkpoint, in :func:`collect` order.
 
     Args:
         executor: maps the one-path function over the paths (default: a serial loop).
         progress: given (index, count, path), returns the progress callback of that checkpoint's scan.
+        on_row: called with each row as the serial loop finishes it.
     """
     targets = collect(paths, include, exclude)
     if executor is not None:
         return executor(functools.partial(audit_one, config=config, baseline=baseline, today=today), targets)
-    return [audit_one(p, config, baseline=baseline, today=today,
-                      progress=progress(i, len(targets), p) if progress else None)
-            for i, p in enumerate(targets)]
+    rows: list[ScanRow] = []
+    for i, p in enumerate(targets):
+        rows.append(audit_one(p, config, baseline=baseline, today=today,
+                              progress=progress(i, len(targets), p) if progress else None))
+        if on_row is not None:
+            on_row(rows[-1])
+    return rows
 
 
 def worst_exit_code(rows: Iterable[ScanRow]) -> int:
@@ -143,7 +150,7 @@ def worst_exit_code(rows: Iterable[ScanRow]) -> int:
 
 
 def report_names(paths: Sequence[str]) -> list[str]:
-    """Return a distinct, file-system-safe report name per model path (``models/a/r.pt`` -> ``models_a_r.pt``)."""
+    """Return a distinct, file-system-safe report name per model path (``a/r.pt`` gives ``a_r.pt``)."""
     names: list[str] = []
     taken: set[str] = set()
     for path in paths:

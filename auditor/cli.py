@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from auditor.config import build_config, find_config_file, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
-from auditor.report.model import Report, Severity
+from auditor.report.model import PluginRun, Report, Severity
 
 if TYPE_CHECKING:
     from auditor.batch import ScanRow
@@ -96,15 +96,20 @@ class OutputFormat(str, Enum):
 _STDOUT = Path("-")
 
 
+def _stdout_path(path: Path | None) -> Path | None:
+    """Return ``path`` with ``/dev/stdout`` spelled ``-``: both mean the report alone on stdout."""
+    return _STDOUT if path is not None and path.as_posix() in ("-", "/dev/stdout") else path
+
+
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
-        help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[Optional[list[str]], typer.Option(help="Only files matching this glob (path or name; "
+    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option(help="Skip files matching this glob (path or name; "
+    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
                                                               "repeatable).")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
@@ -113,7 +118,7 @@ def scan(
     input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
@@ -140,7 +145,7 @@ def scan(
                                                              "severity [default: high].")] = None,
     plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(help="Plugin not to run (repeatable).")] = None,
+    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
@@ -183,8 +188,11 @@ def scan(
         "data_dir": data, "reference": reference,
         "strict": strict or None, "on_inconclusive": on_inconclusive,
     })
+    json_path, sarif_path, html_path, output = map(_stdout_path, (json_path, sarif_path, html_path, output))
+    if output == _STDOUT and fmt is OutputFormat.TEXT:
+        output = None  # the text goes to stdout anyway
     to_stdout = [name for name, on in (
-        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output is None),
+        (f"--format {fmt.value}", fmt is not OutputFormat.TEXT and output in (None, _STDOUT)),
         ("--json -", json_path == _STDOUT), ("--sarif -", sarif_path == _STDOUT), ("--html -", html_path == _STDOUT),
     ) if on]
     if len(to_stdout) > 1:
@@ -204,7 +212,8 @@ def scan(
     else:
         progress = _Progress(enabled=not quiet, config=config)
         with progress:
-            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model)
+            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model,
+                              on_row=progress.done)
     if write_baseline is not None:
         written = record_baseline([r.report for r in rows if r.report], write_baseline)
         rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
@@ -344,14 +353,9 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 
 def _html_text(report: Report) -> str:
-    import tempfile
+    from auditor.report.render_html import render_html
 
-    from auditor.report.render_html import write_html
-
-    with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "report.html"
-        write_html(report, target)
-        return target.read_text(encoding="utf-8")
+    return render_html(report)
 
 
 def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
@@ -384,6 +388,7 @@ class _Progress:
         self.bar: Any = None
         self.task: Any = None
         self.pending: tuple[str, str, float] | None = None  # (model label, plugin, started)
+        self.label = ""
 
     def __enter__(self) -> _Progress:
         if self.live:
@@ -405,7 +410,7 @@ class _Progress:
         if not self.enabled:
             return None
         self._finish_plugin()
-        label = f"[{index + 1}/{count}] {path}"
+        label = self.label = f"[{index + 1}/{count}] {path}"
         started = time.monotonic()
         if self.bar is not None:
             if self.task is None:
@@ -427,7 +432,19 @@ class _Progress:
 
         return say
 
-    def _finish_plugin(self) -> None:
+    def done(self, row: ScanRow) -> None:
+        """Close a model: its last plugin's outcome, then its verdict line (in CI logs)."""
+        if not self.enabled:
+            return
+        runs = {p.name: p for p in row.report.plugins} if row.report is not None else {}
+        if self.pending is not None and self.pending[1] in runs:
+            run = runs[self.pending[1]]
+            self._finish_plugin(f"{run.status}{', ' + run.category if run.category else ''}")
+        self._finish_plugin()
+        if self.bar is None:
+            _err.print(f"auditor: {plain(self.label)}: {row.verdict} (exit {row.exit_code})", markup=False)
+
+    def _finish_plugin(self, outcome: str = "") -> None:
         if self.pending is None:
             return
         label, plugin, started = self.pending
@@ -435,8 +452,8 @@ class _Progress:
         budget = self._budget(plugin)
         of = f" of its {budget:g} s budget" if budget is not None else ""
         if self.bar is None:
-            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished after "
-                       f"{time.monotonic() - started:.1f} s{of}", markup=False)
+            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished{' (' + outcome + ')' if outcome else ''}"
+                       f" after {time.monotonic() - started:.1f} s{of}", markup=False)
 
     def _budget(self, plugin: str) -> float | None:
         if self.config.budget_s is not None:
@@ -452,7 +469,7 @@ def list_plugins(
     model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
@@ -496,7 +513,7 @@ def reparam_check(
                             ] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
     deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
@@ -533,10 +550,13 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-def _rewrite_help() -> str:
-    from auditor.rewrite import REGISTRY
+#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
+#: (tests/test_cli.py checks they agree).
+REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
 
-    return f"Rewrite to apply: {', '.join(REGISTRY)} (none preserves the function; see docs/rewrites.md)."
+
+def _rewrite_help() -> str:
+    return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
 @app.command()
@@ -568,7 +588,7 @@ def harden(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
@@ -632,11 +652,19 @@ def harden(
     for label, attr in (("params", "params"), ("accuracy", "accuracy"), ("skips", "skips"),
                         ("last-stage skips", "last_stage_skips"), ("verdict", "verdict")):
         table.add_row(label, str(getattr(c.before, attr)), str(getattr(c.after, attr)))
+    runs = {"before": {p.name: p for p in result.before.plugins}, "after": {p.name: p for p in result.after.plugins}}
     for name in sorted(set(c.before.plugin_metrics) | set(c.after.plugin_metrics)):
-        b, a = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
-        for key in [k for k in {**b, **a} if k == "status" or k.startswith("power:") or k.endswith(" CI")
-                    or _is_number(b.get(k)) or _is_number(a.get(k))]:
-            table.add_row(f"{name}: {key}", _cell(b.get(key)), _cell(a.get(key)))
+        b, a = runs["before"].get(name), runs["after"].get(name)
+        table.add_row(f"{name}: status", b.status if b else "—", a.status if a else "—")
+        labels = {m.name: m.label for run in (b, a) if run for m in run.headline}
+        for key, label in labels.items():
+            table.add_row(f"{name}: {label}", _measured(b, key), _measured(a, key))
+        if not labels and (b or a).family != "static":  # no headline yet: the attack's numeric metrics
+            mb, ma = c.before.plugin_metrics.get(name, {}), c.after.plugin_metrics.get(name, {})
+            for key in [k for k in {**mb, **ma} if _is_number(mb.get(k)) or _is_number(ma.get(k))]:
+                table.add_row(f"{name}: {key}", _number(mb.get(key)), _number(ma.get(key)))
+        for metric in {p.metric for run in (b, a) if run for p in run.power}:
+            table.add_row(f"{name}: power ({metric})", _power(b, metric), _power(a, metric))
     _out.print(table)
     for note in c.notes:
         _out.print(f"note: {plain(note)}", markup=False)
@@ -651,13 +679,28 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cell(value: object) -> str:
-    """Format a comparison value: numbers to 4 significant digits, a missing one as a dash."""
-    if value is None:
+def _number(value: object) -> str:
+    return f"{value:.4g}" if _is_number(value) else "—"
+
+
+def _measured(run: PluginRun | None, name: str) -> str:
+    """Format one headline measurement of a run: value, and floor / margin / CI when reported."""
+    m = next((m for m in run.headline if m.name == name), None) if run else None
+    if m is None:
         return "—"
-    if isinstance(value, list):
-        return "[" + ", ".join(_cell(v) for v in value) + "]"
-    return f"{value:.4g}" if _is_number(value) else str(value)
+    text = f"{m.value:.4g}{m.unit}"
+    if m.floor is not None:
+        text += f" (floor {m.floor:.4g}"
+        text += f", margin {m.margin:+.4g}" if m.margin is not None else ""
+        text += f" [{m.ci[0]:+.4g}, {m.ci[1]:+.4g}]" if m.ci else ""
+        text += ")"
+    return text
+
+
+def _power(run: PluginRun | None, metric: str) -> str:
+    """Format a run's positive control on ``metric``: value, required value, passed or not."""
+    p = next((p for p in run.power if p.metric == metric), None) if run else None
+    return "—" if p is None else f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
 
 
 @app.command()
@@ -667,7 +710,7 @@ def split(
     onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Allow classes under this module "
+    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
@@ -786,15 +829,26 @@ def diff(
 
 
 def _report_of(path: Path, config: ScanConfig) -> Report:
-    """Read a JSON report, or audit a checkpoint (with the config's baseline-free acceptances)."""
+    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
     import json
+
+    from pydantic import ValidationError
 
     from auditor.batch import audit_one
 
-    if path.is_file() and path.read_bytes()[:1] in (b"{", b" ", b"\n"):
+    data = None
+    if path.is_file():
+        with path.open("rb") as fh:
+            starts_like_json = fh.read(1) == b"{"
+        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+    if data is not None:
         try:
-            return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
+            return Report.model_validate(data)
+        except ValidationError as exc:
             raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
     row = audit_one(path, config)
     if row.report is None:

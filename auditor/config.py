@@ -132,9 +132,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 
 def find_config_file(start: Path) -> Path | None:
-    """Return ``auditor.toml`` in ``start``, else the nearest ``pyproject.toml`` with a ``[tool.auditor]`` table.
+    """Return ``auditor.toml`` in ``start``, else the nearest ``pyproject.toml`` with ``[tool.auditor]``.
 
-    The search for ``pyproject.toml`` goes up from ``start`` and stops at the first one found (the project root).
+    The search for ``pyproject.toml`` goes up from ``start`` and stops at the first one (the project root).
     """
     if (start / CONFIG_NAME).is_file():
         return start / CONFIG_NAME

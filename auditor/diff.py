@@ -142,7 +142,8 @@ def _numbers(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
             yield f"{prefix}{key}", float(value)
 
 
-def _with_ci(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float, tuple[float, float]]]:
+def _with_ci(metrics: Mapping[str, Any], prefix: str = ""
+             ) -> Iterator[tuple[str, float, tuple[float, float]]]:
     for key, value in metrics.items():
         if isinstance(value, Mapping):
             yield from _with_ci(value, f"{prefix}{key}.")

@@ -150,8 +150,24 @@ def plugin_view(run: PluginRun) -> dict[str, Any]:
                                                                   ("margin CI", m.ci)) if value is not None})
     for p in run.power:
         view[f"power: {p.metric}"] = f"{p.value:.4g} (needs {p.required:.4g}: {'passed' if p.passed else 'FAILED'})"
-    view.update({k: v for k, v in run.metrics.items() if k not in view})
+    view.update({k: v for k, v in flatten_metrics(run.metrics).items() if k not in view})
     return view
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested metrics to ``a.b`` / ``a[key].b`` scalars (rows of dicts are keyed by their key/name)."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_metrics(value, f"{name}."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, row in enumerate(value):
+                label = row.get("key") or row.get("name") or row.get("group") or i
+                out.update(flatten_metrics({k: v for k, v in row.items() if v is not label}, f"{name}[{label}]."))
+        elif value is None or isinstance(value, (int, float, str, bool)):
+            out[name] = value
+    return out
 
 
 def side(report: Report, accuracy_value: float | None) -> ComparisonSide:
@@ -240,13 +256,12 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     say("auditing the hardened model", 0, 1)
     after = scan(opts.out, config.model_copy(update={"arch": None}))
     gaps = unvouched(before, after, bool(train))
-    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
-    notes += gaps
     after.comparison = Comparison(
         rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
         trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,
         param_overhead=result.param_overhead, changed_nodes=result.changed_nodes,
-        notes=notes + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
+        notes=notes + gaps + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
         before=side(before, acc_before), after=side(after, acc_after),
     )
+    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
     return HardenResult(result, opts.out, acc_before, acc_after, before, after, history)

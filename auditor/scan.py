@@ -23,16 +23,14 @@ from auditor.report.model import (
     CATEGORY_NO_MODEL,
     Finding,
     PluginRun,
-    Reference,
     Report,
     Severity,
 )
+from auditor.report.sources import cite
 
 _PICKLE_REFS = [
-    Reference(source="lit:pickle", title="Python pickle module documentation (security warning)",
-              locator="'Warning: the pickle module is not secure'"),
-    Reference(source="lit:pickle", title="Python pickle module documentation",
-              locator="'Restricting Globals' (the gate auditor loads through)"),
+    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
+    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
 ]
 
 
@@ -79,7 +77,7 @@ def scan(
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed)
+                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape)
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)
@@ -133,7 +131,7 @@ def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:
     policy = ImportPolicy(tuple(config.imports), config.trust)
     findings = []
     for issue in safety.issues:
-        name = f"{issue.module}.{issue.name}" if issue.module else issue.opcode
+        name = f"{issue.module}.{issue.name}" if issue.module else (issue.name or issue.opcode)
         unknown = issue.opcode in IMPORT_OPCODES and is_unknown_import(issue.module, issue.name, policy)
         evidence = {"import": name, "opcode": issue.opcode, "position": issue.position, "pickle": issue.pickle}
         message = f"{name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: {issue.reason}."

@@ -254,6 +254,9 @@ def test_json_dash_is_the_only_thing_on_stdout(repo: Path, capsys: pytest.Captur
     validate_report_dict(report)
     assert all(f["fingerprint"] for f in report["findings"])
     assert "FAIL (exit 1)" in captured.err and not (repo / "-").exists()
+    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "--json", "/dev/stdout"]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["summary"] == report["summary"] and again["findings"] == report["findings"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "sarif", "markdown", "text"])
@@ -378,7 +381,9 @@ def test_progress_lines_in_ci_logs(repo: Path, capsys: pytest.CaptureFixture[str
     lines = capsys.readouterr().err.splitlines()
     assert any(line.endswith("running plugin architecture-risk (budget 30 s)") or
                "running plugin architecture-risk (budget 30 s) [+" in line for line in lines)
-    assert any("plugin architecture-risk finished after" in line and "of its 30 s budget" in line for line in lines)
+    assert any("plugin architecture-risk finished (ok) after" in line and "of its 30 s budget" in line
+               for line in lines)
+    assert lines[-1] == "auditor: [1/1] models/plain.pt: pass (exit 0)"
 
 
 def test_plugins_command_takes_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -387,3 +392,52 @@ def test_plugins_command_takes_import(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(["plugins", str(path), "--input-shape", "4,8,8"]) == 2
     assert "refused" in capsys.readouterr().err
     assert run_cli(["plugins", str(path), "--input-shape", "4,8,8", "--import", _Residual.__module__]) == 0
+
+
+def test_version_and_help_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom auditor.cli import run_cli\n"
+            "for args in (['version'], ['--version'], ['--help'], ['scan', '--help'], ['harden', '--help']):\n"
+            "    assert run_cli(args) == 0, args\n"
+            "heavy = sorted(m for m in ('torch', 'torchvision', 'timm', 'numpy', 'jinja2') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_rewrite_ids_in_the_help_match_the_registry() -> None:
+    from auditor.cli import REWRITE_IDS
+    from auditor.rewrite import REGISTRY
+
+    assert list(REWRITE_IDS) == list(REGISTRY)
+
+
+def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    import auditor.cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(auditor.cli, "_err", Console(file=screen, force_terminal=True, width=120))
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
+    shown = screen.getvalue()
+    assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences
+    assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err
+
+
+def test_lazy_package_keeps_scan_the_function_after_its_module_loads() -> None:
+    import subprocess
+    import sys
+
+    code = ("import importlib, auditor\n"
+            "module = importlib.import_module('auditor.scan')\n"
+            "import auditor.batch\n"
+            "assert auditor.scan is module.scan, auditor.scan\n"
+            "assert auditor.ScanConfig.__name__ == 'ScanConfig' and 'scan' in dir(auditor)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -27,6 +27,8 @@ _EXPORT_PAYLOAD_DIRS = ("data/weights/", "data/constants/", "data/sample_inputs/
 _RAW_PREFIXES = ("weight_", "tensor_")  # members torch reads as raw tensor bytes when use_pickle is false
 _FQN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Control characters other than tab and newline: torch.fx copies stack traces into comments of generated code.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 #: Graph JSON keys whose values become attribute paths (FQNs) or variable names in generated code.
 _FQN_KEYS = frozenset({"parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name", "fqn",
                        "user_input_name", "input_name", "output_name"})
@@ -137,7 +139,8 @@ def scan_export_graph(data: bytes, name: str) -> PickleScan:
 
     ``torch.export.load`` resolves every node target by getattr on ``torch``/``operator``/``math``
     and parses every ``expr_str`` with ``sympy.sympify``, which evaluates Python code; every FQN and
-    node name must be a dotted identifier, since ``ExportedProgram.module()`` emits them into code.
+    node name must be a dotted identifier, since ``ExportedProgram.module()`` emits them into code,
+    and no other string (stack traces, annotations) may hold a control character but tab and newline.
     """
     scan = PickleScan(name)
     try:
@@ -153,6 +156,9 @@ def scan_export_graph(data: bytes, name: str) -> PickleScan:
         elif kind == "expr_str":
             reason = sym_expr_reason(value)
             module, attr = "sympy", "sympify"
+        elif kind == "text":
+            reason = "graph metadata holds a control character (a carriage return ends a line of generated code)"
+            module, attr = "torch.fx", "codegen"
         else:
             pattern = _IDENTIFIER if kind == "name" else _FQN
             empty_ok = kind == "fqn"
@@ -178,6 +184,8 @@ def _graph_strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
                     yield "fqn", value
                 elif child_key in _NAME_KEYS:
                     yield "name", value
+                elif _CONTROL.search(value):
+                    yield "text", value
             else:
                 yield from _graph_strings(value, child_key)
     elif isinstance(node, list):

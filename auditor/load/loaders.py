@@ -28,9 +28,12 @@ from auditor.errors import (
 from auditor.load.allowlist import ImportPolicy, refusal_reason
 from auditor.load.arch import fit_state_dict
 from auditor.load.digest import sha256_file
+from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.problems import RefusedWhileLoading
+from auditor.load.sandbox import probe
 from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
 from auditor.load.unpickler import gated_pickle_module
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
@@ -46,6 +49,9 @@ FORMAT_TORCH_EXPORT = "torch-export"
 FORMAT_LEGACY_PICKLE = "legacy-pickle"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
+#: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
+_SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
+_PROBE_SHAPE = (3, 224, 224)
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -89,6 +95,9 @@ def load_checkpoint(
     trust: bool = False,
     wait_for_sha256: bool = True,
     sniffed: Sniffed | None = None,
+    probe_shape: Sequence[int] | None = None,
+    sandbox: bool = True,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
 ) -> LoadedModel:
     """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
 
@@ -103,6 +112,12 @@ def load_checkpoint(
         sniffed: what :func:`sniff` said about ``path``, when the caller already asked.
         wait_for_sha256: with False the hash keeps running beside the caller's work: ``info.sha256``
             is empty until :meth:`LoadedModel.with_sha256` fills it in.
+        probe_shape: the per-sample input shape the sandboxed child runs a TorchScript or
+            torch.export model on (default ``(3, 224, 224)``).
+        sandbox: load TorchScript and torch.export archives once in a confined child process first
+            (:mod:`auditor.load.sandbox`); a child that exceeds its limits refuses the file.
+        max_tensor_bytes: the most bytes a ``.pt2`` tensor may declare when its member stores none
+            (torch would allocate them as zeros); more refuses the file.
 
     Raises:
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
@@ -114,7 +129,7 @@ def load_checkpoint(
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
-    scans = scan_checkpoint(sniffed)
+    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
     safety, allowed = _judge(scans, policy)
     notes = _policy_notes(policy)
     common = {"path": str(path), "size_bytes": sniffed.size_bytes}
@@ -126,7 +141,18 @@ def load_checkpoint(
                          **common)
         return LoadedModel(None, info, notes)
 
-    done = _materialise(sniffed, arch, allowed, notes)
+    try:
+        if sandbox and sniffed.container in _SANDBOXED:
+            notes.append(_probe(sniffed, probe_shape or _PROBE_SHAPE))
+        done = _materialise(sniffed, arch, allowed, notes)
+    except RefusedWhileLoading as exc:
+        logger.warning("%s: refused while loading: %s", path, exc.reason)
+        safety.verdict = "unsafe"
+        safety.issues.append(LoadIssue(pickle=exc.member or path.name, module=exc.module, name=exc.name,
+                                       opcode=exc.opcode, position=0, reason=exc.reason))
+        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, sha256=hashing.result(),
+                         **common)
+        return LoadedModel(None, info, notes)
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
@@ -143,6 +169,21 @@ def load_checkpoint(
         **common,
     )
     return LoadedModel(model, info, notes, None if wait_for_sha256 else hashing)
+
+
+def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
+    """Load and run the archive in the sandbox child; return the report note.
+
+    Raises:
+        RefusedWhileLoading: the child exceeded a limit (memory, CPU, time, a file write).
+    """
+    result = probe(_SANDBOXED[sniffed.container], sniffed.path, shape, file_bytes=sniffed.size_bytes)
+    if result.violation is not None:
+        raise RefusedWhileLoading(sniffed.path.name, "sandbox", f"the sandboxed load was stopped: {result.violation}")
+    confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
+                else "network and file system not isolated: user namespaces are unavailable")
+    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
+            f"time and file-size limits; {confined})")
 
 
 def _judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
@@ -246,7 +287,7 @@ def _torch_load(
     try:
         obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed), weights_only=False,
                          mmap=mmap)
-    except InputError:
+    except (InputError, RefusedWhileLoading):
         raise
     except Exception as exc:  # translated at this boundary
         raise _translate(exc, path, "torch.load") from exc
@@ -345,8 +386,8 @@ def _policy_notes(policy: ImportPolicy) -> list[str]:
     notes = []
     if policy.trust_all:
         notes.append(
-            "--trust was used: modules outside the allowlist may be imported and their classes "
-            "instantiated while unpickling (the denylist still applied)"
+            "--trust was used: classes of modules outside the allowlist may be instantiated while "
+            "unpickling (the denylist still applied, and functions stayed refused)"
         )
     if policy.trusted_imports:
         notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))

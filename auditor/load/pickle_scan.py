@@ -48,6 +48,7 @@ _STRING_OPS = frozenset(
     {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"}
 )
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_LARGE_PUTS = frozenset({"PUT", "LONG_BINPUT"})  # memo slots past the opcode's own offset are refused
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
@@ -101,8 +102,10 @@ class _NeedMore(Exception):
     """The replay ran off the end of a chunk that is not the end of the stream."""
 
 
-def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan every pickle the loader for this container would unpickle.
+def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> list[PickleScan]:
+    """Scan every pickle the loader for this container would unpickle (and the code it would run).
+
+    ``max_tensor_bytes`` caps a ``.pt2`` tensor whose bytes the archive does not store.
 
     Raises:
         TruncatedArchive: an archive member cannot be read.
@@ -116,7 +119,7 @@ def scan_checkpoint(sniffed: Sniffed) -> list[PickleScan]:
             return scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT)
     try:
         with zipfile.ZipFile(sniffed.path) as zf:
-            return _scan_zip(zf, "", sniffed.container, 0)
+            return _scan_zip(zf, "", sniffed.container, 0, max_tensor_bytes)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError) as exc:
         raise TruncatedArchive(sniffed.path, str(exc) or type(exc).__name__) from exc
 
@@ -223,7 +226,11 @@ class _Replay:
                     if code == 114:  # LONG_BINPUT
                         if len(stack) == floor:
                             raise _Malformed("LONG_BINPUT with nothing to memoise")
-                        memo[uint4(data, i + 1)[0]] = stack[-1]
+                        key = uint4(data, i + 1)[0]
+                        if key > i:  # memo slots are numbered in order: slot n needs n earlier opcodes
+                            raise _Malformed(f"LONG_BINPUT to memo slot {key} (the unpickler would allocate a "
+                                             "memo table that large)")
+                        memo[key] = stack[-1]
                         last, i = i, i + 5
                         continue
                     effect = plain[code]
@@ -331,7 +338,10 @@ class _Replay:
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
             stack.append(_OPAQUE)
         elif name in _PUT_OPS or name == "MEMOIZE":
-            memo[len(memo) if name == "MEMOIZE" else int(arg)] = self._top(name)  # type: ignore[call-overload]
+            top, key = self._top(name), len(memo) if name == "MEMOIZE" else int(arg)  # type: ignore[call-overload]
+            if name in _LARGE_PUTS and key > i:
+                raise _Malformed(f"{name} to memo slot {key} (the unpickler would allocate a memo table that large)")
+            memo[key] = top
         elif name in _GET_OPS:
             if arg not in memo:
                 raise _Malformed(f"{name} of unset memo slot {arg}")
@@ -405,7 +415,9 @@ def compat_name(module: str, name: str) -> tuple[str, str]:
     return mapped if mapped is not None else (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
 
 
-def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int) -> list[PickleScan]:
+def _scan_zip(
+    zf: zipfile.ZipFile, prefix: str, container: Container, depth: int, max_tensor_bytes: int
+) -> list[PickleScan]:
     """Scan every member of one (possibly nested) zip archive that torch may unpickle or run.
 
     Members are matched case-insensitively, as torch's reader finds them; an archive that torch
@@ -419,7 +431,7 @@ def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int
     infos = [info for info in zf.infolist() if not info.is_dir()]
     raw_payloads: set[str] = set()
     if container is Container.TORCH_EXPORT:
-        raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, DEFAULT_MAX_TENSOR_BYTES)
+        raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, max_tensor_bytes)
         scans.extend(config_scans)
     for info in infos:
         label = prefix + info.filename
@@ -436,7 +448,7 @@ def _scan_zip(zf: zipfile.ZipFile, prefix: str, container: Container, depth: int
         elif kind == "graph":
             scans.append(scan_export_graph(zf.read(info), label))
         else:
-            scans.extend(_scan_payload(zf.read(info), label, depth))
+            scans.extend(_scan_payload(zf.read(info), label, depth, max_tensor_bytes))
     return scans
 
 
@@ -459,11 +471,11 @@ def _scan_code(data: bytes, label: str) -> PickleScan:
     for problem in check_torchscript_code(data, label):
         module, _, name = problem.op.rpartition(".")
         reason = f"{problem.reason} (in {problem.method})" if problem.method else problem.reason
-        scan.problems.append(ScanProblem("torchscript", problem.position, reason, module or "builtins", name))
+        scan.problems.append(ScanProblem("torchscript", problem.position, reason, module, name))
     return scan
 
 
-def _scan_payload(data: bytes, label: str, depth: int) -> list[PickleScan]:
+def _scan_payload(data: bytes, label: str, depth: int, max_tensor_bytes: int) -> list[PickleScan]:
     """Scan a torch.export payload: a nested torch.save archive or a bare pickle stream."""
     if not data.startswith(ZIP_MAGIC):
         return scan_stream(io.BytesIO(data), label, LEGACY_PICKLE_COUNT)
@@ -472,4 +484,4 @@ def _scan_payload(data: bytes, label: str, depth: int) -> list[PickleScan]:
         return [PickleScan(label, problems=[ScanProblem("zip", 0, reason)])]
     with zipfile.ZipFile(io.BytesIO(data)) as inner:
         kind = classify_zip_members(inner.namelist()) or Container.TORCH_ZIP
-        return _scan_zip(inner, f"{label}!", kind, depth + 1)
+        return _scan_zip(inner, f"{label}!", kind, depth + 1, max_tensor_bytes)

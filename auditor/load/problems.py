@@ -36,3 +36,11 @@ class PickleScan:
     name: str
     imports: list[ImportRef] = field(default_factory=list)
     problems: list[ScanProblem] = field(default_factory=list)
+
+
+class RefusedWhileLoading(Exception):
+    """A load-time guard (a size cap, the sandbox) refused the file before the harm; never leaves the loader."""
+
+    def __init__(self, member: str, opcode: str, reason: str, module: str = "", name: str = "") -> None:
+        super().__init__(reason)
+        self.member, self.opcode, self.reason, self.module, self.name = member, opcode, reason, module, name

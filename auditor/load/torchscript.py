@@ -91,7 +91,7 @@ def _check_function(func: ast.FunctionDef, member: str, method: str, offsets: li
             continue
         reason = _call_reason(name, setstate, local)
         if reason is not None:
-            problems.append(CodeProblem(member, method, name, where, reason))
+            problems.append(CodeProblem(member, method, name if "." in name else f"builtins.{name}", where, reason))
     return problems
 
 

@@ -17,14 +17,47 @@ from typing import IO, Any
 
 from auditor.load.allowlist import resolve_global
 from auditor.load.pickle_scan import compat_name
+from auditor.load.problems import RefusedWhileLoading
 
 #: torch.load renames these modules before asking (``torch.tensor`` -> ``torch._tensor``); the scan saw the old name.
 _TORCH_RENAMED = {"torch._tensor": "torch.tensor"}
 LOADER_NAME = "torch.load with the allowlist-gated C unpickler"
+MAX_RANGE_LENGTH = 1 << 20
+MAX_ZEROED_BYTES = 1 << 20
 
 
 class ImportRefused(pickle.UnpicklingError):
     """The pickle asked for a global the static check did not approve."""
+
+
+def _bounded_range(*args: int) -> range:
+    """``range`` for the unpickler: refused past MAX_RANGE_LENGTH (``list(range(10**10))`` would fill memory)."""
+    value = range(*args)
+    if len(value) > MAX_RANGE_LENGTH:
+        raise RefusedWhileLoading("", "REDUCE", f"the pickle builds a range of {len(value)} elements (more than "
+                                  f"{MAX_RANGE_LENGTH}) that a container would fill memory with", "builtins", "range")
+    return value
+
+
+def _bounded(cls: type) -> Any:
+    """``bytes``/``bytearray`` for the unpickler: from data only; a size given as an integer is capped."""
+
+    def build(*args: Any) -> Any:
+        if args and isinstance(args[0], int) and args[0] > MAX_ZEROED_BYTES:
+            raise RefusedWhileLoading("", "REDUCE", f"the pickle asks for {cls.__name__}({args[0]}): that many bytes "
+                                      f"are allocated, none stored (the cap is {MAX_ZEROED_BYTES})", "builtins",
+                                      cls.__name__)
+        return cls(*args)
+
+    return build
+
+
+#: Allowed globals that allocate by a number the pickle chooses; the unpickler gets a checked version.
+_SIZED: dict[tuple[str, str], Any] = {
+    ("builtins", "range"): _bounded_range,
+    ("builtins", "bytearray"): _bounded(bytearray),
+    ("builtins", "bytes"): _bounded(bytes),
+}
 
 
 def gated_pickle_module(allowed: Iterable[tuple[str, str]]) -> types.ModuleType:
@@ -40,6 +73,8 @@ def gated_pickle_module(allowed: Iterable[tuple[str, str]]) -> types.ModuleType:
 
         def find_class(self, module: str, name: str) -> Any:
             mapped = compat_name(module, name)
+            if mapped in _SIZED and mapped in approved:
+                return _SIZED[mapped]
             if mapped in approved:
                 return resolve_global(*mapped)
             if (module, name) in approved or (_TORCH_RENAMED.get(module), name) in approved:

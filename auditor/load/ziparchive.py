@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import zipfile
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -58,12 +58,13 @@ def archive_problems(zf: zipfile.ZipFile, fh: BinaryIO) -> list[ArchiveProblem]:
 
 def _prefix_problems(fh: BinaryIO) -> list[ArchiveProblem]:
     """Refuse data before the archive: Python shifts every offset by it, miniz does not."""
-    endrec = zipfile._EndRecData(fh)  # type: ignore[attr-defined]  # the record zipfile itself reads
+    zf: Any = zipfile  # its end-of-central-directory reader and offsets are private: the record zipfile reads
+    endrec = zf._EndRecData(fh)
     if endrec is None:
         return [ArchiveProblem("", "no end-of-central-directory record")]
-    concat = endrec[zipfile._ECD_LOCATION] - endrec[zipfile._ECD_SIZE] - endrec[zipfile._ECD_OFFSET]  # type: ignore[attr-defined]
-    if endrec[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:  # type: ignore[attr-defined]
-        concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator  # type: ignore[attr-defined]
+    concat = endrec[zf._ECD_LOCATION] - endrec[zf._ECD_SIZE] - endrec[zf._ECD_OFFSET]
+    if endrec[zf._ECD_SIGNATURE] == zf.stringEndArchive64:
+        concat -= zf.sizeEndCentDir64 + zf.sizeEndCentDir64Locator
     if concat:
         return [ArchiveProblem("", f"{concat} bytes precede the archive: Python and torch would read different "
                                    "offsets")]

@@ -7,7 +7,7 @@ where onnx's exceptions become :class:`~auditor.errors.InputError` with one line
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,12 @@ from auditor.errors import InvalidInputShape, TruncatedArchive, UnknownFormat
 PROFILE_BATCH = 1
 #: Initializers up to this many elements stay in :func:`skeleton` (shape vectors, scalars).
 SMALL_INITIALIZER = 64
+#: Largest tensor a graph may compute before it is run (ConstantOfShape of gigabytes is refused).
+MAX_TENSOR_BYTES = 1 << 30
+#: Largest constant trip count of a Loop.
+MAX_LOOP_TRIPS = 1 << 16
+_SIZED_BY_DATA = frozenset({"ConstantOfShape", "Range"})  # sized by a tensor's values, not its shape
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,74 @@ def infer_shapes(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except onnx.shape_inference.InferenceError as exc:
         raise UnknownFormat(path, f"ONNX shape inference failed: {_one_line(exc)}") from exc
+
+
+def runaway_problems(model: onnx.ModelProto, feeds: Mapping[str, Sequence[int]]) -> list[str]:
+    """Return why running ``model`` on inputs of these shapes could exhaust memory or never end.
+
+    Shape inference (with constant propagation) runs first, on the skeleton with the fed shapes
+    fixed; a tensor it sizes above ``MAX_TENSOR_BYTES`` is refused, so is a ``ConstantOfShape`` or
+    ``Range`` whose output size it cannot fix, and a ``Loop`` without a constant trip count of at
+    most ``MAX_LOOP_TRIPS``. (``Expand``/``Tile`` of unknown size are left to onnxruntime: exports
+    of token models use them with shapes data propagation does not always fix.)
+    """
+    skel = skeleton(model)
+    for value in skel.graph.input:
+        if value.name in feeds:
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            dims.extend(onnx.TensorShapeProto.Dimension(dim_value=int(d)) for d in feeds[value.name])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, ValueError) as exc:
+        return [f"shape inference failed: {_one_line(exc)}"]
+    sizes = {v.name: _static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    constants = _constant_ints(model)
+    problems = [f"{name} would take {size} bytes (the cap is {MAX_TENSOR_BYTES})"
+                for name, size in sizes.items() if size is not None and size > MAX_TENSOR_BYTES]
+    for node in _all_nodes(model.graph):
+        if node.op_type in _SIZED_BY_DATA and any(sizes.get(out) is None for out in node.output):
+            problems.append(f"{node.op_type} node {node.name!r} has an output size shape inference cannot fix")
+        if node.op_type == "Loop":
+            trips = constants.get(node.input[0]) if node.input and node.input[0] else None
+            if trips is None or trips > MAX_LOOP_TRIPS:
+                problems.append(f"Loop node {node.name!r} has no constant trip count of at most {MAX_LOOP_TRIPS}")
+    return problems
+
+
+def _static_bytes(value: onnx.ValueInfoProto) -> int | None:
+    """The bytes of a fully static tensor value, None when a dim or the type is unknown."""
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    if any(d is None for d in dims) or tensor.elem_type == 0:
+        return None
+    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)).itemsize
+    return int(np.prod(dims, dtype=object)) * itemsize
+
+
+def _constant_ints(model: onnx.ModelProto) -> dict[str, int]:
+    """Scalar integer values of initializers and Constant nodes, by name."""
+    found: dict[str, int] = {}
+    tensors = [(t.name, t) for t in model.graph.initializer]
+    tensors += [(n.output[0], a.t) for n in _all_nodes(model.graph) if n.op_type == "Constant"
+                for a in n.attribute if a.name == "value"]
+    for name, tensor in tensors:
+        if int(np.prod(tensor.dims, dtype=np.int64)) == 1 and tensor.data_type in _INT_TYPES:
+            found[name] = int(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
+    return found
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Every node of ``graph`` and of the subgraphs its nodes hold (Loop and If bodies)."""
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                nodes.extend(_all_nodes(sub))
+    return nodes
 
 
 def _one_line(exc: BaseException) -> str:

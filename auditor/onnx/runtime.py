@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
 
 from auditor.errors import OnnxRuntimeFailed
+from auditor.onnx.reader import runaway_problems
 
 #: Absolute and relative tolerance of the agreement rule (float32 exports differ by ~1e-6 of the scale).
 ATOL = 1e-4
@@ -49,9 +51,17 @@ def seeded_inputs(shape: Sequence[int], seed: int) -> torch.Tensor:
 def run_onnx(model: Path | bytes, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Run ``model`` (a path or serialised bytes) on ``feeds`` with the CPU provider; return every output.
 
+    The graph is first checked with :func:`~auditor.onnx.reader.runaway_problems` (shape inference
+    at the fed shapes): a graph that could exhaust memory or loop without end is never run.
+
     Raises:
-        OnnxRuntimeFailed: the session cannot be created or the run fails.
+        OnnxRuntimeFailed: the graph fails that check, the session cannot be created or the run fails.
     """
+    proto = onnx.load(str(model), load_external_data=False) if isinstance(model, Path) else onnx.load_from_string(model)
+    problems = runaway_problems(proto, {name: value.shape for name, value in feeds.items()})
+    if problems:
+        raise OnnxRuntimeFailed(f"the graph was not run: {problems[0]}" + (
+            f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: the verdict is reported, not logged
     options.intra_op_num_threads = torch.get_num_threads()

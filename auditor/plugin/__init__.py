@@ -39,6 +39,13 @@ from auditor.graph.split import (
     split_model as split_model,
     split_segments as split_segments,
 )
+from auditor.report.charts import (
+    CHART_COLOURS as CHART_COLOURS,
+    chart as chart,
+    figure_svg as figure_svg,
+    svg_artifact as svg_artifact,
+)
+from auditor.report.sources import cite as cite
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
     Artifact as Artifact,
@@ -53,6 +60,7 @@ __all__ = [
     "PLUGIN_API_VERSION",
     "PSNR_CAP_DB",
     "Applicability",
+    "CHART_COLOURS",
     "ArchitectureProfile",
     "Artifact",
     "DataBundle",
@@ -71,8 +79,11 @@ __all__ = [
     "Scaling",
     "Severity",
     "UnsplittableModel",
+    "chart",
+    "cite",
     "default_probe_images",
     "load_image",
+    "figure_svg",
     "find_split",
     "floor_images",
     "image_floor_scores",
@@ -84,4 +95,5 @@ __all__ = [
     "png_base64",
     "split_model",
     "split_segments",
+    "svg_artifact",
 ]

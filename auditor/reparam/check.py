@@ -1,6 +1,6 @@
 """Check that a training-time model and the given deploy model compute the same function.
 
-Seed 000, Sec. 2.9 (Eq. 7) and Sec. 6.6: equality of the functions implies equality of their
+Koh et al. 2024 (Sec. 4, Eq. 7): equality of the functions implies equality of their
 input gradients, so a fused deploy model keeps every gradient-based model-inversion risk of its
 training form. We compare outputs *and* input gradients (a fixed random cotangent), end to end and
 per fused block (each block is fed the input its training-form counterpart saw), twice, always on
@@ -221,7 +221,7 @@ def _branches(block: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def diagnose(train: nn.Module, deploy: nn.Module, name: str, x: torch.Tensor) -> str:
-    """Name the likely cause of a mismatch in block ``name`` (seed 000, Sec. 6.6), comparing in float64."""
+    """Name the likely cause of a mismatch in block ``name``, comparing in float64."""
     f = dict(copy.deepcopy(train).double().named_modules())[name]
     g = dict(copy.deepcopy(deploy).double().named_modules())[name]
     bns = [m for m in f.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]

@@ -16,9 +16,9 @@ from auditor.reparam.fuse import fuse_model
 
 CONSEQUENCE = (
     "The deploy form computes the same function as the training form, so it has the same input "
-    "gradients (seed 000, Sec. 2.9, Eq. 7): it inherits every gradient-based model-inversion risk of "
+    "gradients (Koh et al. 2024, Sec. 2.9, Eq. 7): it inherits every gradient-based model-inversion risk of "
     "the training form, including that of the skip connections the fusion hid (arch.last-stage-skip "
-    "on the training form; arch.fused-reparameterized-conv on the deploy form). Seed 000 Tables 4 and 7: "
+    "on the training form; arch.fused-reparameterized-conv on the deploy form). Koh et al. 2024, Tables 4 and 7: "
     "PPA attack accuracy on training-time and inference-time RepVGG agrees within about 1 point."
 )
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.4.0"
+SCHEMA_VERSION = "1.5.0"
 
 
 class _Record(BaseModel):
@@ -95,6 +95,7 @@ class Reference(_Record):
     title: str
     locator: str = Field(description="Section, table or figure, e.g. 'Table 6'.")
     grade: str | None = Field(default=None, description="Evidence grade (A, A-, B, B-, C) where the note gives one.")
+    url: str | None = Field(default=None, description="Link to the work: an arXiv or DOI page, or documentation.")
 
 
 class Suppression(_Record):

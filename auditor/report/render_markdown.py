@@ -20,8 +20,10 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
     """Return the Markdown lines of a findings table (severity, rule, title, location, status)."""
     lines = ["| severity | rule | title | location | status |", "|---|---|---|---|---|"]
     for f in findings:
-        status = f"accepted ({f.suppression.kind}{': ' + f.suppression.reason if f.suppression.reason else ''})" \
-            if f.suppression else "counts"
+        status = "counts"
+        if f.suppression is not None:
+            reason = f": {f.suppression.reason}" if f.suppression.reason else ""
+            status = f"accepted ({f.suppression.kind}{reason})"
         lines.append(f"| {f.severity.value} | `{md_cell(f.rule_id)}` | {md_cell(f.title)} | "
                      f"{md_cell(f.location or '')} | {md_cell(status)} |")
     return lines
@@ -34,12 +36,14 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
     for r in reports:
         s = r.summary
         accepted = sum(1 for f in r.findings if f.suppression is not None)
-        lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}** | {s.exit_code} | "
-                     f"{s.max_severity.value if s.max_severity else '-'} | {len(r.findings) - accepted} | {accepted} |")
+        worst = s.max_severity.value if s.max_severity else "-"
+        lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}** | {s.exit_code} | {worst} | "
+                     f"{len(r.findings) - accepted} | {accepted} |")
     for path, message in errors:
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
     for r in reports:
-        lines += ["", f"### {md_cell(r.model.path)}", "", "; ".join(md_cell(x) for x in r.summary.reasons), ""]
+        reasons = "; ".join(md_cell(x) for x in r.summary.reasons)
+        lines += ["", f"### {md_cell(r.model.path)}", "", reasons, ""]
         lines += findings_table(r.findings) if r.findings else ["No findings."]
     for path, message in errors:
         lines += ["", f"### {md_cell(path)}", "", f"Not audited: {md_cell(message)}"]

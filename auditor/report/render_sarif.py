@@ -38,7 +38,7 @@ _SECURITY_SEVERITY = {
     Severity.LOW: "3.0",
     Severity.INFO: "0.1",
 }
-_PLUGIN_LEVELS = {"error": "error", "skipped": "note"}
+_PLUGIN_LEVELS = {"error": "error", "inconclusive": "warning", "skipped": "note"}
 
 
 def sarif_level(severity: Severity) -> str:
@@ -47,7 +47,7 @@ def sarif_level(severity: Severity) -> str:
 
 
 def report_to_sarif(report: Report, base_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
-    """Return a SARIF 2.1.0 log with one run holding every finding of the report (see :func:`reports_to_sarif`)."""
+    """Return a SARIF 2.1.0 log of one report (see :func:`reports_to_sarif`)."""
     return reports_to_sarif([report], base_dir, **options)
 
 
@@ -90,7 +90,8 @@ def reports_to_sarif(
         "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri().rstrip("/") + "/"}},
         "invocations": [_invocation(reports, errors, exit_code)],
         "artifacts": [
-            {"location": artifact, "length": report.model.size_bytes, "hashes": {"sha-256": report.model.sha256}}
+            {"location": artifact, "length": report.model.size_bytes,
+             "hashes": {"sha-256": report.model.sha256}}
             for report, artifact in zip(reports, artifacts)
         ],
         "results": [
@@ -138,10 +139,12 @@ def _rule(rule_id: str, findings: list[Finding], help_uri: str | None) -> dict[s
     refs = list({(r.source, r.title, r.locator): r for f in findings for r in f.references}.values())
     remedies = list(dict.fromkeys(r for f in findings for r in f.remediation))
     lines = [f"{first.title} (rule {rule_id}, from {first.source}; severity {worst.value})."]
-    lines += [f"Evidence: {r.title}, {r.locator} ({r.source}{', grade ' + r.grade if r.grade else ''})." for r in refs]
+    lines += [f"Evidence: {r.title}, {r.locator} ({r.source}{', grade ' + r.grade if r.grade else ''})."
+              for r in refs]
     if remedies:
         lines.append(f"Remediation (auditor harden --rewrite): {', '.join(remedies)}.")
-    lines.append("Accept a finding with a baseline entry (--write-baseline) or a [[suppress]] rule in auditor.toml.")
+    lines.append("Accept a finding with a baseline entry (--write-baseline) or a [[suppress]] rule "
+                 "in auditor.toml.")
     markdown = [f"**{first.title}** (`{rule_id}`, severity {worst.value})", ""]
     markdown += [f"- {r.title}, {r.locator} ({r.source})" for r in refs]
     if remedies:
@@ -165,9 +168,11 @@ def _rule(rule_id: str, findings: list[Finding], help_uri: str | None) -> dict[s
     return rule
 
 
-def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifact_index: int) -> dict[str, Any]:
+def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifact_index: int
+            ) -> dict[str, Any]:
     location: dict[str, Any] = {
-        "physicalLocation": {"artifactLocation": {**artifact, "index": artifact_index}, "region": {"startLine": 1}},
+        "physicalLocation": {"artifactLocation": {**artifact, "index": artifact_index},
+                             "region": {"startLine": 1}},
     }
     text = finding.message or finding.title
     if finding.location:
@@ -206,7 +211,8 @@ def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], ex
     notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
              if plugin.status in _PLUGIN_LEVELS]
     notes += [{"level": "error", "message": {"text": f"{model_identity(path)}: not audited: {message}"},
-               "descriptor": {"id": "model.error"}, "properties": {"model": path}} for path, message in errors]
+               "descriptor": {"id": "model.error"}, "properties": {"model": path}}
+              for path, message in errors]
     failed = bool(errors) or any(p.status == "error" for report in reports for p in report.plugins)
     invocation: dict[str, Any] = {
         "executionSuccessful": not failed,

@@ -55,10 +55,10 @@ class CVB(Rewrite):
     id = "cvb"
     title = "Insert a convolutional variational bottleneck (CVB)"
     usage = " --after NODE"
-    expected_effect = ("seed 004 Tables IV/V (CNN, CIFAR-10, Ignore+IG): ASR 96.88 -> 0 %, SSIM 0.87 -> 0.21; "
+    expected_effect = ("Scheliga et al. 2023 Tables IV/V (CNN, CIFAR-10, Ignore+IG): ASR 96.88 -> 0 %, SSIM 0.87 -> 0.21; "
                        "ResNet-18 ASR 68.75 -> 0 %; but a joint-eps attack reached ASR 67 % on CVB@P1 in the "
-                       "note's prototype (Sec. 6.3): re-audit after training")
-    cost = ("+9.90 % parameters on the paper's CNN (k_E=5, K_E=8: 65,962 -> 72,490; seed 004 Sec. 2.5); "
+                       "project's own prototype run (not in the paper): re-audit after training")
+    cost = ("+9.90 % parameters on the paper's CNN (k_E=5, K_E=8: 65,962 -> 72,490; Scheliga et al. 2023 Sec. 2.5); "
             "stochastic inference; accuracy 62.53 -> 67.17 % on CIFAR-10 and 99.10 -> 99.15 % on MNIST (Table IV)")
 
     def target(self, ctx: RewriteContext) -> torch.fx.Node:
@@ -105,7 +105,7 @@ class PRECODE(Rewrite):
     id = "precode"
     title = "Insert a fully connected variational bottleneck before the classifier (PRECODE)"
     usage = " --before-head"
-    expected_effect = ("seed 004 Table IV (P=1, beta=0.01, Ignore+IG): CIFAR-10 ASR 96.88 -> 0.78-97.66 % for "
+    expected_effect = ("Scheliga et al. 2023 Table IV (P=1, beta=0.01, Ignore+IG): CIFAR-10 ASR 96.88 -> 0.78-97.66 % for "
                        "K = 8-512; before the head the Ignore attack reaches 85.94 % ASR (Sec. 0): prefer cvb")
     cost = ("3·d·K parameters for input width d (paper's CNN, K=32 before the head: 65,962 -> 72,106, +9.31 %); "
             "grows with h·w when placed early (+114 % at P=1)")

@@ -124,6 +124,19 @@ def _check_path(target: str) -> None:
         raise ProgramError(f"attribute path {target!r} of a saved rewrite names a private attribute")
 
 
+def _check_step(op: str, target: Any, args: tuple) -> None:
+    """Check one saved node: allowed function, public attribute paths, ``getattr`` of a public literal name."""
+    if op == "call_function":
+        resolve_function(*target)
+        if tuple(target) == ("builtins", "getattr"):
+            name = args[1][1][1] if len(args[1]) > 1 and args[1][1][0] == "value" else None
+            if not isinstance(name, str):
+                raise ProgramError("getattr in a saved rewrite must name a literal attribute")
+            _check_path(name)
+    elif op in ("get_attr", "call_module", "call_method"):
+        _check_path(str(target))
+
+
 class RewrittenModel(nn.Module):
     """A rewritten fx graph as plain data plus its submodules; ``forward`` interprets the graph.
 
@@ -150,9 +163,9 @@ class RewrittenModel(nn.Module):
                 target = _function_ref(node.target)
             elif node.op == "get_attr":
                 self._keep_attr(gm, str(target))
-            if node.op in ("get_attr", "call_module"):
-                _check_path(str(target))
-            program.append((node.name, node.op, target, _encode(node.args), _encode(node.kwargs)))
+            step = (node.name, node.op, target, _encode(node.args), _encode(node.kwargs))
+            _check_step(node.op, target, step[3])
+            program.append(step)
         self.program = program
         self.train(gm.training)
 
@@ -167,11 +180,8 @@ class RewrittenModel(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restore the module and check every target of its program before it can run."""
         super().__setstate__(state)
-        for _, op, target, _, _ in self.program:
-            if op == "call_function":
-                resolve_function(*target)
-            elif op in ("get_attr", "call_module", "call_method"):
-                _check_path(str(target))
+        for _, op, target, args, _ in self.program:
+            _check_step(op, target, args)
 
     def forward(self, x: torch.Tensor) -> Any:
         """Run the saved graph on ``x``."""

@@ -34,7 +34,7 @@ from auditor.rewrite.base import (
     register,
 )
 
-_EXPECT_ROLSS = ("seed 000 Tables 5/6 (PPA, FaceScrub): ResNet-101 Acc 94.86 -> 92.40 %, AttAcc 83.00 -> 58.68 %; "
+_EXPECT_ROLSS = ("Koh et al. 2024 Tables 5/6 (PPA, FaceScrub): ResNet-101 Acc 94.86 -> 92.40 %, AttAcc 83.00 -> 58.68 %; "
                  "ResNet-34 94.69 -> 91.38 / 90.78 -> 71.86; DenseNet-121 94.67 -> 86.86 / 78.09 -> 24.48")
 
 
@@ -110,7 +110,7 @@ class RoLSS(Rewrite):
     id = "rolss"
     title = "Remove last-stage skip connections (RoLSS)"
     expected_effect = _EXPECT_ROLSS
-    cost = ("no new parameters (a projection shortcut is dropped); seed 000 Tables 5/6: ResNets -1.7 to -3.3 "
+    cost = ("no new parameters (a projection shortcut is dropped); Koh et al. 2024 Tables 5/6: ResNets -1.7 to -3.3 "
             "accuracy points, DenseNet-121 -7.8, DenseNet-169/201 about -20 (the last dense block shrinks and is "
             "re-initialised)")
 
@@ -118,7 +118,7 @@ class RoLSS(Rewrite):
         """Need skips in a last stage, and no attention (token models: skip-removal-stage1)."""
         if ctx.profile.attention:
             raise RewriteError("token model: the paper removed only first-stage skips in transformers "
-                               "(seed 000 Supp. 8); use --rewrite skip-removal-stage1")
+                               "(Koh et al. 2024 Supp. 8); use --rewrite skip-removal-stage1")
         if not _stage_skips(ctx, ctx.profile.last_stage):
             raise RewriteError("no skip connection in a last stage: nothing for RoLSS to remove")
 
@@ -143,10 +143,10 @@ class RoLSSPlus(RoLSS):
 
     id = "rolss-plus"
     title = "RoLSS plus the last 10 % of the second-to-last stage's skips (RoLSS+)"
-    expected_effect = ("seed 000 Tables 5/9: ResNet-34 Acc 93.49 / AttAcc 65.78 % (RoLSS 91.38 / 71.86), ResNet-101 "
+    expected_effect = ("Koh et al. 2024 Tables 5/9: ResNet-34 Acc 93.49 / AttAcc 65.78 % (RoLSS 91.38 / 71.86), ResNet-101 "
                        "91.05 / 52.74 (RoLSS 92.40 / 58.68); which 10 % is not specified, the tool removes the "
                        "blocks closest to the last stage")
-    cost = "no new parameters; seed 000 Table 9: ResNet-101 -1.35 points against RoLSS, ResNet-34 none"
+    cost = "no new parameters; Koh et al. 2024 Table 9: ResNet-101 -1.35 points against RoLSS, ResNet-34 none"
 
     def chosen(self, ctx: RewriteContext) -> list[RawSkip]:
         """Return the last-stage skips and the last ⌈10 %⌉ of the previous stage's."""
@@ -161,7 +161,7 @@ class SkipRemovalStage1(RoLSS):
 
     id = "skip-removal-stage1"
     title = "Remove first-stage skip connections (token models)"
-    expected_effect = ("seed 000 Supp. 8 (user study): MaxViT-T Acc 96.94 -> 95.09 %, AttAcc 80.78 -> 25.17 %; "
+    expected_effect = ("Koh et al. 2024 Supp. 8 (user study): MaxViT-T Acc 96.94 -> 95.09 %, AttAcc 80.78 -> 25.17 %; "
                        "for a plain ViT the 'first stage' is a depth quartile, not specified by the paper")
     cost = "no new parameters; LayerScale on de-skipped branches reset to 1; needs retraining"
 
@@ -182,7 +182,7 @@ class SSF(Rewrite):
     id = "ssf"
     title = "Scale last-stage skip connections (SSF)"
     usage = " --k 0.2"
-    expected_effect = ("seed 000 Table 5 (k=0.2): ResNet-101 Acc 94.86 -> 93.79 %, AttAcc 83.00 -> 71.06 %; Table 6 "
+    expected_effect = ("Koh et al. 2024 Table 5 (k=0.2): ResNet-101 Acc 94.86 -> 93.79 %, AttAcc 83.00 -> 71.06 %; Table 6 "
                        "(k=0.01): DenseNet-121 94.67 -> 91.73 / 78.09 -> 56.32; Fig. 9: larger k, more accuracy and "
                        "more inversion")
     cost = "no new parameters for additive skips; concatenative skips shrink the last block (re-initialised)"

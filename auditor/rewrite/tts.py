@@ -12,7 +12,7 @@ from __future__ import annotations
 from auditor.rewrite.base import register
 from auditor.rewrite.skips import RoLSS
 
-EXTRAPOLATION = ("TTS from a converged checkpoint is an extrapolation: seed 000 ran stage 1 for only M = 5 "
+EXTRAPOLATION = ("TTS from a converged checkpoint is an extrapolation: Koh et al. 2024 ran stage 1 for only M = 5 "
                  "epochs from scratch (Sec. 2.7); the re-audit, not the paper, says whether it helped here")
 
 
@@ -32,7 +32,7 @@ class TTS(RoLSS):
     id = "tts"
     title = "Two-stage training: fine-tune with skips for M epochs, then RoLSS for N epochs (TTS)"
     usage = " --m-epochs 1"
-    expected_effect = ("seed 000 Table 5 (M=5, N=95): ResNet-101 Acc 94.86 -> 94.16 %, AttAcc 83.00 -> 77.26 % "
+    expected_effect = ("Koh et al. 2024 Table 5 (M=5, N=95): ResNet-101 Acc 94.86 -> 94.16 %, AttAcc 83.00 -> 77.26 % "
                        "(less protection than RoLSS, almost no accuracy cost); from a converged checkpoint: "
                        "untested extrapolation")
     cost = "no new parameters; M + N fine-tuning epochs; " + EXTRAPOLATION

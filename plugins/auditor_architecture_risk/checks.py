@@ -52,7 +52,7 @@ def check_last_stage_skip(profile: ArchitectureProfile, config: ArchitectureRisk
         f"Stage {stage} (resolution {facts.format_resolution(resolution)}), the lowest-resolution "
         f"stage with skips, holds {len(skips)} of them. Retraining without the last stage's skips "
         "cut PPA attack accuracy on ResNet-101 from 83.00 to 58.68 at 94.86 to 92.40 natural "
-        "accuracy (seed 000, Tables 2 and 5); DenseNets lost 54 to 70 points (Table 2)."
+        "accuracy (Koh et al. 2024, Tables 2 and 5); DenseNets lost 54 to 70 points (Table 2)."
     )
     severity = None
     linear = all(facts.is_linear_projection(s) for s in skips)
@@ -101,7 +101,7 @@ def check_transformer_residual_stream(
         f"{len(profile.skip_connections)} residual adds in a token model; {len(skips)} fall in the "
         f"first depth bucket (stage {first}). The paper removed only first-stage skips in "
         "transformers, since later removal caused feature collapse: MaxViT attack accuracy fell "
-        "from 80.78 to 25.17 at 96.94 to 95.09 natural accuracy (seed 000, Table 10). The paper "
+        "from 80.78 to 25.17 at 96.94 to 95.09 natural accuracy (Koh et al. 2024, Table 10). The paper "
         "does not define stages for a plain ViT; these depth buckets are a heuristic."
     )
     evidence = {
@@ -129,8 +129,9 @@ def check_linear_stem_learnable_posemb(
     message = (
         f"The input enters a {profile.stem.kind} stem ({profile.stem.module}) with no non-linearity "
         f"after it, and the learnable {pos.param} {pos.shape} is added to its tokens. Gradients "
-        "of these stem tensors alone gave 67.43 dB PSNR on ViT-B (seed 003, Table 6); the research "
-        "note's closed-form pilot solve was exact (>100 dB). Threat model: FedSGD gradient sharing."
+        "of these stem tensors alone gave 67.43 dB PSNR on ViT-B (Zhang et al. 2022, Table 6); a "
+        "closed-form solve in this project's own pilot run (not in the paper) was exact (>100 dB). "
+        "Threat model: FedSGD gradient sharing."
     )
     if rank_ok:
         message += f" Here D = {dim} >= N = {tokens}, so the closed form is fully determined."
@@ -158,15 +159,17 @@ def check_residual_add_without_post_activation(
     total = len(facts.residual_blocks(profile))
     message = (
         f"{len(bare)} of {total} residual blocks end in an add that feeds no activation. Step 10 "
-        "of seed 003's ResNet-50 to ConvNeXt-T path (one activation per block, none after the "
+        "of Zhang et al.'s ResNet-50 to ConvNeXt-T path (one activation per block, none after the "
         "add) raised gradient-inversion PSNR from 12.42 to 29.93 dB (Table 8), the largest step."
     )
     if profile.norms.get("BatchNorm"):
-        message += " The note's pilot reproduced this only with BatchNorm in eval mode."
+        message += (
+            " This project's own pilot run (not in the paper) reproduced this only with BatchNorm in eval mode."
+        )
     else:
         message += (
-            " In the note's pilot a post-add activation did not protect a LayerNorm model "
-            "(18.9 dB with it, 17.4 dB without), so adding one is no proven fix here."
+            " In this project's own pilot run (not in the paper) a post-add activation did not protect a "
+            "LayerNorm model (18.9 dB with it, 17.4 dB without), so adding one is no proven fix here."
         )
     evidence = {
         "adds_without_post_activation": len(bare),
@@ -194,8 +197,8 @@ def check_few_activations_per_block(
     )
     if step10:
         message += (
-            f" {len(step10)} of them also have none after the add: the block of step 10 in seed "
-            "003, which raised gradient-inversion PSNR from 12.42 to 29.93 dB (Table 8)."
+            f" {len(step10)} of them also have none after the add: the block of step 10 in Zhang "
+            "et al. 2022, which raised gradient-inversion PSNR from 12.42 to 29.93 dB (Table 8)."
         )
     else:
         message += " All of them keep an activation after the add, a block the paper did not test."
@@ -215,7 +218,7 @@ def check_few_activations_per_block(
 
 
 def check_per_sample_norm(profile: ArchitectureProfile, config: ArchitectureRiskConfig) -> list[Finding]:
-    """Flag per-sample norms, and note BatchNorm recorded in eval mode (R4)."""
+    """Flag per-sample norms (R4); BatchNorm in eval mode only when the config counts it as one."""
     kinds = facts.per_sample_norms(profile)
     batchnorm = profile.norms.get("BatchNorm", 0)
     bn_eval = bool(batchnorm and profile.batchnorm_in_eval)
@@ -225,21 +228,22 @@ def check_per_sample_norm(profile: ArchitectureProfile, config: ArchitectureRisk
         "batchnorm_in_eval": profile.batchnorm_in_eval,
     }
     bn_note = (
-        "BatchNorm is recorded in eval mode, where it is a per-sample affine map; in the note's "
-        "pilot the same network leaked 19.2 dB with BatchNorm in eval mode and 6.3 dB in train mode."
+        "BatchNorm is recorded in eval mode, where it is a per-sample affine map; in this project's "
+        "own pilot run (not in the paper) the same network leaked 19.2 dB with BatchNorm in eval mode and 6.3 dB in train mode."
     )
     if kinds:
         message = (
             f"Per-sample norms: {facts.format_counts(kinds)}. Switching BatchNorm to LayerNorm "
-            "(step 12 of seed 003, Table 8) added 6.29 dB of gradient-inversion PSNR; the same step "
+            "(step 12 of Zhang et al. 2022, Table 8) added 6.29 dB of gradient-inversion PSNR; the same step "
             "also turned on conv biases, so the two are confounded."
         )
         if bn_eval:
             message += f" {bn_note}"
         return [PER_SAMPLE_NORM.finding(message=message, evidence=evidence)]
-    if bn_eval:
-        severity = Severity.MEDIUM if config.batchnorm_eval_as_per_sample else Severity.INFO
-        return [PER_SAMPLE_NORM.finding(message=bn_note, evidence=evidence, severity=severity)]
+    if bn_eval and config.batchnorm_eval_as_per_sample:
+        finding = PER_SAMPLE_NORM.finding(message=bn_note, evidence=evidence)
+        title = "BatchNorm in eval mode, counted as per-sample normalisation"
+        return [finding.model_copy(update={"title": title})]
     return []
 
 
@@ -252,7 +256,7 @@ def check_patchify_stem(profile: ArchitectureProfile, config: ArchitectureRiskCo
     bare = stem.activation_after is None and stem.pool_after is None
     message = (
         f"The stem ({stem.module}) is {stem.kind}, kernel {facts.format_resolution(stem.kernel)}, "
-        f"stride {facts.format_resolution(stem.stride)}. In seed 003's "
+        f"stride {facts.format_resolution(stem.stride)}. In Zhang et al.'s "
         "Table 8 the patchify stem added 2.41 dB (step 4) and removing the stem's activation and "
         "max-pool another 2.03 dB (step 8), each about 1 sigma."
     )
@@ -277,7 +281,7 @@ def check_self_attention(profile: ArchitectureProfile, config: ArchitectureRiskC
         return []
     message = (
         f"{len(profile.attention)} self-attention sites. In ViT-B their gradients leaked 39.61 dB "
-        "against 36.98 dB for the MLPs (seed 003, Table 6, about 1 sigma); for membership "
+        "against 36.98 dB for the MLPs (Zhang et al. 2022, Table 6, about 1 sigma); for membership "
         "inference ConvNeXt-T, which has no attention, scored higher than Swin-T (Table 7)."
     )
     evidence = {
@@ -298,7 +302,7 @@ def check_transformer_like_cnn(profile: ArchitectureProfile, config: Architectur
         "Bare residual adds, per-sample norms and a patchify stem, without attention: the ConvNeXt "
         "recipe. ConvNeXt-T reached 0.7471 membership-inference attack accuracy, above Swin-T "
         "(0.6904) and ResNet-50 (0.6385), and 31.88 dB gradient-inversion PSNR against 10.58 dB "
-        "for ResNet-50 (seed 003, Table 7). Treat the model like a transformer."
+        "for ResNet-50 (Zhang et al. 2022, Table 7). Treat the model like a transformer."
     )
     evidence = {
         "adds_without_post_activation": len(bare),
@@ -323,7 +327,7 @@ def check_fc_bias_after_flatten(
     )
     message = (
         f"The FC layer '{fc.module}' has a bias, so one sample's gradient yields {recovered} exactly: "
-        "divide a weight-gradient row by the matching bias-gradient entry (seed 004, supplement "
+        "divide a weight-gradient row by the matching bias-gradient entry (Scheliga et al. 2023, supplement "
         "Eq. 5). "
         "Dropping FC biases cost no accuracy there (Table VII: 59.91% with, 59.98% without)."
     )
@@ -362,7 +366,7 @@ def check_fused_reparameterized_conv(
     message = " ".join(parts) + (
         " A fused conv computes the same function as the multi-branch block it came from, so a "
         "skip-free deploy graph earns no credit: deploy and training RepVGG forms gave "
-        "model-inversion attack accuracy within about 1 point of each other (seed 000, Tables 4 "
+        "model-inversion attack accuracy within about 1 point of each other (Koh et al. 2024, Tables 4 "
         "and 7, e.g. A0: 85.19 vs 86.13). It is therefore gated like the training form's last-stage "
         "skips (high); audit the training form to see where its skips are."
     )

@@ -22,13 +22,13 @@ class ArchitectureRiskConfig(BaseModel):
         default=True,
         description=(
             "Lower arch.last-stage-skip from high to medium when every last-stage skip is scaled "
-            "by a constant k < 1 (the SSF pattern of seed 000). Turn off for a strict gate."
+            "by a constant k < 1 (the SSF pattern of Koh et al. 2024). Turn off for a strict gate."
         ),
     )
     batchnorm_eval_as_per_sample: bool = Field(
         default=False,
         description=(
-            "Report BatchNorm recorded in eval mode under arch.per-sample-norm at medium instead of "
-            "as an info note. Turn on when clients fine-tune with frozen BatchNorm."
+            "Report BatchNorm recorded in eval mode under arch.per-sample-norm at medium (off: not "
+            "reported). Turn on when clients fine-tune with frozen BatchNorm."
         ),
     )

@@ -22,27 +22,16 @@ leakage went down) and size, width, depth, kernel size or grouping (R11).
 
 from __future__ import annotations
 
-from auditor.plugin import Reference, Rule, Severity
-
-_SKIPS = "On the Vulnerability of Skip Connections to Model Inversion Attacks (Koh et al.)"
-_ARCH = "How Does a Deep Learning Model Architecture Impact Its Privacy? (Zhang et al.)"
-_CVB = "Privacy Preserving Federated Learning with Convolutional Variational Bottlenecks (Scheliga et al.)"
-
-
-def _ref(source: str, locator: str, grade: str | None = None) -> Reference:
-    """Return a citation of one seed paper."""
-    title = {"seed-000": _SKIPS, "seed-003": _ARCH, "seed-004": _CVB}[source]
-    return Reference(source=source, title=title, locator=locator, grade=grade)
-
+from auditor.plugin import Rule, Severity, cite
 
 LAST_STAGE_SKIP = Rule(
     id="arch.last-stage-skip",
     title="Skip connections in the last stage",
     severity=Severity.HIGH,
     references=(
-        _ref("seed-000", "Table 2 (stage-wise removal, PPA on FaceScrub)"),
-        _ref("seed-000", "Tables 5 and 9 (ResNet defences: RoLSS, RoLSS+, SSF, TTS vs MID, DP, BiDO)"),
-        _ref("seed-000", "Table 6 (DenseNet RoLSS and SSF)"),
+        cite("seed-000", "Table 2 (stage-wise removal, PPA on FaceScrub)"),
+        cite("seed-000", "Tables 5 and 9 (ResNet defences: RoLSS, RoLSS+, SSF, TTS vs MID, DP, BiDO)"),
+        cite("seed-000", "Table 6 (DenseNet RoLSS and SSF)"),
     ),
     remediation=("rolss", "rolss-plus", "ssf", "tts"),
     description=(
@@ -55,7 +44,7 @@ TRANSFORMER_RESIDUAL_STREAM = Rule(
     id="arch.transformer-residual-stream",
     title="Residual stream of a token model (first-stage skips)",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-000", "Supp. 8 and Table 10 (MaxViT, first-stage skip removal)"),),
+    references=(cite("seed-000", "Supp. 8 and Table 10 (MaxViT, first-stage skip removal)"),),
     remediation=("skip-removal-stage1",),
     description=(
         "For transformers the paper could only remove first-stage skips (later removal caused "
@@ -68,30 +57,38 @@ LINEAR_STEM_LEARNABLE_POSEMB = Rule(
     title="Linear patch embedding followed by a learnable positional embedding",
     severity=Severity.HIGH,
     references=(
-        _ref("seed-003", "Table 6 (ViT-B module-wise GIA, stem tensors only)", "A"),
-        _ref("seed-004", "Table V (ViT with and without CVB)"),
+        cite("seed-003", "Table 6 (ViT-B module-wise GIA, stem tensors only)", "A"),
+        cite("seed-004", "Table V (ViT with and without CVB)"),
     ),
     remediation=("cvb",),
     description=(
         "Under FedSGD gradient sharing the positional-embedding gradient hands the attacker the "
         "per-token upstream gradient, which turns the patch-embedding weight gradient into a "
-        "linear system in the input patches (seed 003 rule R1)."
+        "linear system in the input patches (Zhang et al. 2022, Table 6)."
     ),
 )
 RESIDUAL_ADD_WITHOUT_POST_ACTIVATION = Rule(
     id="arch.residual-add-without-post-activation",
     title="Residual add with no activation after it",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-003", "Table 8 step 10; Fig. 8 (post-add activation site)", "A-"),),
-    description="Seed 003 rule R2: the post-add activation is the most protective activation site.",
+    references=(cite("seed-003", "Table 8 step 10; Fig. 8 (post-add activation site)", "A-"),),
+    remediation=(
+        "No rewrite yet: retraining with an activation after each residual add "
+        "helped in the paper; measure first with --plugins gradient-inversion.",
+    ),
+    description="Zhang et al. 2022: the post-add activation is the most protective activation site.",
 )
 FEW_ACTIVATIONS_PER_BLOCK = Rule(
     id="arch.few-activations-per-block",
     title="Residual blocks with at most one activation on the branch",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-003", "Table 8 step 10; Fig. 8", "A-"),),
+    references=(cite("seed-003", "Table 8 step 10; Fig. 8", "A-"),),
+    remediation=(
+        "No rewrite: more activations per block is a different architecture; measure "
+        "the leakage with --plugins gradient-inversion before redesigning.",
+    ),
     description=(
-        "Seed 003 rule R3, counted per call site. Medium when such a block also has no post-add "
+        "Counted per activation call site (Zhang et al. 2022). Medium when such a block also has no post-add "
         "activation (the step-10 block); low otherwise, a block shape the paper did not test."
     ),
 )
@@ -99,19 +96,28 @@ PER_SAMPLE_NORM = Rule(
     id="arch.per-sample-norm",
     title="Per-sample normalisation (LayerNorm, GroupNorm, RMSNorm, InstanceNorm)",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-003", "Table 8 step 12; Figs. 9b and 10", "B"),),
+    references=(cite("seed-003", "Table 8 step 12; Figs. 9b and 10", "B"),),
+    remediation=(
+        "No rewrite: changing the norm changes the model; measure with --plugins gradient-inversion "
+        "and share gradients only through secure aggregation or DP-SGD.",
+    ),
     description=(
-        "Seed 003 rule R4. BatchNorm recorded in eval mode is reported as an info note: frozen "
-        "BatchNorm is a per-sample affine map too."
+        "Zhang et al. 2022. BatchNorm recorded in eval mode is a per-sample affine map too; it is "
+        "reported (at medium) only with batchnorm_eval_as_per_sample, since nearly every CNN is "
+        "audited in eval mode."
     ),
 )
 PATCHIFY_STEM = Rule(
     id="arch.patchify-stem",
     title="Patchify or linear stem",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-003", "Table 8 steps 4 and 8; Fig. 9a", "B"),),
+    references=(cite("seed-003", "Table 8 steps 4 and 8; Fig. 9a", "B"),),
+    remediation=(
+        "No rewrite: an overlapping conv stem with activation and pooling leaked less "
+        "in the paper, but replacing the stem means retraining; measure first.",
+    ),
     description=(
-        "Seed 003 rule R5. Low when arch.linear-stem-learnable-posemb already covers the stem or "
+        "Zhang et al. 2022. Low when arch.linear-stem-learnable-posemb already covers the stem or "
         "when an activation or pool follows it (only the step-4 change then applies)."
     ),
 )
@@ -120,28 +126,39 @@ SELF_ATTENTION = Rule(
     title="Self-attention",
     severity=Severity.LOW,
     references=(
-        _ref("seed-003", "Table 6 (attention vs MLP vs norm gradients, ViT-B)", "B-"),
-        _ref("seed-003", "Tables 2-4 and 7 (MIA and AIA; Table 7 contradicts)", "C"),
+        cite("seed-003", "Table 6 (attention vs MLP vs norm gradients, ViT-B)", "B-"),
+        cite("seed-003", "Tables 2-4 and 7 (MIA and AIA; Table 7 contradicts)", "C"),
     ),
-    description="Seed 003 rule R6: weak, correlational, and contradicted for MIA by ConvNeXt-T.",
+    remediation=(
+        "None specific: the evidence is weak and contradicted; rely on the attack plugins' measurements.",
+    ),
+    description="Zhang et al. 2022: weak, correlational, and contradicted for MIA by ConvNeXt-T.",
 )
 TRANSFORMER_LIKE_CNN = Rule(
     id="arch.transformer-like-cnn",
     title="Transformer-like CNN (bare residual adds, per-sample norm, linear stem)",
     severity=Severity.MEDIUM,
-    references=(_ref("seed-003", "Table 7 (ConvNeXt-T vs ResNet-50 vs Swin-T)", "B"),),
-    description="Seed 003 rule R7: rules R2, R4 and R5 together, without attention.",
+    references=(cite("seed-003", "Table 7 (ConvNeXt-T vs ResNet-50 vs Swin-T)", "B"),),
+    remediation=(
+        "Audit it like a transformer (--plugins gradient-inversion,membership-inference); "
+        "no architecture rewrite is proposed.",
+    ),
+    description=(
+        "Zhang et al. 2022: the bare-add, per-sample-norm and patchify-stem conditions together, "
+        "without attention."
+    ),
 )
 FC_BIAS_AFTER_FLATTEN = Rule(
     id="arch.fc-bias-after-flatten",
     title="Fully connected layer with bias after a flatten",
     severity=Severity.LOW,
     references=(
-        _ref("seed-004", "Supplement, analytic attack Eq. 5 and Table VII"),
-        _ref("seed-003", "Table 8 step 12 (conv bias confounded with BN to LN)", "C"),
+        cite("seed-004", "Supplement, analytic attack Eq. 5 and Table VII"),
+        cite("seed-003", "Table 8 step 12 (conv bias confounded with BN to LN)", "C"),
     ),
+    remediation=("remove-bias",),
     description=(
-        "Seed 003 rule R8. For one sample the layer's input equals a weight-gradient row divided "
+        "Zhang et al. 2022. For one sample the layer's input equals a weight-gradient row divided "
         "by the matching bias-gradient entry. Medium when that layer is the first layer on the "
         "input; drop the bias to remove the attack (no rewrite id yet)."
     ),
@@ -151,8 +168,12 @@ FUSED_REPARAMETERIZED_CONV = Rule(
     title="Re-parameterised (fused) deploy form: skip-free graph, same function",
     severity=Severity.HIGH,
     references=(
-        _ref("seed-000", "Sec. 4 and Supp. 9 (Eqs. 4-7, RepVGG fusion)"),
-        _ref("seed-000", "Tables 4 and 7 (RepVGG training-time vs inference-time)"),
+        cite("seed-000", "Sec. 4 and Supp. 9 (Eqs. 4-7, RepVGG fusion)"),
+        cite("seed-000", "Tables 4 and 7 (RepVGG training-time vs inference-time)"),
+    ),
+    remediation=(
+        "Audit the training (multi-branch) form as well: its skips "
+        "are where the remedies apply, and they need retraining.",
     ),
     description=(
         "A fused conv computes the multi-branch training block's function, so it has the same "
@@ -163,7 +184,8 @@ SKIP_INVENTORY = Rule(
     id="arch.skip-inventory",
     title="Skip-connection inventory",
     severity=Severity.INFO,
-    references=(_ref("seed-000", "Sec. 3, Table 2 (skips per stage)"),),
+    references=(cite("seed-000", "Sec. 3, Table 2 (skips per stage)"),),
+    remediation=("None needed: an inventory of what the profile found, not a risk.",),
     description="Skips per stage, so that an empty result is stated rather than implied.",
 )
 

@@ -11,17 +11,15 @@ follows from the class is no leak of the representation.
 
 from __future__ import annotations
 
-from auditor.plugin import Reference, Rule, Severity
-
-_ARCH = "How Does a Deep Learning Model Architecture Impact Its Privacy? (Zhang et al.)"
+from auditor.plugin import Rule, Severity, cite
 
 ATTRIBUTE_LEAK = Rule(
     id="aia.attribute-leak",
     title="The representation encodes a sensitive attribute",
     severity=Severity.MEDIUM,
     references=(
-        Reference(source="seed-003", title=_ARCH, locator="Table 4 (attribute inference on CelebA)"),
-        Reference(source="seed-003", title=_ARCH, locator="section 2.5 (2-layer MLP on (h, a) pairs)"),
+        cite("seed-003", "Table 4 (attribute inference on CelebA)"),
+        cite("seed-003", "section 2.5 (2-layer MLP on (h, a) pairs)"),
     ),
     remediation=("dp-sgd", "adversarial-representation"),
     description=(

@@ -63,7 +63,7 @@ class Campaign:
         return pix, self.to_model(pix), self.labels[: k * batch].reshape(k, batch).to(self.device)
 
     def victim_noise(self, x: torch.Tensor, zero: bool = False) -> list[list[torch.Tensor]]:
-        """Draw each client's Gaussian noise for ``x`` (k, B, …) from its own seed (noise seed, client), or zeros."""
+        """Draw each client's Gaussian noise for ``x`` (k, B, …) from its own seed, or zeros."""
         shapes = noise_shapes(self.model, x[0])
         out = []
         for i in range(x.shape[0]):
@@ -238,7 +238,7 @@ class Campaign:
         return row
 
     def layer_inputs(self, modules: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Return every probe's input to each named module in the victim's batch-1 forward, ``{name: (N, …)}``."""
+        """Return every probe's input to each named module in the victim's batch-1 forward, (N, …) each."""
         _, x, _ = self.batches(1)
         eps = self.victim_noise(x)
         seen: dict[str, list[torch.Tensor]] = {m: [] for m in modules}

@@ -81,20 +81,25 @@ class GradientInversionConfig(BaseModel):
         description="Search IG's learning rate, TV weight and init in stages and report the strongest; "
         "stops once a leak is established. False: one setting (the first of the search).",
     )
-    lr: float | None = Field(default=None, gt=0, description="Adam learning rate (signed steps); set: not searched.")
+    lr: float | None = Field(
+        default=None, gt=0, description="Adam learning rate (signed steps); set: not searched."
+    )
     tv_weight: float | None = Field(
         default=None, ge=0, description="Total-variation weight; set: not searched."
     )
     init: Literal["randn", "box"] | None = Field(
-        default=None, description="IG init: N(0,1) in input space, or N(box centre, (width/4)^2); set: not searched."
+        default=None,
+        description="IG init: N(0,1) in input space, or N(box centre, (width/4)^2); set: not searched.",
     )
     patience: int = Field(
-        default=50, ge=0, description="Iterations without 0.1 % loss progress before a trial decays early / stops (0: off)."
+        default=50,
+        ge=0,
+        description="Iterations without 0.1 % loss progress before a trial decays early / stops (0: off).",
     )
     control: bool = Field(
         default=True,
-        description="Attack a positive control (an unprotected patchify reference of the same input size) at the "
-        "same budget; without it the run cannot show power and is inconclusive.",
+        description="Attack a positive control (an unprotected patchify reference of the same input size) "
+        "at the same budget; without it the run cannot show power and is inconclusive.",
     )
     normalisation: Literal["none", "cifar10", "imagenet"] = Field(
         default="none", description="Input normalisation the model expects; the attack box follows it."
@@ -105,7 +110,8 @@ class GradientInversionConfig(BaseModel):
     )
     trial_mode: Literal["auto", "vmap", "sequential"] = Field(
         default="auto",
-        description="Batch independent attacks with vmap, run them in turn, or time both once.",
+        description="Batch independent attacks with vmap, run them in turn, or (auto) vmap up to 2M "
+        "gradient elements.",
     )
     noise_seed_offset: int = Field(default=1000, description="Victim noise seed = run seed + offset.")
 

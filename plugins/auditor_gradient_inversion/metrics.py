@@ -29,12 +29,12 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
     out["asr"] = float(np.mean([s >= SUCCESS_SSIM for s in ssims]))
     return out
 
-#: A reconstruction counts as a leak only when its mean SSIM beats the strongest no-information floor by this much.
+#: A reconstruction is a leak only when its mean SSIM beats the strongest no-information floor by this much.
 MARGIN_SSIM = 0.1
 
 
 def leaks(m: Measurement) -> bool:
-    """Tell whether an SSIM measurement is a leak: mean ≥ 0.5, margin over its floor ≥ 0.1, interval above 0."""
+    """Tell whether an SSIM measurement is a leak: mean ≥ 0.5, margin over the floor ≥ 0.1, CI above 0."""
     margin = m.margin if m.margin is not None else m.value
     return m.value >= SUCCESS_SSIM and margin >= MARGIN_SSIM and (m.ci is None or m.ci[0] > 0)
 
@@ -42,7 +42,7 @@ def leaks(m: Measurement) -> bool:
 def image_measurements(
     row: dict[str, Any], floors: dict[str, list[float]], floor_kind: str, how: str, seed: int
 ) -> list[Measurement]:
-    """Return SSIM, PSNR and MSE of one scored row beside the per-probe floor scores (paired margins, 95 % CI)."""
+    """Return SSIM, PSNR and MSE of one scored row beside the per-probe floors (paired margins, 95 % CI)."""
     out = []
     for metric, label, unit, worse_high in (
         ("ssim", "IG reconstruction SSIM (mean over probes)", "", True),

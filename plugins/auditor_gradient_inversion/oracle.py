@@ -118,7 +118,7 @@ class GradientOracle:
 
 @contextmanager
 def seeded_rng(seed: int, device: torch.device) -> Iterator[None]:
-    """Fork torch's global RNG (CPU, and ``device`` if CUDA) and seed it, for draws no override answers (dropout)."""
+    """Fork torch's global RNG (CPU, and ``device`` if CUDA) and seed it, for draws no override answers."""
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)

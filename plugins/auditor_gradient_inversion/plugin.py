@@ -13,6 +13,7 @@ attack's power. Attacks predicted not to fit the remaining budget are skipped an
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -55,6 +56,10 @@ SEARCH: tuple[tuple[tuple[float, float, str], ...], ...] = (
     ((0.03, 0.01, "box"), (0.03, 0.1, "box")),
     ((0.1, 0.03, "randn"), (0.1, 1e-4, "randn")),
 )
+#: The setting Ignore and joint-ε also try beside the plain winner: the seed protocol's lr and TV
+#: (which broke PRECODE and CVB there) with the box init; the best of five settings for joint-ε
+#: on CVB@P1 in a sweep (docs/gradient-inversion.md).
+ADAPTIVE: tuple[float, float, str] = (0.1, 0.01, "box")
 
 
 class GradientInversionPlugin:
@@ -62,7 +67,7 @@ class GradientInversionPlugin:
 
     name = "gradient-inversion"
     family = "gradient-inversion"
-    summary = "Inverting Gradients (searched settings), DLG/iDLG, analytic FC and pos-emb recovery, Ignore, joint-eps."
+    summary = "Inverting Gradients (searched), DLG/iDLG, analytic FC and pos-emb recovery, Ignore, joint-eps."
     requires = Requirements(budget_s=600, expensive=True, gradients=True)
     Config: ClassVar[type[GradientInversionConfig]] = GradientInversionConfig
     rules: tuple[Rule, ...] = R.RULES
@@ -74,11 +79,11 @@ class GradientInversionPlugin:
         return Applicability(True, "image model: a FedSGD client's gradient can be inverted")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Run the attacks the budget allows; return findings, headline numbers over floors, power and the grid."""
+        """Run the attacks the budget allows; return findings, headline numbers, power and the grid."""
         cfg = ctx.config_as(GradientInversionConfig)
         model = ctx.model.to(ctx.device)
         shape = tuple(ctx.profile.input_shape)
-        images, labels, data_desc, real_labels = _private_inputs(ctx.data, shape, cfg)
+        images, labels, data_desc, pool = _private_inputs(ctx.data, shape, cfg)
         bn_note = _set_mode(model, cfg.bn_mode, images[:1].to(ctx.device))
         with torch.no_grad(), seeded_rng(ctx.seed, ctx.device):
             num_classes = int(model(images[:1].to(ctx.device)).shape[-1])
@@ -102,7 +107,7 @@ class GradientInversionPlugin:
             check_budget=ctx.check_budget,
         )
         known = cfg.label_mode == "known"
-        floors, floor_kind = _floors(camp, cfg, known, real_labels)
+        floors, floor_kind = _floors(camp, known, pool)
         findings, skipped, undecided = _analytic(camp, ctx.profile), [], []
         split = split_parameters(model)
         all_names = [n for n, _ in model.named_parameters()]
@@ -124,11 +129,10 @@ class GradientInversionPlugin:
                     skipped.append(f"IG batch {batch}: predicted not to fit the remaining budget")
             verdict = _stochastic(camp, split, winner, best, known, floors, floor_kind, skipped, ctx)
             ranking = _rank_groups(camp, parameter_groups(model, ctx.profile), cfg, best, known, skipped, ctx)
-            strongest = max(
-                (r for r in camp.rows if r["group"] == "all" and r["batch_size"] == 1 and r["noise"] != "zero"),
-                key=lambda r: r["ssim_mean"],
-            )
-            headline = image_measurements(strongest, floors, floor_kind, _how(strongest, camp, search), ctx.seed)
+            batch1 = [r for r in camp.rows if r["group"] == "all" and r["batch_size"] == 1]
+            strongest = max((r for r in batch1 if r["noise"] != "zero"), key=lambda r: r["ssim_mean"])
+            how = _how(strongest, camp, search)
+            headline = image_measurements(strongest, floors, floor_kind, how, ctx.seed)
             if verdict is not None and verdict.get("drop") is not None:
                 headline.append(Measurement.model_validate(verdict["drop"]))
             if cfg.control:
@@ -193,23 +197,34 @@ class GradientInversionPlugin:
         )
 
 
+#: Images of ``--data`` beside the probes that the floors may use as the attacker's knowledge of the data.
+FLOOR_POOL = 200
+
+
 def _private_inputs(
     data: DataBundle | None, shape: tuple[int, ...], cfg: GradientInversionConfig
-) -> tuple[torch.Tensor, torch.Tensor, str, bool]:
-    """Return the images to protect (``--data`` if given, else scikit-image's probes) and whether labels are real."""
+) -> tuple[torch.Tensor, torch.Tensor, str, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Return the probes to protect, their labels, a description and the floor pool.
+
+    With ``--data`` the probes are a seeded sample of the ``train`` split (else the first split)
+    and the pool (up to :data:`FLOOR_POOL` other images of it, with labels) is what the attacker
+    may know of the data distribution; bundled probes have no pool and a made-up label.
+    """
     n = cfg.images or 1
     if data is not None:
         split = data.splits.get("train") or next(iter(data.splits.values()))
-        imgs, labels = split.tensors(shape, limit=n, seed=0)
+        imgs, labels = split.tensors(shape, limit=n + FLOOR_POOL, seed=0)
+        pool = (imgs[n:], labels[n:]) if imgs.shape[0] > n else None
         return (
-            imgs,
-            labels,
-            f"--data {data.root} split '{split.name}', {imgs.shape[0]} images with their labels",
-            True,
+            imgs[:n],
+            labels[:n],
+            f"--data {data.root} split '{split.name}', {min(n, imgs.shape[0])} images with their labels; "
+            f"floors from {imgs.shape[0] - n if pool else 0} other images of it",
+            pool,
         )
     imgs, names = default_probe_images(shape, n)
     labels = torch.full((imgs.shape[0],), cfg.probe_label, dtype=torch.long)
-    return imgs, labels, f"scikit-image bundled images {names}, label {cfg.probe_label} (no --data)", False
+    return imgs, labels, f"scikit-image bundled images {names}, label {cfg.probe_label} (no --data)", None
 
 
 def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
@@ -230,22 +245,28 @@ def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
 
 
 def _floors(
-    camp: Campaign, cfg: GradientInversionConfig, known: bool, real_labels: bool
+    camp: Campaign, known: bool, pool: tuple[torch.Tensor, torch.Tensor] | None
 ) -> tuple[dict[str, list[float]], str]:
-    """Score the strongest no-information guess per probe: the probe-set mean, and the class mean of the label.
+    """Score the strongest no-information guess per probe: the data mean, and the class mean.
 
-    The class-conditional guess uses the true labels of ``--data`` when the attacker knows them, or
-    the labels it reads off the head's gradient (batch 1) in ``recovered`` mode; bundled probes carry
-    a made-up label, so they get the probe-set mean only.
+    The guesses are means over the pool of other ``--data`` images (else over the other probes).
+    The class-conditional guess uses the probe's true label when the attacker knows it, or the
+    label it reads off the head's gradient (batch 1) in ``recovered`` mode; bundled probes carry a
+    made-up label, so they get the probe-set mean only.
     """
     labels = None
-    if real_labels and known:
-        labels = camp.labels
-    elif not known and camp.head is not None:
+    if not known and camp.head is not None:
         _, x, y = camp.batches(1)
         labels = camp.attacker_labels(x, y, camp.victim_noise(x), known=False)[0].flatten().cpu()
-    floors, kind = image_floor_scores(camp.images, labels, scaling=camp.scaling)
-    return floors, kind
+    elif known and pool is not None:
+        labels = camp.labels
+    return image_floor_scores(
+        camp.images,
+        labels,
+        pool=pool[0] if pool else None,
+        pool_labels=pool[1] if pool else None,
+        scaling=camp.scaling,
+    )
 
 
 def _stages(cfg: GradientInversionConfig) -> list[list[IGSettings]]:
@@ -317,7 +338,8 @@ def _search(
         "settings": settings,
         "stopped": stopped,
         "tried": [
-            {k: r[k] for k in ("key", "setting", "ssim_mean", "psnr_mean", "steps_mean", "seconds")} for r in tried
+            {k: r[k] for k in ("key", "setting", "ssim_mean", "psnr_mean", "steps_mean", "seconds")}
+            for r in tried
         ],
     }
 
@@ -327,7 +349,8 @@ def _how(row: dict[str, Any], camp: Campaign, search: dict[str, Any]) -> str:
     return (
         f"{row['attack']} over {row['params_matched']} parameter tensors, batch {row['batch_size']}, "
         f"{row['label_mode']} labels, {row['setting']}, at most {row['iterations']} iterations "
-        f"(mean {row['steps_mean']:.0f} run, plateau stop), best of {len(search['tried'])} IG settings searched "
+        f"(mean {row['steps_mean']:.0f} run, plateau stop), best of {len(search['tried'])} IG settings "
+        "searched "
         f"({search['stopped']}); {row['n']} probes, seed {camp.seed}, noise {row['noise']}"
     )
 
@@ -396,7 +419,8 @@ def _analytic(camp: Campaign, profile: ArchitectureProfile) -> list:
         if m["psnr"] >= 40:
             out.append(
                 R.POSEMB.finding(
-                    message=f"{stem.module} + {pos.param}: image recovered in closed form, PSNR {m['psnr']:.1f} dB",
+                    message=f"{stem.module} + {pos.param}: image recovered in closed form, "
+                    f"PSNR {m['psnr']:.1f} dB",
                     location=stem.module,
                     evidence={"psnr_db": m["psnr"], "ssim": m["ssim"], "mse": m["mse"]},
                 )
@@ -425,7 +449,8 @@ def _stochastic(
 ) -> dict[str, Any] | None:
     """Attack a stochastic model with Ignore and joint-ε next to plain IG, and its undefended baseline.
 
-    The baseline is the same model with its Gaussian noise held at 0, attacked with the same
+    Ignore and joint-ε each try the plain search's winner and :data:`ADAPTIVE` (one batch) and keep
+    the better. The baseline is the same model with its Gaussian noise held at 0, attacked with the same
     setting and budget; the defence's effect is the per-probe SSIM drop from that baseline to the
     strongest attack on the defended model, with its 95 % interval.
     """
@@ -434,25 +459,35 @@ def _stochastic(
     n = camp.images.shape[0]
     everything = [name for name, _ in camp.model.named_parameters()]
     rows: dict[str, dict[str, Any]] = {"plain": plain}
+    adaptive = [best]
+    if (best.lr, best.tv_weight, best.init) != ADAPTIVE:
+        adaptive.append(replace(best, lr=ADAPTIVE[0], tv_weight=ADAPTIVE[1], init=ADAPTIVE[2]))
+    trials = n * best.restarts * len(adaptive)
     if not split.upstream:
         skipped.append("Ignore: no parameter upstream of the first sampling node")
-    elif camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
-        rows["ignore"] = camp.run_ig("ignore-b1", "Ignore+IG", split.upstream, 1, [best], known_labels=known)[0]
+    elif camp.fits(trials, best.iterations, ctx.remaining_s()):
+        rows["ignore"] = max(
+            camp.run_ig("ignore-b1", "Ignore+IG", split.upstream, 1, adaptive, known_labels=known),
+            key=lambda r: r["ssim_mean"],
+        )
     else:
         skipped.append("Ignore: predicted not to fit the remaining budget")
     baseline = None
     if not split.gaussian_only:
         skipped.append("joint-eps and the undefended baseline: only Gaussian sampling nodes are modelled")
     else:
-        if camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
-            rows["joint-eps"] = camp.run_ig(
-                "joint-eps-b1", "joint-eps+IG", everything, 1, [best], known_labels=known, noise="joint"
-            )[0]
+        if camp.fits(trials, best.iterations, ctx.remaining_s()):
+            rows["joint-eps"] = max(
+                camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
+                            noise="joint"),
+                key=lambda r: r["ssim_mean"],
+            )
         else:
             skipped.append("joint-eps: predicted not to fit the remaining budget")
         if camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
             baseline = camp.run_ig(
-                "undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known, noise="zero"
+                "undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
+                noise="zero",
             )[0]
         else:
             skipped.append("undefended baseline: predicted not to fit the remaining budget")
@@ -472,7 +507,8 @@ def _stochastic(
     verdict["baseline_leaks"] = leaks(base_m)
     drop = measure(
         "ssim-drop",
-        f"SSIM drop: undefended model (noise at 0) minus the strongest attack on the defended one ({strongest})",
+        f"SSIM drop: undefended model (noise at 0) minus the strongest attack on the defended one "
+        f"({strongest})",
         baseline["per_image_ssim"],
         rows[strongest]["per_image_ssim"],
         floor_kind=f"{strongest} on the defended model",
@@ -483,17 +519,34 @@ def _stochastic(
     )
     verdict["drop"] = drop.model_dump()
     verdict["strongest_attack"] = strongest
-    if not verdict["baseline_leaks"]:
-        verdict["verdict"] = (
-            f"cannot tell: the undefended model did not leak at this budget either (SSIM {baseline['ssim_mean']:.2f})"
-        )
-    elif any(verdict["leaks"].values()):
-        verdict["verdict"] = f"bypassed: {strongest} reconstructs through the defence"
-    elif drop.ci is not None and drop.ci[0] > 0 or drop.ci is None and (drop.margin or 0) >= MARGIN_SSIM:
-        verdict["verdict"] = "held at this budget: every attack stays below its leak threshold, and below the baseline"
-    else:
-        verdict["verdict"] = "cannot tell: the drop from the undefended baseline is within the noise of the probes"
+    verdict["verdict"] = defence_verdict(
+        verdict["baseline_leaks"], any(verdict["leaks"].values()), drop, strongest,
+        rows[strongest]["ssim_mean"], baseline["ssim_mean"],
+    )
     return verdict
+
+
+def defence_verdict(
+    baseline_leaks: bool, attack_leaks: bool, drop: Measurement, strongest: str, attack: float, base: float
+) -> str:
+    """Say whether a stochastic defence held, was bypassed, or cannot be judged, against its baseline.
+
+    Held needs a leaking baseline, no leaking attack on the defended model, and a drop of at least
+    :data:`MARGIN_SSIM` with its interval above 0.
+    """
+    if not baseline_leaks:
+        return f"cannot tell: the undefended model did not leak at this budget either (SSIM {base:.2f})"
+    if attack_leaks:
+        return f"bypassed: {strongest} reconstructs through the defence"
+    if (drop.margin or 0) >= MARGIN_SSIM and (drop.ci is None or drop.ci[0] > 0):
+        return (
+            f"held at this budget: every attack stays below its leak threshold, at least {MARGIN_SSIM} "
+            "SSIM below the undefended baseline"
+        )
+    return (
+        f"cannot tell: the strongest attack ({strongest}, SSIM {attack:.2f}) is less than {MARGIN_SSIM} "
+        f"below the undefended baseline ({base:.2f}) or its interval reaches 0"
+    )
 
 
 def _rank_groups(
@@ -505,7 +558,7 @@ def _rank_groups(
     skipped: list[str],
     ctx: RunContext,
 ) -> list[dict[str, Any]]:
-    """Run IG (the search's winning setting) on each parameter group alone; rank groups by mean SSIM (seed 003 Table 6)."""
+    """Run IG (winning setting) on each parameter group alone; rank by mean SSIM (seed 003 Table 6)."""
     if not cfg.group_iterations:
         return []
     setting = IGSettings(
@@ -539,7 +592,7 @@ def _rank_groups(
 
 
 def reference_model(shape: tuple[int, ...], num_classes: int, seed: int) -> nn.Module:
-    """Return the positive control: an unprotected patchify CNN (conv k×k stride k, ReLU, linear head) for ``shape``.
+    """Return the positive control: an unprotected patchify CNN (conv k×k/k, ReLU, linear head).
 
     Its stem gradient is a sum of per-patch outer products, so IG reconstructs its input well
     at a modest budget; k is 4 (2 below 16 pixels). The weights are drawn from ``seed``.
@@ -564,7 +617,7 @@ def _control(
     floor_kind: str,
     skipped: list[str],
 ) -> list[PowerCheck]:
-    """Attack the positive control with the winning setting at the same budget and probes; return its power check."""
+    """Attack the positive control with the winning setting, budget and probes; return its power check."""
     n = camp.images.shape[0]
     if not camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
         skipped.append("positive control: predicted not to fit the remaining budget")
@@ -591,13 +644,15 @@ def _control(
     return [
         PowerCheck(
             control=f"unprotected patchify reference of the same input size ({ref[0].kernel_size[0]}x"
-            f"{ref[0].kernel_size[0]}/{ref[0].stride[0]} conv, 32 channels, ReLU, linear head, seed {camp.seed})",
+            f"{ref[0].kernel_size[0]}/{ref[0].stride[0]} conv, 32 channels, ReLU, linear head, "
+            f"seed {camp.seed})",
             metric="mean SSIM (must also beat the floor by 0.1 with its CI above 0)",
             value=ssim.value,
             required=SUCCESS_SSIM,
             passed=leaks(ssim),
-            how=f"IG at the model's setting and budget ({best.describe()}, at most {best.iterations} iterations, "
-            f"mean {row['steps_mean']:.0f} run), same {n} probes; margin over {floor_kind} {ssim.margin:.2f}{ci}",
+            how=f"IG at the model's setting and budget ({best.describe()}, at most {best.iterations} "
+            f"iterations, mean {row['steps_mean']:.0f} run), same {n} probes; margin over {floor_kind} "
+            f"{ssim.margin:.2f}{ci}",
         )
     ]
 
@@ -630,11 +685,13 @@ def _findings(
         over = f"{m.margin:+.2f} over the {floor_kind} ({m.floor:.2f}){ci}"
         per_margin = [v - f for v, f in zip(row["per_image_ssim"], floors["ssim"])]
         if leaks(m):
-            out.append(R.RECONSTRUCTION.finding(message=f"IG mean SSIM {m.value:.2f}, {over} ({where})", evidence=ev))
+            msg = f"IG mean SSIM {m.value:.2f}, {over} ({where})"
+            out.append(R.RECONSTRUCTION.finding(message=msg, evidence=ev))
         elif any(v >= SUCCESS_SSIM and d >= MARGIN_SSIM for v, d in zip(row["per_image_ssim"], per_margin)):
             out.append(
                 R.PARTIAL.finding(
-                    message=f"IG max SSIM {row['ssim_max']:.2f}, at least {MARGIN_SSIM} over its floor ({where})",
+                    message=f"IG max SSIM {row['ssim_max']:.2f}, at least {MARGIN_SSIM} over its floor "
+                    f"({where})",
                     evidence=ev,
                 )
             )
@@ -653,7 +710,8 @@ def _findings(
         if leaks(m):
             out.append(
                 R.GROUP_LEAK.finding(
-                    message=f"{r['group']} gradients alone: SSIM {m.value:.2f}, {m.margin:+.2f} over the {floor_kind}",
+                    message=f"{r['group']} gradients alone: SSIM {m.value:.2f}, {m.margin:+.2f} over the "
+                    f"{floor_kind}",
                     location=r["group"],
                     evidence={**r, "floor_ssim": m.floor, "margin": m.margin, "margin_ci": m.ci},
                 )
@@ -662,26 +720,29 @@ def _findings(
 
 
 def _defence_findings(verdict: dict[str, Any]) -> list:
-    """Return the bypassed / held finding of a stochastic defence from its verdict (see :func:`_stochastic`)."""
+    """Return the bypassed / held finding of a stochastic defence from its verdict (:func:`_stochastic`)."""
     text = verdict["verdict"]
     attacks = ", ".join(
-        f"{k[:-5].replace('_', '-')} {v:.2f}" for k, v in verdict.items() if k.endswith("_ssim") and v is not None
+        f"{k[:-5].replace('_', '-')} {v:.2f}"
+        for k, v in verdict.items()
+        if k.endswith("_ssim") and v is not None
     )
     plain_leaks = verdict["leaks"].get("plain", False)
     adaptive = [k for k, v in verdict["leaks"].items() if v and k != "plain"]
     if not plain_leaks and adaptive:
         return [
             R.BYPASSED.finding(
-                message=f"plain IG does not leak, but {', '.join(adaptive)} does (SSIM: {attacks})", evidence=verdict
+                message=f"plain IG does not leak, but {', '.join(adaptive)} does (SSIM: {attacks})",
+                evidence=verdict,
             )
         ]
     if text.startswith("held"):
         drop = verdict["drop"]
         return [
             R.DEFENCE_HELD.finding(
-                message=f"SSIM drop {drop['margin']:.2f} from the undefended baseline ({verdict['baseline_ssim']:.2f}) "
-                f"to the strongest attack ({verdict['strongest_attack']}), 95 % CI {drop['ci']}; SSIM: {attacks}; "
-                "EOT and generative-prior attacks were not run",
+                message=f"SSIM drop {drop['margin']:.2f} from the undefended baseline "
+                f"({verdict['baseline_ssim']:.2f}) to the strongest attack ({verdict['strongest_attack']}), "
+                f"95 % CI {drop['ci']}; SSIM: {attacks}; EOT and generative-prior attacks were not run",
                 evidence=verdict,
             )
         ]

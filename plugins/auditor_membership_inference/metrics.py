@@ -1,4 +1,4 @@
-"""Attack metrics (sklearn ROC/AUC), bootstrap intervals and a log-log ROC image."""
+"""Attack metrics (sklearn ROC/AUC) and bootstrap intervals (the ROC chart is in ``plots``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from auditor.plugin import png_base64
 
 #: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
 MIN_FALSE_POSITIVES = 10
@@ -132,53 +131,3 @@ def _subsample(fpr: np.ndarray, tpr: np.ndarray, points: int = 40) -> list[list[
     """Keep about ``points`` ROC points, spaced evenly in log FPR."""
     grid = np.unique(np.concatenate([[0.0], np.logspace(-4, 0, points)]))
     return [[round(float(g), 5), round(tpr_at(fpr, tpr, float(g)), 5)] for g in grid]
-
-
-def roc_png(curves: Mapping[str, list[list[float]]], n_nonmembers: int, title: str) -> str:
-    """Draw ROC curves on log-log axes with PIL; return the PNG as base64."""
-    from PIL import Image, ImageDraw
-
-    w, h, left, bottom, top, right = 560, 420, 60, 50, 30, 170
-    img = Image.new("RGB", (w, h), "white")
-    d = ImageDraw.Draw(img)
-    lo = max(1.0 / max(n_nonmembers, 1), 1e-4)
-    span = -np.log10(lo)
-
-    def xy(fx: float, ty: float) -> tuple[float, float]:
-        gx = (np.log10(max(fx, lo)) + span) / span
-        gy = (np.log10(max(ty, lo)) + span) / span
-        return left + gx * (w - left - right), h - bottom - gy * (h - top - bottom)
-
-    d.rectangle([left, top, w - right, h - bottom], outline="black")
-    for e in range(int(np.ceil(np.log10(lo) - 1e-9)), 1):
-        x, _ = xy(10.0**e, lo)
-        _, y = xy(lo, 10.0**e)
-        d.line([x, h - bottom, x, h - bottom + 4], fill="black")
-        d.text((x - 12, h - bottom + 6), f"1e{e}", fill="black")
-        d.line([left - 4, y, left, y], fill="black")
-        d.text((left - 40, y - 5), f"1e{e}", fill="black")
-    d.line([xy(lo, lo), xy(1, 1)], fill=(160, 160, 160))
-    d.text((left + 80, h - 18), "false positive rate (log)", fill="black")
-    d.text((5, 5), f"{title} - true positive rate (log) vs FPR", fill="black")
-    palette = [
-        (31, 119, 180),
-        (214, 39, 40),
-        (44, 160, 44),
-        (148, 103, 189),
-        (255, 127, 14),
-        (23, 190, 207),
-        (140, 86, 75),
-        (227, 119, 194),
-        (127, 127, 127),
-        (188, 189, 34),
-        (0, 0, 0),
-        (255, 187, 120),
-    ]
-    for i, (name, pts) in enumerate(curves.items()):
-        color = palette[i % len(palette)]
-        line = [xy(f, t) for f, t in pts if f >= lo]
-        if len(line) > 1:
-            d.line(line, fill=color, width=2)
-        d.line([w - right + 8, top + 14 * i + 6, w - right + 24, top + 14 * i + 6], fill=color, width=2)
-        d.text((w - right + 28, top + 14 * i), name, fill="black")
-    return png_base64(img)

@@ -13,7 +13,6 @@ from torch import nn
 from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
-    Artifact,
     Finding,
     Measurement,
     PluginResult,
@@ -22,16 +21,17 @@ from auditor.plugin import (
     Requirements,
     Rule,
     RunContext,
+    svg_artifact,
 )
 from auditor_membership_inference import attacks
 from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.metrics import (
     held_out_balanced_accuracy,
     resolution_warnings,
-    roc_png,
     selection_half,
     summarise,
 )
+from auditor_membership_inference.plots import roc_chart
 from auditor_membership_inference.references import fresh_copy, logits, train_cached, train_references, view_logits
 from auditor_membership_inference.rules import AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, RULES
 
@@ -103,7 +103,6 @@ class MembershipInferencePlugin:
         warnings = resolution_warnings(report_side, cfg.fprs)
         control, power = self._control(ctx, cfg, x, y, n_classes, member, select, refs)
         findings = self._findings(cfg, best, held, gap, warnings, report_side)
-        png = roc_png({k: v["roc"] for k, v in results.items()}, side, "membership inference")
         metrics = {
             "members": side,
             "non_members": side,
@@ -128,11 +127,10 @@ class MembershipInferencePlugin:
             f"the level; 95% CIs from {cfg.bootstrap} stratified bootstrap resamples (seed {ctx.seed})",
             **extra,
         }
-        artifact = Artifact(
-            name="mia-roc.png",
-            media_type="image/png",
-            data_base64=png,
-            description=f"ROC of every attack on log-log axes ({side} members, {side} non-members)",
+        artifact = svg_artifact(
+            roc_chart(results, side, cfg.fprs),
+            "mia-roc.svg",
+            f"ROC of every attack on log-log axes ({side} members, {side} non-members)",
         )
         return PluginResult(
             findings=findings, metrics=metrics, provenance=provenance, artifacts=[artifact],

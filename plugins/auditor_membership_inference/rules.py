@@ -10,13 +10,12 @@ overfitting; they are retraining remedies.
 
 from __future__ import annotations
 
-from auditor.plugin import Reference, Rule, Severity
-
-_ARCH = "How Does a Deep Learning Model Architecture Impact Its Privacy? (Zhang et al.)"
+from auditor.plugin import Reference, Rule, Severity, cite
 
 
 def _ref(locator: str) -> Reference:
-    return Reference(source="seed-003", title=_ARCH, locator=locator)
+    """Return a citation of the rules' source paper at ``locator``."""
+    return cite("seed-003", locator)
 
 
 AUC = Rule(
@@ -47,7 +46,8 @@ LOW_FPR_UNRESOLVED = Rule(
     id="mia.low-fpr-unresolved",
     title="Too few non-members to resolve a low false-positive rate",
     severity=Severity.INFO,
-    references=(_ref("note section 6.2, pitfall 9 (low-FPR resolution)"),),
+    references=(_ref("Table 3 (TPR at 0.1% FPR; resolving it needs >= 1,000 non-members)"),),
+    remediation=("Add held-out images to test/ (1,000 or more non-members to read 0.1 % FPR) and re-run.",),
     description="Supply more held-out samples in test/ before reading TPR at that FPR.",
 )
 

@@ -194,7 +194,7 @@ class ModelInversionPlugin:
             "of the target class in the evaluation model's penultimate features; "
             "knn_distance_test_images is the same for real held-out images (scale reference)",
             "success_criterion": "top-1/top-5 of the evaluation model; the target's confidence is reported but is "
-            "not evidence (seed 000, Fig. 2)",
+            "not evidence (Koh et al. 2024, Fig. 2)",
             "statistics": "p_value_permutation: exact (or Monte Carlo) permutation test of the inverted-class "
             "labels over the class clusters (the reconstructions of one class are not independent); floor: the "
             "strongest of chance, the search's unoptimised starting images and the mean train/ image, scored by "

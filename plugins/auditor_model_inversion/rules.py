@@ -11,13 +11,12 @@ not study model inversion, so it is not cited here.
 
 from __future__ import annotations
 
-from auditor.plugin import Reference, Rule, Severity
-
-_SKIPS = "On the Vulnerability of Skip Connections to Model Inversion Attacks (Koh et al.)"
+from auditor.plugin import Reference, Rule, Severity, cite
 
 
 def _ref(locator: str) -> Reference:
-    return Reference(source="seed-000", title=_SKIPS, locator=locator)
+    """Return a citation of the rules' source paper at ``locator``."""
+    return cite("seed-000", locator)
 
 
 ATTACK_ACCURACY = Rule(

@@ -30,14 +30,13 @@ from auditor_split_inversion.metrics import (
     summarise,
     train_evaluator,
 )
-from auditor_split_inversion.rmle import rmle, search
+from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
 from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins
 
 #: Share of the time budget given to each stage (the rest is a reserve); the opt-in Ensembler stage
 #: runs last and gets at most its share of whatever the earlier stages left.
-SHARES = {"synth": 0.25, "dci": 0.35, "rmle": 0.2, "control": 0.03, "defence": 0.1, "evaluator": 0.03,
-          "ensembler": 0.25}
+SHARES = {"synth": 0.25, "dci": 0.35, "rmle": 0.2, "defence": 0.1, "evaluator": 0.03, "ensembler": 0.25}
 
 
 def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_splits: int | None
@@ -220,7 +219,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
     if "rmle" in cfg.attacks:
         seconds = clock.stage(SHARES["rmle"])
-        steps = rmle_steps(blocks, feats, shape, budget.rmle_steps, len(cfg.rmle_tvs), seconds, clock.tick)
+        steps = rmle_steps(blocks, feats, shape, budget.rmle_steps, list(cfg.rmle_tvs), seconds, clock.tick)
         recons["rmle"] = [None] * len(blocks)
         out["settings"] = {"rmle": [None] * len(blocks)}
         tried, t0, c0 = [], time.monotonic(), time.process_time()
@@ -292,17 +291,17 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     return out
 
 
-def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, runs: int,
+def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, tvs: list[float],
                seconds: float | None, tick: Callable[[], bool]) -> int:
-    """Return the rMLE step count per run: the preset's, or fewer (the same at every split) when ``seconds`` cannot hold it."""
+    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` cannot hold them."""
     if seconds is None:
         return steps
     per = []
     for k in range(len(blocks)):
         t0 = time.monotonic()
-        rmle(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tv=0.0, tick=tick)
+        search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tvs=tvs, tick=tick)
         per.append(time.monotonic() - t0)
-    return max(1, min(steps, int(0.9 * seconds / (runs * sum(per)))))
+    return max(1, min(steps, int(0.9 * seconds / sum(per))))
 
 
 def closeness(scores: dict[str, float], floor: dict, thresholds: dict[str, float]) -> float:

@@ -191,7 +191,8 @@ def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor,
     attacks = {a: v[0] for a, v in scored.items()}
     best = max(attacks, key=lambda a: attacks[a]["psnr_mean"])
     return {"setting": name, "accuracy": accuracy(pipe, data["eval"], data["eval_y"]), "attacks": attacks,
-            "best_attack": best, "psnr": attacks[best]["psnr_mean"], "ssim": max(a["ssim_mean"] for a in attacks.values()),
+            "best_attack": best, "psnr": attacks[best]["psnr_mean"],
+            "ssim": max(a["ssim_mean"] for a in attacks.values()),
             "per_probe": {a: v[1] for a, v in scored.items()}}
 
 
@@ -292,7 +293,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
 
 
 def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
-    """Judge ``noise`` and ``ensembler`` against ``none`` with the leak rule; return ``out`` with verdicts, per-probe data removed.
+    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe data.
 
     Each defended row gets the verdict of its best attack against the ``none`` row's best attack
     (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop
@@ -308,7 +309,7 @@ def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int,
                               if leaks(gate) else
                               "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
                               "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
-                              "what Ensembler adds (seed 002 §6.2 sanity gate)")
+                              "what Ensembler adds (the no-information sanity gate)")
     best_pp = {r["setting"]: {m: r["per_probe"][max(r["attacks"], key=lambda a, m=m: r["attacks"][a][f"{m}_mean"])][m]
                               for m in METRICS} for r in rows}
     chance = 1 / classes

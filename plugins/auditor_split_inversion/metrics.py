@@ -2,10 +2,11 @@
 
 PSNR = 10·log10(1/MSE) and SSIM (``skimage.metrics.structural_similarity``, 7×7 uniform window
 or the largest odd window that fits, ``data_range=1``, channels averaged) are computed per image on
-[0, 1] images and reported as mean ± SD. The floor is the mean image of the probe set scored the
-same way; leakage is the margin over it. Semantic leakage uses a small CNN trained on the
-auxiliary data only, independent of the target (the target scores its clean accuracy on
-feature-matching reconstructions by construction).
+[0, 1] images and reported as mean ± SD. The floor the findings use is the strongest
+no-information guess per probe (``verdict.floor_scores``); :func:`floor` scores the mean image
+alone, reported beside it for comparison (``metrics.floor.mean_image_only``). Semantic leakage
+uses a small CNN trained on the auxiliary data only, independent of the target (the target
+scores its clean accuracy on feature-matching reconstructions by construction).
 """
 
 from __future__ import annotations

@@ -22,13 +22,14 @@ from auditor.plugin import (
     default_probe_images,
     image_grid,
     png_base64,
+    svg_artifact,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
 from auditor_split_inversion.control import power_check
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
-from auditor_split_inversion.plots import defence_chart, line_chart
+from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
     LEAKY_SPLIT,
@@ -99,7 +100,7 @@ class SplitInversionPlugin:
         thresholds = thresholds_of(cfg)
         power, control = [], None
         if "rmle" in res["records"]:
-            clock.stage(SHARES["control"])
+            clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
             check, control = power_check(res["probes"], fl, thresholds, steps=res["records"]["rmle"]["steps_per_run"],
                                          tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
             power.append(check)
@@ -151,7 +152,7 @@ class SplitInversionPlugin:
 
     def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
                  ctx: RunContext, clock: Clock) -> dict | None:
-        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks, budget)."""
+        """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
         k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
@@ -272,7 +273,7 @@ def _findings(rows: list[dict], res: dict) -> list:
 
 
 def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> list[Artifact]:
-    """Return the reconstruction grid, the PSNR/SSIM curves and the defence curve as PNG artifacts."""
+    """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r["split"] for r in rows]
     attacks = sorted({a for r in rows for a in r["attacks"]})
     arts = []
@@ -280,18 +281,17 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
         series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
                       [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
-        img = line_chart(f"Leakage vs split: {metric.upper()} {unit} (mean ± SD over probes)", labels, series,
-                         fl[f"{metric}_mean"], metric.upper())
-        arts.append(Artifact(name=f"split-curve-{metric}.png", media_type="image/png",
-                             description=f"{metric.upper()} per split and attack; dashed line = mean-image floor",
-                             data_base64=png_base64(img)))
+        svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
+        arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
+                                 f"{metric.upper()} per split and attack (mean ± SD over probes); dashed line = "
+                                 "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
         f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
         for r in rows for a, v in r["attacks"].items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
-                         description="per split and attack, next to the mean-image floor (settings: provenance)"))
+                         description="per split and attack, next to the floor (settings: provenance)"))
     probes = res["probes"][:8]
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
@@ -301,9 +301,8 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(Artifact(name="split-noise-defence.png", media_type="image/png",
-                             description=f"noise at {defence['split']}: utility vs best-attack PSNR, points = σ",
-                             data_base64=png_base64(defence_chart(defence["rows"], fl["psnr_mean"]))))
+        arts.append(svg_artifact(defence_chart(defence["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
+                                 f"noise at {defence['split']}: utility against best-attack PSNR, points = σ"))
     return arts
 
 

@@ -26,8 +26,8 @@ def rmle(
     tick: Callable[[], bool],
 ) -> tuple[torch.Tensor, int]:
     """Return reconstructions in [0, 1] of the inputs behind ``feature`` and the steps run."""
-    x, done, _ = _descend(head, feature, shape, steps=steps, tv=tv, tick=tick, keep=())
-    return x, done
+    xs, done, _ = _descend(head, feature, shape, steps=steps, tvs=[tv], tick=tick, keep=())
+    return xs[0], done
 
 
 def search(
@@ -39,25 +39,35 @@ def search(
     tvs: Sequence[float],
     tick: Callable[[], bool],
 ) -> list[tuple[dict, torch.Tensor]]:
-    """Run rMLE once per TV weight in ``tvs``; return ``(settings, reconstruction)`` at half and at all of the steps."""
+    """Run rMLE once per TV weight in ``tvs``; return ``(settings, reconstruction)`` at half and at all of the steps.
+
+    The runs share one batch (one pass through the head per step for every TV weight); each run's
+    loss is summed, not averaged, into the batch's, so each gets exactly the gradient it would get alone.
+    """
+    xs, done, kept = _descend(head, feature, shape, steps=steps, tvs=tvs, tick=tick, keep=(steps // 2,))
     out = []
-    for tv in tvs:
-        x, done, kept = _descend(head, feature, shape, steps=steps, tv=tv, tick=tick, keep=(steps // 2,))
-        out += [({"tv_weight": tv, "steps": n, "lr": 0.05}, r) for n, r in kept.items() if n < done]
-        out.append(({"tv_weight": tv, "steps": done, "lr": 0.05}, x))
+    for i, tv in enumerate(tvs):
+        out += [({"tv_weight": tv, "steps": n, "lr": 0.05}, r[i]) for n, r in kept.items() if n < done]
+        out.append(({"tv_weight": tv, "steps": done, "lr": 0.05}, xs[i]))
     return out
 
 
-def _descend(head: nn.Module, feature: torch.Tensor, shape: tuple[int, ...], *, steps: int, tv: float,
-             tick: Callable[[], bool], keep: Sequence[int]) -> tuple[torch.Tensor, int, dict[int, torch.Tensor]]:
+def _descend(head: nn.Module, feature: torch.Tensor, shape: tuple[int, ...], *, steps: int, tvs: Sequence[float],
+             tick: Callable[[], bool], keep: Sequence[int]
+             ) -> tuple[list[torch.Tensor], int, dict[int, list[torch.Tensor]]]:
+    """Optimise one batch of ``len(tvs)`` copies of the probes; return each copy's result, the steps, kept iterates."""
     head.eval().requires_grad_(False)
-    x = torch.full((feature.shape[0], *shape), 0.5, device=feature.device, requires_grad=True)
+    runs, n = len(tvs), feature.shape[0]
+    target = feature.repeat(runs, *[1] * (feature.dim() - 1))
+    weights = torch.tensor(list(tvs), dtype=feature.dtype, device=feature.device)
+    x = torch.full((runs * n, *shape), 0.5, device=feature.device, requires_grad=True)
     opt = torch.optim.Adam([x], lr=0.05)
     done, kept = 0, {}
     for _ in range(steps):
         if not tick():
             break
-        loss = (head(x) - feature).pow(2).mean() + (tv * _tv_l1(x) if tv else 0.0)
+        match = (head(x) - target).pow(2).flatten(1).mean(1).view(runs, n).mean(1)
+        loss = (match + weights * _tv_l1(x).view(runs, n).mean(1)).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -65,9 +75,11 @@ def _descend(head: nn.Module, feature: torch.Tensor, shape: tuple[int, ...], *, 
             x.clamp_(0, 1)
         done += 1
         if done in keep:
-            kept[done] = x.detach().clone()
-    return x.detach(), done, kept
+            kept[done] = list(x.detach().clone().split(n))
+    return list(x.detach().split(n)), done, kept
 
 
 def _tv_l1(x: torch.Tensor) -> torch.Tensor:
-    return (x[..., 1:, :] - x[..., :-1, :]).abs().mean() + (x[..., :, 1:] - x[..., :, :-1]).abs().mean()
+    """Return the anisotropic ℓ1 total variation of each image (mean over its pixels and both directions)."""
+    return ((x[..., 1:, :] - x[..., :-1, :]).abs().flatten(1).mean(1)
+            + (x[..., :, 1:] - x[..., :, :-1]).abs().flatten(1).mean(1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from auditor.plugin import Measurement, floor_images, image_scores, measure
@@ -46,9 +47,10 @@ def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: t
                 guesses[f"class-conditional mean of the {name} (auxiliary data)"] = pool["class-conditional mean image"]
     scored = {kind: [image_scores(p, g, "clamp") for p, g in zip(probes.cpu(), imgs)] for kind, imgs in guesses.items()}
     best = {m: [max(s[i][m] for s in scored.values()) for i in range(len(probes))] for m in METRICS}
-    return {**best, "kind": "best per probe of: " + "; ".join(scored),
-            "psnr_mean": round(sum(best["psnr"]) / len(probes), 4), "ssim_mean": round(sum(best["ssim"]) / len(probes), 4),
-            "guesses": {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}}
+    means = {f"{m}_{stat}": round(float(fn(best[m])), 4)
+             for m in METRICS for stat, fn in (("mean", np.mean), ("sd", np.std))}
+    guessed = {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}
+    return {**best, **means, "kind": "best per probe of: " + "; ".join(scored), "guesses": guessed}
 
 
 def margins(scores: dict[str, Sequence[float]], floor: dict, thresholds: dict[str, float], *, what: str, how: str,

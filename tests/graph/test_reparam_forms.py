@@ -21,3 +21,6 @@ def test_repvgg_train_and_deploy_forms() -> None:
     assert p_train.fused_conv_hints == []
     assert p_deploy.skip_connections == [] and p_deploy.last_stage is None
     assert p_deploy.fused_conv_hints[:2] == ["stem.reparam_conv", "stages.0.0.reparam_conv"]
+    # the training form's stem is its 3x3 branch, not the 1x1 stride-2 branch traced first
+    assert p_train.stem.kind == "overlapping-conv" and p_train.stem.kernel == [3, 3]
+    assert p_train.stem.module == "stem.conv_kxk.conv" and p_deploy.stem.module == "stem.reparam_conv"

@@ -6,8 +6,10 @@ the payload would create. The scans run with every deserialiser replaced by a tr
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import resource
 import subprocess
 import warnings
 import zipfile
@@ -130,7 +132,7 @@ def test_upper_case_data_pkl_beside_a_benign_one_is_refused(tmp_path: Path, cana
     clean = _state_dict_archive(tmp_path)
     benign = zipfile.ZipFile(clean).read("archive/data.pkl")
     evil = torch_save_bytes(Reduce(os.system, (f"touch {canary}",)))
-    evil_pkl = zipfile.ZipFile(__import__("io").BytesIO(evil)).read("archive/data.pkl")
+    evil_pkl = zipfile.ZipFile(io.BytesIO(evil)).read("archive/data.pkl")
     path = rewrite_zip(clean, tmp_path / "evil.pt", {"/data.pkl": evil_pkl}, rename={"/data.pkl": "/DATA.PKL"},
                        add={"archive/sub/data.pkl": benign})
     loaded = _refused(path, canary, "GLOBAL", "DATA.PKL", "system")
@@ -265,6 +267,17 @@ def test_pt2_weight_declaring_more_bytes_than_stored_is_refused(
     _refused(path, canary, "shape", "its member stores")
 
 
+@pytest.mark.usefixtures("tripwire")
+def test_pt2_tensor_cap_is_configurable(tmp_path: Path, clean_pt2: Path) -> None:
+    config = pt2_config(clean_pt2, "weights")
+    _, meta = next(iter(config["config"].items()))
+    meta["tensor_meta"]["sizes"] = [{"as_int": 1024}, {"as_int": 4}]  # 16 KiB, none stored
+    path = rewrite_zip(clean_pt2, tmp_path / "odd.pt2", {
+        "model_weights_config.json": json.dumps(config).encode(), f"data/weights/{meta['path_name']}": b""})
+    loaded = load_checkpoint(path, max_tensor_bytes=1024)
+    assert loaded.model is None and "the cap is 1024" in loaded.info.load_safety.issues[0].reason
+
+
 def test_legit_pt2_passes_and_loads(clean_pt2: Path) -> None:
     loaded = load_checkpoint(clean_pt2)
     assert loaded.info.load_safety.verdict == "safe" and loaded.model is not None
@@ -280,3 +293,57 @@ def test_cli_exit_code_and_report_for_a_hostile_torchscript(
     assert code == 1 and report["model"]["load_safety"]["verdict"] == "unsafe"
     assert any(f["severity"] == "critical" and "from_file" in f["message"] for f in report["findings"])
     assert "Traceback" not in capsys.readouterr().err and not canary.exists()
+
+
+# --- sizes checked before allocation ------------------------------------------------------------------------
+
+
+def _peak_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+@pytest.mark.parametrize(
+    ("evil", "needle"),
+    [(Reduce(bytearray, (6 << 30,)), "bytearray(6442450944)"), (Reduce(list, (range(10**9),)), "range of")],
+    ids=["bytearray", "list-range"],
+)
+def test_pickle_allocations_by_number_are_refused_before_allocating(
+    tmp_path: Path, evil: object, needle: str
+) -> None:
+    path = tmp_path / "dos.pt"
+    path.write_bytes(torch_save_bytes({"w": torch.ones(2), "x": evil}))
+    before = _peak_mb()
+    loaded = load_checkpoint(path)
+    assert loaded.model is None and loaded.info.load_safety.verdict == "unsafe"
+    assert any(needle in issue.reason for issue in loaded.info.load_safety.issues)
+    assert _peak_mb() - before < 256
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_huge_memo_index_is_refused_statically(tmp_path: Path, canary: Path) -> None:
+    clean = _state_dict_archive(tmp_path)
+    data = bytearray(zipfile.ZipFile(clean).read("archive/data.pkl"))
+    at = data.index(b"q\x00")  # the first BINPUT 0
+    data[at : at + 2] = b"r\xff\xff\xff\x7f"  # LONG_BINPUT 2**31-1
+    path = rewrite_zip(clean, tmp_path / "evil.pt", {"data.pkl": bytes(data)})
+    _refused(path, canary, "malformed", "memo slot 2147483647")
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_zip_bomb_member_is_refused(tmp_path: Path, canary: Path) -> None:
+    clean = _state_dict_archive(tmp_path)
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(clean) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+        zout.writestr("archive/data/99", b"\0" * (64 << 20))
+    _refused(path, canary, "zip", "zip bomb")
+
+
+@pytest.mark.usefixtures("tripwire")
+def test_pt2_stack_trace_with_a_carriage_return_is_refused(tmp_path: Path, canary: Path, clean_pt2: Path) -> None:
+    def poison(graph: dict[str, object]) -> None:
+        node = graph_nodes(graph)[0]
+        node["metadata"]["stack_trace"] = f'File "m.py", line 1, in f\n  x\rimport os; os.system("touch {canary}")\n'
+
+    _refused(pt2_with_graph_edit(clean_pt2, tmp_path / "evil.pt2", poison), canary, "text", "control character")

@@ -182,7 +182,10 @@ def _reference(stream: io.BytesIO, name: str) -> PickleScan:
             elif name.endswith("PUT") or name == "MEMOIZE":
                 if not stack or stack[-1] is mark:
                     raise _Bad(f"{name} with nothing to memoise")
-                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+                key = len(memo) if name == "MEMOIZE" else int(arg)
+                if name in ("PUT", "LONG_BINPUT") and key > rel:
+                    raise _Bad(f"{name} to memo slot {key} (the unpickler would allocate a memo table that large)")
+                memo[key] = stack[-1]
             elif name.endswith("GET"):
                 if arg not in memo:
                     raise _Bad(f"{name} of unset memo slot {arg}")
@@ -284,6 +287,8 @@ def _hostile() -> list[bytes]:
         b"\x80\x02q\x00.",  # BINPUT on an empty stack
         b"(q\x00.",  # BINPUT on a mark
         b"(r\x00\x00\x00\x00.",
+        b"\x80\x02K\x01r\xff\xff\xff\x7f.",  # LONG_BINPUT to a huge memo slot
+        b"K\x01p99999\n.",  # PUT to a huge memo slot
         b"(\x94.",
         b"(2.",  # DUP on a mark
         b"K\x01u.",  # SETITEMS without MARK

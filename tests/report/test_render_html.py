@@ -10,6 +10,7 @@ import pytest
 
 from auditor.report.model import Artifact, Report
 from auditor.report.render_html import (
+    architecture_name,
     compact,
     format_number,
     human_bytes,
@@ -45,11 +46,16 @@ def test_verdict_and_findings(full_report: Report, full_html: str) -> None:
 def test_self_contained(full_html: str, unsafe_report: Report) -> None:
     for html in (full_html, render_html(unsafe_report)):
         lowered = html.lower()
-        assert "http://" not in lowered and "https://" not in lowered
         assert "<script" not in lowered and "<link" not in lowered and "@import" not in lowered
         assert "<style>" in html and ":root {" in html
-        for url in re.findall(r'(?:src|href)="([^"]*)"', html):
-            assert url.startswith(("#", "data:image/")), url
+        assert "http://" not in lowered
+        # the only absolute URLs are reference links a reader may follow; nothing loads them
+        links = re.findall(r'<a class="ref" href="(https://[^"]+)" rel="noreferrer noopener"', html)
+        assert lowered.count("https://") == len(links)
+        for url in re.findall(r'src="([^"]*)"', html):
+            assert url.startswith("data:image/"), url
+        for url in re.findall(r'href="([^"]*)"', html):
+            assert url.startswith(("#", "https://")), url
 
 
 def test_hostile_names_are_escaped(full_html: str, unsafe_report: Report) -> None:
@@ -104,3 +110,15 @@ def test_write_html(unsafe_report: Report, tmp_path: Path) -> None:
     target = tmp_path / "report.html"
     write_html(unsafe_report, target)
     assert target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_architecture_name_falls_back_to_the_model_class(full_report: Report) -> None:
+    assert architecture_name(full_report) == ("resnet18", "")
+    unnamed = full_report.model_copy(update={"model": full_report.model.model_copy(update={"arch": None})})
+    assert architecture_name(unnamed) == (
+        "ResNet", "class from torchvision; no architecture name recorded in the checkpoint")
+    html = render_html(unnamed)
+    assert "<dt>architecture</dt><dd>ResNet <span" in html
+    assert "gate counts" not in html  # the severity chips already say it
+    graph_only = unnamed.model_copy(update={"model": unnamed.model.model_copy(update={"model_class": None})})
+    assert architecture_name(graph_only) == ("resnet", "family guessed from the module classes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from auditor.graph import dataflow as df
@@ -63,6 +64,7 @@ def detect_stem(g: df.DataFlowGraph) -> tuple[Stem, set[int]]:
     first = next((n for n in g.nodes if n.data and n.kind in (df.CONV, df.LINEAR, df.ATTENTION, df.EMBED)), None)
     if first is None:
         return Stem(kind="none"), set()
+    first = _main_branch(g, first)
     kind = _stem_kind(first)
     members = {first.idx}
     activation = pool = None
@@ -83,6 +85,17 @@ def detect_stem(g: df.DataFlowGraph) -> tuple[Stem, set[int]]:
         padding=a.get("padding") if isinstance(a.get("padding"), list) else None,
         activation_after=activation, pool_after=pool, out_shape=list(first.shape) if first.shape else None,
     ), members
+
+
+def _main_branch(g: df.DataFlowGraph, first: df.NodeInfo) -> df.NodeInfo:
+    """Return the largest-kernel layer among those reading the same tensor as ``first``.
+
+    A multi-branch stem (RepVGG/MobileOne training form: 3x3 and 1x1 convs on the input, then
+    added) traces its branches in call order, which may put the 1x1 branch first; the stem is the
+    main (largest-kernel) branch. Ties keep the first in graph order.
+    """
+    siblings = [n for n in g.nodes if n.data and n.kind == first.kind and n.inputs == first.inputs]
+    return max(siblings, key=lambda n: math.prod(n.attrs.get("kernel") or [1]))
 
 
 def _stem_kind(first: df.NodeInfo) -> str:

@@ -100,7 +100,6 @@ def test_resnet_like(resnet_profile: ArchitectureProfile) -> None:
     assert severities(resnet_profile) == {
         "arch.last-stage-skip": Severity.HIGH,
         "arch.few-activations-per-block": Severity.LOW,
-        "arch.per-sample-norm": Severity.INFO,
         "arch.fc-bias-after-flatten": Severity.LOW,
         "arch.skip-inventory": Severity.INFO,
     }
@@ -242,7 +241,6 @@ def test_repvgg_training_form(repvgg_train_profile: ArchitectureProfile) -> None
     assert severities(repvgg_train_profile) == {
         "arch.last-stage-skip": Severity.HIGH,  # fail closed: linear pairs look like identity-BN
         "arch.few-activations-per-block": Severity.LOW,
-        "arch.per-sample-norm": Severity.INFO,
         "arch.fc-bias-after-flatten": Severity.LOW,
         "arch.skip-inventory": Severity.INFO,
     }
@@ -260,7 +258,6 @@ def test_repvgg_training_form(repvgg_train_profile: ArchitectureProfile) -> None
 def test_densenet_like_concatenative_last_stage(densenet_profile: ArchitectureProfile) -> None:
     assert severities(densenet_profile) == {
         "arch.last-stage-skip": Severity.HIGH,
-        "arch.per-sample-norm": Severity.INFO,
         "arch.fc-bias-after-flatten": Severity.LOW,
         "arch.skip-inventory": Severity.INFO,
     }
@@ -277,8 +274,9 @@ def test_fc_bias_on_the_input_is_medium(mlp_profile: ArchitectureProfile) -> Non
 
 
 def test_batchnorm_eval_toggle(resnet_profile: ArchitectureProfile) -> None:
-    strict = severities(resnet_profile, batchnorm_eval_as_per_sample=True)
-    assert strict["arch.per-sample-norm"] == Severity.MEDIUM
+    assert "arch.per-sample-norm" not in fired(resnet_profile)  # BatchNorm only: no per-sample norm
+    strict = fired(resnet_profile, batchnorm_eval_as_per_sample=True)["arch.per-sample-norm"]
+    assert strict.severity == Severity.MEDIUM and strict.title.startswith("BatchNorm in eval mode")
     train_mode = resnet_profile.model_copy(update={"batchnorm_in_eval": False})
     assert "arch.per-sample-norm" not in fired(train_mode)
 

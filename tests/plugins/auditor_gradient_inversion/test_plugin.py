@@ -40,7 +40,8 @@ def test_cvb_model_gets_plain_ignore_and_joint_eps_with_a_grid() -> None:
     result = _run(M.cvb_p1(), (3, 32, 32), normalisation="cifar10", batch_sizes=[1, 2])
     keys = [row["key"] for row in result.metrics["settings"]]
     searched = [f"ig-b1-s{s}/{j}" for s in (1, 2) for j in (0, 1)]
-    assert keys == [*searched, "ig-b2", "ignore-b1", "joint-eps-b1", "undefended-b1"]
+    adaptive = [f"{attack}-b1/{j}" for attack in ("ignore", "joint-eps") for j in (0, 1)]
+    assert keys == [*searched, "ig-b2", *adaptive, "undefended-b1"]
     verdict = result.metrics["stochastic_defence"]
     assert verdict["ignore_ssim"] is not None and verdict["joint_eps_ssim"] is not None
     drop = verdict["drop"]

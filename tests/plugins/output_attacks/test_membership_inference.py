@@ -95,7 +95,8 @@ def test_reference_attacks_score_the_target_and_the_control_and_are_cached(tmp_p
     assert m["held_out"]["auc"] > 0.55 and res.power[0].passed
     # 75 held-out non-members cannot resolve 1% or 0.1% FPR; the report says so.
     assert len(m["low_fpr_warnings"]) == 2 and "75 non-members" in m["low_fpr_warnings"][0]
-    assert res.artifacts[0].media_type == "image/png" and res.artifacts[0].data_base64
+    roc = res.artifacts[0]
+    assert roc.media_type == "image/svg+xml" and "AUC" in (roc.text or "") and "@ 1.0% FPR" in (roc.text or "")
     # A second run loads every reference model, and the control, from the content-hash cache.
     again = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
     assert again.provenance["references_from_cache"] == 4 and "(from the cache)" in again.power[0].how

@@ -1,0 +1,77 @@
+"""ONNX graphs that would exhaust memory or never end are refused before onnxruntime runs them."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from auditor.errors import OnnxRuntimeFailed  # noqa: E402
+from auditor.onnx.reader import runaway_problems  # noqa: E402
+from auditor.onnx.runtime import run_onnx  # noqa: E402
+
+_OPSET = [helper.make_opsetid("", 17)]
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], out: str = "y") -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(graph, opset_imports=_OPSET)
+
+
+def _constant_of_shape(count: int) -> onnx.ModelProto:
+    shape = helper.make_tensor("shape", TensorProto.INT64, [1], [count])
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
+             helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Add", ["x", "s"], ["y"], name="add")]
+    return _model(nodes, [shape])
+
+
+def _endless_loop(trips: int | None) -> onnx.ModelProto:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 4])],
+    )
+    inits = [helper.make_tensor("cond", TensorProto.BOOL, [], [True])]
+    if trips is not None:
+        inits.append(helper.make_tensor("M", TensorProto.INT64, [], [trips]))
+    loop = helper.make_node("Loop", ["M" if trips is not None else "", "cond", "x"], ["y"], body=body, name="spin")
+    return _model([loop], inits)
+
+
+def _peak_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [(_constant_of_shape(3 << 29), "would take 6442450944 bytes"),
+     (_endless_loop(None), "no constant trip count"),
+     (_endless_loop(1 << 40), "no constant trip count")],
+    ids=["constant-of-shape-6GB", "loop-without-bound", "loop-2**40"],
+)
+def test_runaway_graphs_are_refused_before_running(tmp_path: Path, model: onnx.ModelProto, needle: str) -> None:
+    path = tmp_path / "evil.onnx"
+    onnx.save(model, path)
+    before = _peak_mb()
+    with pytest.raises(OnnxRuntimeFailed, match=needle):
+        run_onnx(path, {"x": np.zeros((1, 4), np.float32)})
+    assert _peak_mb() - before < 256
+
+
+def test_bounded_graphs_still_run() -> None:
+    out = run_onnx(_constant_of_shape(16).SerializeToString(), {"x": np.zeros((1, 4), np.float32)})
+    assert out[0].shape == (1, 4)
+    assert runaway_problems(_endless_loop(3), {"x": (1, 4)}) == []

@@ -1,0 +1,166 @@
+"""The HTML report opened in headless Chromium, as a reviewer opens it.
+
+Reports rendered here: the hand-built ones (hostile strings, a refused checkpoint), a scan of each
+example checkpoint, and a ``--plugins all`` scan of a tiny CNN trained on scikit-learn's digits
+(every plugin kind: SVG charts, PNG grids, CSV and metric tables). Each page is loaded at 1280 px
+and 390 px wide with every request other than the file itself aborted, and must show no
+horizontal overflow, no console error, no external request and every chart with a non-zero box.
+Full-page screenshots, and the ``--plugins all`` report itself, go to ``build/browser/`` (kept as
+CI artifacts).
+
+Chromium is Debian's ``chromium`` package (``.ci/run`` installs it). Without it the tests are
+skipped, except under ``CI`` where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from auditor.config import ScanConfig
+from auditor.report.model import Report
+from auditor.report.render_html import write_html
+from auditor.scan import scan
+
+from .conftest import make_full_report, make_unsafe_report
+from .tiny_audit import write_tiny_audit
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "build" / "browser"
+WIDTHS = (1280, 390)
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--no-first-run"]
+TINY_CONFIG = {
+    "gradient-inversion": {"iterations": 40, "group_iterations": 10},
+    "membership-inference": {"references": 2, "bootstrap": 20, "recipe": {"epochs": 5}},
+    "model-inversion": {"restarts": 2, "steps": 30, "max_classes": 3, "prior": "pixel", "eval_epochs": 5},
+    "split-inversion": {"budget": "fast", "noise_sigmas": [0.0, 1.0], "noise_kinds": ["gaussian"]},
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _chromium() -> str:
+    """Return the Chromium binary, or skip (fail under CI) when it or playwright is missing."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        path = None
+    if path is None:
+        reason = "headless Chromium unavailable: apt-get install chromium and pip install playwright"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set, so this is a failure)")
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium shared by the module's tests."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=executable, args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def example_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Scan the example checkpoints (default plugins) and write their HTML reports."""
+    _chromium()
+    import runpy
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("examples")
+    build = runpy.run_path(str(ROOT / "examples" / "build_checkpoints.py"))
+    build["build_resnet18"](out)
+    build["build_vit_small"](out)
+    build["build_repvgg"](out)
+    cases = {
+        "resnet18": (out / "resnet18.pt", ScanConfig()),
+        "vit_small": (out / "vit_small.pt", ScanConfig(input_shape=(3, 64, 64))),
+        "repvgg_train": (out / "repvgg_train.pt", ScanConfig(imports=["timm"])),
+        "repvgg_deploy": (out / "repvgg_deploy.pt", ScanConfig(imports=["timm"])),
+    }
+    return {name: _write(scan(path, cfg), out / f"{name}.html") for name, (path, cfg) in cases.items()}
+
+
+@pytest.fixture(scope="module")
+def tiny_all_plugins(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """``--plugins all`` on the tiny digits CNN with small settings: every plugin kind, in about a minute."""
+    _chromium()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny")
+    model, data = write_tiny_audit(root)
+    cfg = ScanConfig(input_shape=(1, 16, 16), plugins=["all"], budget_s=60, data_dir=data,
+                     plugin_config=TINY_CONFIG)
+    return scan(model, cfg)
+
+
+def _write(report: Report, path: Path) -> Path:
+    write_html(report, path)
+    return path
+
+
+def _check_page(browser: Any, html: Path, name: str) -> None:
+    """Open ``html`` at each width and assert the reviewer-facing properties; save screenshots."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for width in WIDTHS:
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        errors: list[str] = []
+        external: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+        def route(r: Any) -> None:
+            if r.request.url.startswith(("file://", "data:")):
+                r.continue_()
+            else:
+                external.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.goto(html.as_uri())
+        page.wait_for_load_state("load")
+        overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        charts = page.locator("figure svg, figure img")
+        boxes = [charts.nth(i).bounding_box() for i in range(charts.count())]
+        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+        page.close()
+        assert overflow <= 0, f"{name} at {width} px scrolls sideways by {overflow} px"
+        assert not errors, f"{name} at {width} px: console errors {errors}"
+        assert not external, f"{name} at {width} px requested {external}"
+        assert all(b and b["width"] > 0 and b["height"] > 0 for b in boxes), f"{name}: hidden chart {boxes}"
+
+
+def test_hand_built_reports(browser: Any, tmp_path: Path) -> None:
+    _check_page(browser, _write(make_full_report(), tmp_path / "full.html"), "fixture-full")
+    _check_page(browser, _write(make_unsafe_report(), tmp_path / "unsafe.html"), "fixture-unsafe")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vit_small", "repvgg_train", "repvgg_deploy"])
+def test_example_reports(browser: Any, example_reports: dict[str, Path], name: str) -> None:
+    _check_page(browser, example_reports[name], f"example-{name}")
+
+
+def test_all_plugins_report(browser: Any, tiny_all_plugins: Report) -> None:
+    runs = {p.name: p for p in tiny_all_plugins.plugins}
+    assert len(runs) == 6, sorted(runs)
+    ran = {n: p.status for n, p in runs.items()}
+    assert set(ran.values()) <= {"ok", "inconclusive"}, {n: runs[n].reason for n in ran}  # every kind rendered
+    svgs = [a.name for p in runs.values() for a in p.artifacts if a.media_type == "image/svg+xml"]
+    assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    html = _write(tiny_all_plugins, SHOTS / "tiny-all-plugins.html")  # kept beside the screenshots
+    text = html.read_text(encoding="utf-8")
+    assert text.count('<figure class="chart">') == len(svgs)
+    _check_page(browser, html, "tiny-all-plugins")

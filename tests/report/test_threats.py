@@ -1,0 +1,74 @@
+"""The threat summary at the top: one row per threat, status, headline beside its floor, link to details."""
+
+from __future__ import annotations
+
+from auditor.report.model import Measurement, PluginRun, PowerCheck, Report, Severity, Suppression
+from auditor.report.render_html import next_steps, render_html, threat_rows
+
+AUC = Measurement(name="auc", label="membership AUC (rmia, held out)", value=0.64, floor=0.5,
+                  floor_kind="random guess", margin=0.14, ci=[0.08, 0.2], threshold=0.1, how="rmia, 75 + 75")
+
+
+def _with(report: Report, *runs: PluginRun) -> Report:
+    return report.model_copy(update={"plugins": [*report.plugins, *runs]})
+
+
+def test_one_row_per_threat_in_reading_order(full_report: Report) -> None:
+    rows = threat_rows(full_report)
+    assert [r.threat for r in rows] == ["Loading the file", "Architecture", "Gradient inversion", "Model inversion"]
+    load, arch, grad, mi = rows
+    assert (load.status, load.worst, load.findings, load.anchor) == ("ok", Severity.CRITICAL, 1, "model")
+    assert (arch.status, arch.worst, arch.findings) == ("ok", Severity.HIGH, 2)
+    assert (grad.status, grad.reason, grad.anchor) == ("skipped", "needs --data with labelled images",
+                                                       "plugin-gradient-inversion")
+    assert mi.status == "error" and mi.headline is None
+
+
+def test_headline_is_the_first_measurement_else_a_documented_pick(full_report: Report) -> None:
+    mia = PluginRun(name="membership-inference", status="inconclusive", headline=[AUC], reason="control failed",
+                    power=[PowerCheck(control="reference CNN", metric="auc", value=0.52, required=0.6, passed=False)])
+    aia = PluginRun(name="attribute-inference", status="ok",
+                    metrics={"accuracy": 0.8, "majority_baseline_accuracy": 0.63})
+    mi = PluginRun(name="model-inversion", status="ok", metrics={"attack_accuracy_top1": "n/a", "chance_top1": 0.1})
+    rows = {r.threat: r for r in threat_rows(_with(full_report.model_copy(update={"plugins": []}), mia, aia, mi))}
+    assert rows["Membership inference"].headline == AUC and rows["Membership inference"].status == "inconclusive"
+    fallback = rows["Attribute inference"].headline
+    assert fallback is not None and (fallback.value, fallback.floor, fallback.margin) == (0.8, 0.63, 0.17)
+    assert fallback.floor_kind == "majority class"
+    assert rows["Model inversion"].headline is None  # a non-number is not a headline
+
+
+def test_summary_renders_before_the_details(full_report: Report) -> None:
+    mia = PluginRun(name="membership-inference", status="inconclusive", headline=[AUC], reason="control failed",
+                    power=[PowerCheck(control="reference CNN", metric="auc", value=0.52, required=0.6, passed=False)])
+    summary = full_report.summary.model_copy(update={"verdict": "inconclusive", "exit_code": 3})
+    html = render_html(_with(full_report, mia).model_copy(update={"summary": summary}))
+    assert html.index('id="verdict"') < html.index('id="threats"') < html.index('id="model"')
+    table = html[html.index('id="threats"'):html.index('id="model"')]
+    assert '<a href="#plugin-membership-inference">Membership inference</a>' in table
+    assert "<b>0.64</b>" in table and "random guess" in table and '<b class="leak">+0.14</b>' in table
+    assert "95% CI [0.08, 0.2]" in table and "control failed" in table
+    assert 'class="card verdict inconclusive"' in html and ">INCONCLUSIVE<" in html
+    assert "<b>no</b>: results cannot be vouched for" in html and "Headline numbers" in html
+
+
+def test_suppressed_findings_say_so(full_report: Report) -> None:
+    hidden = full_report.findings[0].model_copy(
+        update={"suppression": Suppression(kind="baseline", reason="accepted in review 12", expires="2027-01-01")})
+    html = render_html(full_report.model_copy(update={"findings": [hidden]}))
+    assert "suppressed (baseline) until 2027-01-01" in html and "suppressed because: accepted in review 12" in html
+
+
+def test_next_steps_spell_out_the_gating_findings_remedies(full_report: Report) -> None:
+    high = full_report.findings[0].model_copy(update={"remediation": ["rolss", "dp-sgd", "Do this by hand."]})
+    low = full_report.findings[3].model_copy(update={"remediation": ["secure-aggregation"]})
+    steps = next_steps(full_report.model_copy(update={"findings": [low, high]}))
+    assert [text for text, _ in steps] == [
+        "Remove last-stage skip connections (RoLSS) (fully connected layer with bias after flatten)",
+        "Retrain with differentially private SGD (e.g. Opacus); it costs accuracy.",
+        "Do this by hand.",
+    ]  # the low finding is below --fail-on high
+    assert {anchor for _, anchor in steps} == {"finding-1"}
+    html = render_html(full_report.model_copy(update={"findings": [low, high]}))
+    assert html.index("What to do first:") < html.index('id="threats"')
+    assert '<a href="#finding-1" class="small">why</a>' in html

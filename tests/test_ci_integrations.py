@@ -1,0 +1,190 @@
+"""The GitHub Action's steps run as scripts, and the pre-commit hooks run through `pre-commit try-repo`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GITHUB = {"github.server_url": "https://github.com", "github.action_repository": "acme/auditor",
+          "github.action_ref": "v1"}
+
+
+def _models(root: Path) -> Path:
+    """models/plain.pt passes, models/skip.pt fails (a last-stage skip); auditor.toml sets a small input."""
+    from torchvision.models.resnet import BasicBlock
+
+    (root / "models").mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), root / "models" / "plain.pt")
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), BasicBlock(4, 4)), root / "models" / "skip.pt")
+    (root / "models" / "notes.txt").write_text("not a checkpoint\n")
+    (root / "auditor.toml").write_text("[scan]\ninput_shape = [3, 16, 16]\n")
+    return root
+
+
+def _action() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "action.yml").read_text())
+
+
+def _expand(value: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    """Evaluate the ``${{ ... }}`` expressions the action's steps use, as the runner would."""
+    def one(match: re.Match[str]) -> str:
+        expr = match.group(1).strip()
+        if expr.startswith("inputs."):
+            return inputs[expr.removeprefix("inputs.")]
+        if expr.startswith("steps.scan.outputs."):
+            return outputs[expr.removeprefix("steps.scan.outputs.")]
+        return GITHUB[expr]
+
+    return re.sub(r"\$\{\{(.*?)\}\}", one, str(value))
+
+
+def _run_action(workspace: Path, path_dirs: list[Path], **given: str) -> tuple[dict[str, int], dict[str, str]]:
+    """Run every `run:` step of action.yml in order, like a composite action; return exit codes and outputs."""
+    spec = _action()
+    inputs = {name: str(v.get("default", "")) for name, v in spec["inputs"].items()} | given
+    output_file, summary = workspace / "github_output", workspace / "step_summary"
+    output_file.write_text("")
+    outputs: dict[str, str] = {}
+    codes: dict[str, int] = {}
+    for step in spec["runs"]["steps"]:
+        if "run" not in step:
+            continue
+        env = {"PATH": ":".join(map(str, [*path_dirs, "/usr/bin", "/bin"])), "HOME": str(workspace),
+               "GITHUB_OUTPUT": str(output_file), "GITHUB_STEP_SUMMARY": str(summary),
+               "GITHUB_ACTION_PATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        env |= {k: _expand(v, inputs, outputs) for k, v in step.get("env", {}).items()}
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=workspace, env=env, capture_output=True,
+                              text=True, timeout=300)
+        codes[step["name"]] = proc.returncode
+        outputs = dict(line.split("=", 1) for line in output_file.read_text().splitlines() if "=" in line)
+        if proc.returncode != 0 and step["name"] != "Gate":
+            break
+    return codes, outputs
+
+
+@pytest.fixture
+def stub_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A `python3` that records its arguments instead of installing anything (the install step's pip)."""
+    stubs, log = tmp_path / "stubs", tmp_path / "pip.log"
+    stubs.mkdir()
+    (stubs / "python3").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (stubs / "python3").chmod(0o755)
+    return stubs, log
+
+
+def test_action_steps_scan_upload_and_gate(tmp_path: Path, stub_python: tuple[Path, Path]) -> None:
+    from tests.report.test_render_sarif import validate_sarif
+
+    workspace = _models(tmp_path / "repo")
+    stubs, log = stub_python
+    codes, outputs = _run_action(workspace, [stubs, BIN], paths="models", **{"python-version": ""})
+    assert codes == {"Install auditor": 0, "Audit checkpoints": 0, "Gate": 1}
+    assert outputs == {"exit-code": "1"}
+    pip = log.read_text().splitlines()
+    assert pip[0].endswith("torch torchvision --index-url https://download.pytorch.org/whl/cpu")
+    assert pip[1].endswith(f"install --disable-pip-version-check -q {ROOT}")
+    summary = (workspace / "step_summary").read_text()
+    assert "| models/skip.pt | **FAIL** |" in summary and "| models/plain.pt | **PASS** |" in summary
+    sarif = json.loads((workspace / "auditor.sarif").read_text())
+    validate_sarif(sarif)
+    rules = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert rules and all(r["helpUri"] == "https://github.com/acme/auditor/blob/v1/docs/rules.md" for r in rules)
+
+    upload = next(s for s in _action()["runs"]["steps"] if s.get("uses", "").startswith("github/codeql-action/"))
+    assert upload["if"].startswith("always()") and upload["with"]["sarif_file"] == "${{ inputs.sarif }}"
+
+
+def test_action_with_a_baseline_and_extra_args_passes(tmp_path: Path, stub_python: tuple[Path, Path]) -> None:
+    workspace = _models(tmp_path / "repo")
+    stubs, _ = stub_python
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([str(BIN / "auditor"), "scan", "models", "-q", "--write-baseline", "baseline.json"],
+                   cwd=workspace, check=True, env=env, capture_output=True)
+    codes, outputs = _run_action(workspace, [stubs, BIN], paths="models", baseline="baseline.json",
+                                 **{"python-version": "", "torch-spec": ""})
+    assert codes["Gate"] == 0 and outputs == {"exit-code": "0"}
+    codes, outputs = _run_action(workspace, [stubs, BIN], paths="models", args="--exclude */skip.pt",
+                                 **{"python-version": "", "torch-spec": ""})
+    assert codes["Gate"] == 0
+    codes, _ = _run_action(workspace, [stubs, BIN], paths="models", args="--no-such-flag",
+                           **{"python-version": "", "torch-spec": ""})
+    assert codes["Audit checkpoints"] == 4 and "Gate" not in codes
+
+
+def _git_repo(root: Path) -> Path:
+    repo = _models(root)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit",
+                                                "-qm", "models"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def _hook_source(tmp_path: Path) -> Path:
+    """A committed copy of this repository's hook manifest and package (try-repo reads committed files)."""
+    src = tmp_path / "hook-src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "examples", "benchmarks",
+                                                            "*.egg-info", "build", "out"))
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit",
+                                                "-qm", "src"]):
+        subprocess.run(["git", *args], cwd=src, check=True, capture_output=True)
+    return src
+
+
+def _try_repo(repo: Path, src: Path, hook: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
+              *files: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "PRE_COMMIT_HOME": str(tmp_path / "pc-home"),
+           "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(extra_env or {})}
+    which = ["--files", *files] if files else ["--all-files"]
+    return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(src), hook, *which], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_hook_manifest_runs_the_same_gate_in_both_hooks() -> None:
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"auditor", "auditor-system"}
+    assert hooks["auditor"]["language"] == "python" and hooks["auditor-system"]["language"] == "system"
+    for key in ("entry", "files", "types", "require_serial"):
+        assert hooks["auditor"][key] == hooks["auditor-system"][key], key
+    pattern = re.compile(hooks["auditor"]["files"])
+    assert all(pattern.search(f) for f in ("m.pt", "a/b.safetensors", "x.onnx", "w.ckpt", "e.pt2"))
+    assert not any(pattern.search(f) for f in ("README.md", "train.py", "model.pt.json"))
+
+
+def test_pre_commit_hook_through_try_repo(tmp_path: Path) -> None:
+    pytest.importorskip("pre_commit")
+    repo, src = _git_repo(tmp_path / "proj"), _hook_source(tmp_path)
+    proc = _try_repo(repo, src, "auditor-system", tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "FAIL (exit 1): 2 model(s): 1 fail, 1 pass" in proc.stdout  # both files in one call
+    assert "notes.txt" not in proc.stdout
+    proc = _try_repo(repo, src, "auditor-system", tmp_path, None, "models/plain.pt", "models/notes.txt")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Passed" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("AUDITOR_TEST_HOOK_VENV"),
+                    reason="installs the hook's own venv from the package index (minutes); AUDITOR_TEST_HOOK_VENV=1")
+def test_python_hook_installs_and_runs(tmp_path: Path) -> None:
+    pytest.importorskip("pre_commit")
+    from tests.test_packaging import _torch_stack_dir
+
+    repo, src = _git_repo(tmp_path / "proj"), _hook_source(tmp_path)
+    stack = _torch_stack_dir(tmp_path / "torch-stack")  # pip sees torch installed; the rest comes from the index
+    proc = _try_repo(repo, src, "auditor", tmp_path, {"PYTHONPATH": str(stack)})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "FAIL (exit 1): 2 model(s): 1 fail, 1 pass" in proc.stdout
