@@ -100,7 +100,7 @@ def ray_map(
     """Run ``fn`` on every item as one Ray task each (the caller holds a :func:`ray_session`); keep the order.
 
     Each task declares ``num_cpus``/``num_gpus`` and uses that many torch threads. A task still
-    running ``timeout_s`` after the first task started is cancelled and reported as timed out.
+    running ``timeout_s`` after the tasks were submitted is cancelled and reported as timed out.
     ``on_done(index, outcome)`` is called as tasks finish, for progress lines.
     """
     ray = require_ray()

@@ -62,35 +62,54 @@ def held_out_balanced_accuracy(
 def summarise(
     member: np.ndarray, score: np.ndarray, fprs: Sequence[float], *, n_boot: int, seed: int
 ) -> dict[str, Any]:
-    """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% bootstrap CI.
+    """Return AUC, best-threshold balanced accuracy and TPR@FPR, each with a 95% stratified bootstrap CI.
 
     The balanced accuracy is at the best threshold on these very samples: an upper bound, since
     an attacker would not know that threshold (``balanced_accuracy_upper_bound``).
     """
-    from sklearn.metrics import roc_auc_score, roc_curve  # imported when run, not at plugin discovery
+    from sklearn.metrics import roc_curve  # imported when run, not at plugin discovery
 
-    fpr, tpr, _ = roc_curve(member, score)
-    point = {
-        "auc": float(roc_auc_score(member, score)),
-        "balanced_accuracy_upper_bound": float(((tpr + 1 - fpr) / 2).max()),
-    }
-    point.update({f"tpr_at_{_pct(f)}_fpr": tpr_at(fpr, tpr, f) for f in fprs})
+    s_in, s_out = score[member], score[~member]
+    ones = weighted_metrics(s_in, s_out, np.ones((1, len(s_in))), np.ones((1, len(s_out))), fprs)
+    point = {key: float(value[0]) for key, value in ones.items()}
     rng = np.random.default_rng(seed)
-    ins, outs = np.flatnonzero(member), np.flatnonzero(~member)
-    boot: dict[str, list[float]] = {k: [] for k in point}
-    for _ in range(n_boot):
-        idx = np.concatenate([rng.choice(ins, len(ins)), rng.choice(outs, len(outs))])
-        bf, bt, _ = roc_curve(member[idx], score[idx])
-        boot["auc"].append(float(roc_auc_score(member[idx], score[idx])))
-        boot["balanced_accuracy_upper_bound"].append(float(((bt + 1 - bf) / 2).max()))
-        for f in fprs:
-            boot[f"tpr_at_{_pct(f)}_fpr"].append(tpr_at(bf, bt, f))
+    w_in = rng.multinomial(len(s_in), np.full(len(s_in), 1 / len(s_in)), size=n_boot)
+    w_out = rng.multinomial(len(s_out), np.full(len(s_out), 1 / len(s_out)), size=n_boot)
+    boot = weighted_metrics(s_in, s_out, w_in, w_out, fprs)
     out: dict[str, Any] = {}
     for key, value in point.items():
         lo, hi = np.percentile(boot[key], [2.5, 97.5])
         out[key] = round(value, 4)
         out[f"{key}_ci95"] = [round(float(lo), 4), round(float(hi), 4)]
+    fpr, tpr, _ = roc_curve(member, score)
     out["roc"] = _subsample(fpr, tpr)
+    return out
+
+
+def weighted_metrics(
+    s_in: np.ndarray, s_out: np.ndarray, w_in: np.ndarray, w_out: np.ndarray, fprs: Sequence[float]
+) -> dict[str, np.ndarray]:
+    """Return AUC, best-threshold balanced accuracy and TPR@FPR for each row of sample weights.
+
+    ``w_in`` ``[B, n_in]`` and ``w_out`` ``[B, n_out]`` are how often each member and non-member is
+    drawn (bootstrap counts): row b gives what ``sklearn.metrics`` computes on the sample that repeats
+    each score that often, for all B rows at once (a stratified bootstrap without a Python loop).
+    """
+    thr = np.unique(np.concatenate([s_in, s_out]))[::-1]  # every threshold, highest first
+
+    def at_least(s: np.ndarray, w: np.ndarray, t: np.ndarray, side: str) -> np.ndarray:
+        order = np.argsort(-s, kind="stable")
+        cum = np.concatenate([np.zeros((len(w), 1)), np.cumsum(w[:, order], axis=1)], axis=1)
+        return cum[:, np.searchsorted(-s[order], -t, side=side)]  # weight of s >= t ("right") or s > t ("left")
+
+    n_in, n_out = w_in.sum(1, keepdims=True), w_out.sum(1, keepdims=True)
+    tpr = np.concatenate([np.zeros((len(w_in), 1)), at_least(s_in, w_in, thr, "right") / n_in], axis=1)
+    fpr = np.concatenate([np.zeros((len(w_out), 1)), at_least(s_out, w_out, thr, "right") / n_out], axis=1)
+    ge, gt = at_least(s_in, w_in, s_out, "right"), at_least(s_in, w_in, s_out, "left")
+    auc = (w_out * (gt + 0.5 * (ge - gt))).sum(1) / (n_in[:, 0] * n_out[:, 0])
+    out = {"auc": auc, "balanced_accuracy_upper_bound": ((tpr + 1 - fpr) / 2).max(1)}
+    for f in fprs:
+        out[f"tpr_at_{_pct(f)}_fpr"] = np.where(fpr <= f, tpr, 0.0).max(1)
     return out
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+from auditor_membership_inference.metrics import tpr_at, weighted_metrics
 from auditor_membership_inference.references import fresh_copy, view_logits
 from sklearn.datasets import load_digits
 from torch import nn
@@ -155,3 +156,21 @@ def test_the_identity_view_reuses_the_logits_already_computed() -> None:
     got = view_logits(net, x, ["none", "hflip"], torch.device("cpu"), identity)
     assert got[0] is identity and calls == [5]
     assert torch.allclose(got[1], net(torch.flip(x, dims=(-1,))).double())
+
+
+def test_vectorised_bootstrap_metrics_agree_with_sklearn_on_the_repeated_sample() -> None:
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    rng = np.random.default_rng(0)
+    s_in, s_out = np.round(rng.normal(0.3, 1, 40), 1), np.round(rng.normal(0, 1, 50), 1)  # with ties
+    w_in = rng.multinomial(40, np.full(40, 1 / 40), size=8)
+    w_out = rng.multinomial(50, np.full(50, 1 / 50), size=8)
+    got = weighted_metrics(s_in, s_out, w_in, w_out, [0.01, 0.1])
+    for b in range(8):
+        member = np.r_[np.ones(w_in[b].sum(), bool), np.zeros(w_out[b].sum(), bool)]
+        score = np.r_[np.repeat(s_in, w_in[b]), np.repeat(s_out, w_out[b])]
+        fpr, tpr, _ = roc_curve(member, score, drop_intermediate=False)
+        assert got["auc"][b] == pytest.approx(roc_auc_score(member, score))
+        assert got["balanced_accuracy_upper_bound"][b] == pytest.approx(((tpr + 1 - fpr) / 2).max())
+        assert got["tpr_at_10pct_fpr"][b] == pytest.approx(tpr_at(fpr, tpr, 0.1))
+        assert got["tpr_at_1pct_fpr"][b] == pytest.approx(tpr_at(fpr, tpr, 0.01))
