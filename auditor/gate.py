@@ -65,7 +65,7 @@ def summarize(
     max_severity = max((f.severity for f in findings), default=None, key=lambda s: s.rank)
     reasons: list[str] = []
     errored = [p.name for p in plugins if p.status == "error"]
-    gaps = not_judged(plugins)
+    gaps = [] if unsafe else not_judged(plugins)  # a refused file ran nothing: that is the verdict, not a gap
     judged = [p for p in plugins if p.status == "ok"]
     verdict: Literal["pass", "fail", "inconclusive"] = "fail"
     if unsafe:

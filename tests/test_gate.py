@@ -102,3 +102,8 @@ def test_a_requested_attack_without_data_is_inconclusive_even_with_strict(small_
     code, _ = _cli(tmp_path, str(small_cnn), "--plugins", "architecture-risk,membership-inference",
                    "--on-inconclusive", "fail")
     assert code == ExitCode.FAIL
+
+
+def test_a_refused_checkpoint_lists_no_gaps() -> None:
+    s = summarize([], [_run("architecture-risk", "skipped", "no-model")], fail_on=Severity.HIGH, unsafe=True)
+    assert (s.verdict, s.not_judged, len(s.reasons)) == ("fail", [], 1)
