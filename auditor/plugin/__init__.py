@@ -33,6 +33,7 @@ from auditor.plugin.measure import (
     image_floor_scores as image_floor_scores,
     measure as measure,
 )
+from auditor.distributed import parallel_map as parallel_map, ray_active as ray_active
 from auditor.errors import UnsplittableModel as UnsplittableModel
 from auditor.graph.split import (
     find_split as find_split,
@@ -92,7 +93,9 @@ __all__ = [
     "lpips_distances",
     "lpips_status",
     "measure",
+    "parallel_map",
     "png_base64",
+    "ray_active",
     "split_model",
     "split_segments",
     "svg_artifact",

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from auditor.plugin import parallel_map, ray_active
 from auditor_membership_inference.config import Recipe
 
 
@@ -170,13 +171,22 @@ def train_references(
         ref, xs, ys, s = job
         return train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=tick)
 
-    if workers > 1:
+    if ray_active():  # one Ray task per reference; the runner's budget still bounds the whole plugin
+        trained = parallel_map(_train_task, [(ref.cpu(), xs, ys, s, recipe, cache_dir) for ref, xs, ys, s in jobs])
+        done = [(ref.to(device), hit) for ref, hit in trained]
+    elif workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             done = list(pool.map(run, jobs))
     else:
         done = [run(job) for job in jobs]
     hits = sum(hit for _, hit in done)
     return [ref for ref, _ in done], hits, uncovered
+
+
+def _train_task(job: tuple[nn.Module, torch.Tensor, torch.Tensor, int, Recipe, Path | None]) -> tuple[nn.Module, bool]:
+    """Train (or load from the cache) one reference model on the CPU: the body of a Ray task."""
+    ref, xs, ys, s, recipe, cache_dir = job
+    return train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=lambda: None)
 
 
 #: The query views besides the identity (any other name): a horizontal flip and a one-pixel roll.

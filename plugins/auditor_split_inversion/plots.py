@@ -12,7 +12,7 @@ from auditor.plugin import CHART_COLOURS, chart, figure_svg
 
 def leakage_chart(metric: str, unit: str, splits: list[str], series: dict[str, tuple[list[float], list[float]]],
                   floor: float, floor_sd: float | None = None) -> str:
-    """Return an SVG of mean ± SD per split for each attack, with the mean-image floor as a dashed line.
+    """Return an SVG of mean ± SD per split for each attack, with the floor (strongest no-information guess) as a dashed line.
 
     ``series`` maps an attack to its per-split means and SDs; NaN means the attack did not run there.
     """
@@ -33,7 +33,7 @@ def leakage_chart(metric: str, unit: str, splits: list[str], series: dict[str, t
         if floor_sd:
             ax.axhspan(floor - floor_sd, floor + floor_sd, color="#888888", alpha=0.12, linewidth=0)
         ax.axhline(floor, color="#555555", linestyle="--", linewidth=1.2,
-                   label="floor: mean image" + (" (± SD)" if floor_sd else ""))
+                   label="floor (no-information guess)" + (" (± SD)" if floor_sd else ""))
         ax.set_xticks(xs, splits, rotation=30 if max(map(len, splits), default=0) > 8 else 0, ha="right")
         ax.set_xlabel("split point (client runs the layers up to here)")
         ax.set_ylabel(f"{label}, higher = more leakage")
@@ -55,7 +55,7 @@ def defence_chart(rows: list[dict], floor_psnr: float) -> str:
             for i, r in enumerate(pts):
                 ax.annotate(f"σ={r['sigma']:g}", (r["psnr"], r["utility"]), textcoords="offset points",
                             xytext=(5, 6 if (i + k) % 2 == 0 else -11), fontsize=7, color=colour)
-        ax.axvline(floor_psnr, color="#555555", linestyle="--", linewidth=1.2, label="floor: mean image")
+        ax.axvline(floor_psnr, color="#555555", linestyle="--", linewidth=1.2, label="floor (no-information guess)")
         ax.set_xlabel("leakage: PSNR of the best attack (dB), lower is safer")
         ax.set_ylabel(f"utility: {metric}")
         ax.set_title("Noise at the split: utility against leakage")

@@ -95,6 +95,16 @@ def test_eps_forgotten_at_unit_variance_passes_float32_and_fails_float64() -> No
     assert all("eps" in (b.cause or "") for b in r.blocks)
 
 
+def test_eps_forgotten_on_a_dead_channel_gives_nan_and_is_named() -> None:
+    net = _net()
+    with torch.no_grad():
+        net[1].rbr_identity.running_var[0] = 0.0  # a channel that never fired: var 0, only eps keeps sigma > 0
+    broken, blocks = fuse_model(net, use_eps=False)
+    r = check_equivalence(net, broken, (3, 12, 12), blocks)
+    cause = next(b.cause for b in r.blocks if b.name == "1")
+    assert not r.equivalent and "eps forgotten" in (cause or "") and "inf/NaN" in (cause or "")
+
+
 def test_a_branch_left_out_is_named() -> None:
     net = _net()
     without = copy.deepcopy(net)
