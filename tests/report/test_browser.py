@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,11 @@ def example_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("examples")
-    build = runpy.run_path(str(ROOT / "examples" / "build_checkpoints.py"))
+    sys.path.insert(0, str(ROOT / "examples"))  # build_checkpoints imports its sibling digits.py
+    try:
+        build = runpy.run_path(str(ROOT / "examples" / "build_checkpoints.py"))
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
     build["build_resnet18"](out)
     build["build_vit_small"](out)
     build["build_repvgg"](out)

@@ -34,7 +34,7 @@ def roc_svg() -> str:
 
 
 def test_leakage_chart_has_floor_spread_and_labelled_axes(leakage_svg: str) -> None:
-    assert "floor: mean image (± SD)" in leakage_svg and "rmle (mean ± SD)" in leakage_svg
+    assert "floor (no-information guess) (± SD)" in leakage_svg and "rmle (mean ± SD)" in leakage_svg
     assert "PSNR (dB), higher = more leakage" in leakage_svg and "layer2.1.add" in leakage_svg
     assert leakage_chart("psnr", "dB", SPLITS, {}, 1.0) != leakage_svg
     assert leakage_chart("psnr", "dB", SPLITS, {"dci": ([22.0, 19.0, 15.0, float("nan")], [1.5, 1.2, 1.0, 0.0]),
