@@ -35,6 +35,8 @@ class ScanConfig(BaseModel):
     input_shape: tuple[int, ...] | None = None
     input_spec: str | None = None  # token inputs, auditor.graph.tokens syntax: tokens:BxL[:vocab=V]
     reference: Path | None = None  # a PyTorch model an ONNX file is checked against
+    #: Largest tensor a checkpoint may declare before anything is allocated (.pt2 records); None: 1 GiB.
+    max_tensor_bytes: int | None = Field(default=None, gt=0)
     # running
     device: str = "auto"
     seed: int = DEFAULT_SEED

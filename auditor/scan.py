@@ -77,7 +77,8 @@ def scan(
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape)
+                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape,
+                             **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
     info = loaded.info
     notes = list(loaded.notes)
     findings = _load_findings(loaded, config)

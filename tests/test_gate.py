@@ -107,3 +107,22 @@ def test_a_requested_attack_without_data_is_inconclusive_even_with_strict(small_
 def test_a_refused_checkpoint_lists_no_gaps() -> None:
     s = summarize([], [_run("architecture-risk", "skipped", "no-model")], fail_on=Severity.HIGH, unsafe=True)
     assert (s.verdict, s.not_judged, len(s.reasons)) == ("fail", [], 1)
+
+
+def test_the_tensor_size_cap_is_configurable(small_cnn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    scan_module = importlib.import_module("auditor.scan")  # the package attribute `scan` is the function
+    seen: dict[str, object] = {}
+    real = scan_module.load_checkpoint
+
+    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "load_checkpoint", spy)
+    (tmp_path / "auditor.toml").write_text("[scan]\nmax_tensor_bytes = 4096\n")
+    code, _ = _cli(tmp_path, str(small_cnn), "--config", str(tmp_path / "auditor.toml"))
+    assert code in (ExitCode.PASS, ExitCode.FAIL) and seen["max_tensor_bytes"] == 4096
+    (tmp_path / "auditor.toml").write_text("[scan]\nmax_tensor_bytes = 0\n")
+    assert _cli(tmp_path, str(small_cnn), "--config", str(tmp_path / "auditor.toml"))[0] == ExitCode.USAGE
