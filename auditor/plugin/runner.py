@@ -166,7 +166,7 @@ def _judged(family: str, outcome: PluginResult, applicable_reason: str) -> tuple
                                                   "have found a leak at this budget"
     failed = [p for p in outcome.power if not p.passed]
     if failed:
-        text = "; ".join(f"{p.control}: {p.metric} {p.value:.3g} < required {p.required:.3g}" for p in failed)
+        text = "; ".join(f"{p.control}: {p.metric} = {p.value:.3g}, required {p.required:.3g}, not met" for p in failed)
         return "inconclusive", CATEGORY_NO_POWER, f"positive control failed, the attack lacked power: {text}"
     return "ok", None, applicable_reason
 

@@ -128,7 +128,7 @@ def test_an_attack_is_ok_only_with_a_passed_positive_control(mode: str, status: 
     (run,), _ = _run(FakePlugin("attack", mode))
     assert (run.status, run.category) == (status, category)
     if mode == "weak":
-        assert "0.1 < required 0.5" in run.reason and run.power[0].passed is False
+        assert "ssim = 0.1, required 0.5, not met" in run.reason and run.power[0].passed is False
 
 
 def test_a_static_plugin_needs_no_positive_control() -> None:
