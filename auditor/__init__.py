@@ -23,19 +23,38 @@ if TYPE_CHECKING:
     from auditor.config import ScanConfig as ScanConfig
     from auditor.errors import (
         ArchitectureMismatch as ArchitectureMismatch,
+    )
+    from auditor.errors import (
         AuditorError as AuditorError,
+    )
+    from auditor.errors import (
         ConfigError as ConfigError,
+    )
+    from auditor.errors import (
         InputError as InputError,
+    )
+    from auditor.errors import (
         PluginError as PluginError,
+    )
+    from auditor.errors import (
         TraceError as TraceError,
+    )
+    from auditor.errors import (
         UnsafeCheckpoint as UnsafeCheckpoint,
     )
     from auditor.graph.profile import profile_model as profile_model
-    from auditor.load.loaders import LoadedModel as LoadedModel, load_checkpoint as load_checkpoint
+    from auditor.load.loaders import LoadedModel as LoadedModel
+    from auditor.load.loaders import load_checkpoint as load_checkpoint
     from auditor.report.model import (
         ArchitectureProfile as ArchitectureProfile,
+    )
+    from auditor.report.model import (
         Finding as Finding,
+    )
+    from auditor.report.model import (
         Report as Report,
+    )
+    from auditor.report.model import (
         Severity as Severity,
     )
     from auditor.scan import scan as scan

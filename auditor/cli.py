@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -107,63 +107,63 @@ def scan(
         metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
+    include: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
+    exclude: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
                                                               "repeatable).")] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files: a timm or torchvision "
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
-    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W "
+    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W "
                                                        "(default: from the model, else 3,224,224).")] = None,
-    input_spec: Annotated[Optional[str], typer.Option("--input-spec", help="Token input for sequence models: "
+    input_spec: Annotated[str | None, typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
-    reference: Annotated[Optional[Path], typer.Option("--reference", help="ONNX files only: the PyTorch model "
+    reference: Annotated[Path | None, typer.Option("--reference", help="ONNX files only: the PyTorch model "
                                                       "the graph must agree with (any format scan reads).")] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="What to print on stdout (or write to -o): "
                                               "text, json, sarif or markdown.")] = OutputFormat.TEXT,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the --format output to this file "
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format output to this file "
                                                    "instead of stdout.")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here ('-': stdout; "
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here ('-': stdout; "
                                                       "several models: a batch object).")] = None,
-    html_path: Annotated[Optional[Path], typer.Option("--html", help="Write the HTML report here (one model; "
+    html_path: Annotated[Path | None, typer.Option("--html", help="Write the HTML report here (one model; "
                                                       "use --out-dir for several).")] = None,
-    sarif_path: Annotated[Optional[Path], typer.Option("--sarif", help="Write SARIF 2.1.0 here ('-': stdout), "
+    sarif_path: Annotated[Path | None, typer.Option("--sarif", help="Write SARIF 2.1.0 here ('-': stdout), "
                                                        "one run for every model.")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write NAME.json and NAME.html per model "
+    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="Write NAME.json and NAME.html per model "
                                                     "here (names from the model paths, never colliding).")] = None,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Accept the findings recorded in this "
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="Accept the findings recorded in this "
                                                      "baseline file: only new ones gate.")] = None,
-    write_baseline: Annotated[Optional[Path], typer.Option("--write-baseline", help="Record every finding of "
+    write_baseline: Annotated[Path | None, typer.Option("--write-baseline", help="Record every finding of "
                                                            "this run in this baseline file (reasons and expiries "
                                                            "already there are kept).")] = None,
-    fail_on: Annotated[Optional[Severity], typer.Option(help="Fail (exit 1) on findings at or above this "
+    fail_on: Annotated[Severity | None, typer.Option(help="Fail (exit 1) on findings at or above this "
                                                              "severity [default: high].")] = None,
-    plugins: Annotated[Optional[str], typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
+    plugins: Annotated[str | None, typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed for every randomised step [default: 0].")] = None,
-    budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds "
+    disable_plugin: Annotated[list[str] | None, typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for every randomised step [default: 0].")] = None,
+    budget: Annotated[float | None, typer.Option(help="Time budget per plugin in seconds "
                                                          "(default: each plugin's own).")] = None,
-    data: Annotated[Optional[Path], typer.Option("--data", help="Your data: ImageFolder or manifest layout "
+    data: Annotated[Path | None, typer.Option("--data", help="Your data: ImageFolder or manifest layout "
                                                                 "(train/, test/, public/, attributes.csv).")] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan], [plugins.NAME] "
+    config_file: Annotated[Path | None, typer.Option("--config", help="TOML file with [scan], [plugins.NAME] "
                                                         "and [[suppress]] tables (default: ./auditor.toml, else "
                                                         "[tool.auditor] in the nearest pyproject.toml).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")] = False,
-    on_inconclusive: Annotated[Optional[str], typer.Option(
+    on_inconclusive: Annotated[str | None, typer.Option(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE verdict (a requested attack skipped, errored or "
                                   "without shown power): 'inconclusive' (3), 'fail' (1) or 'pass' (0) "
                                   "[default: inconclusive].")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Audit the checkpoints as Ray tasks "
                                                    "on a local Ray instance with this many CPUs (needs "
                                                    "auditor[ray]).")] = None,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Submit the checkpoints' audits to "
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Submit the checkpoints' audits to "
                                                        "this existing Ray cluster (e.g. ray://head:10001 or "
                                                        "'auto').")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")] = False,
@@ -368,7 +368,7 @@ def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
 
         return render_markdown([r.report for r in rows if r.report is not None],
                                [(r.path, r.error) for r in rows if r.error is not None])
-    console = Console(record=True, file=open(os.devnull, "w"), width=140, highlight=False)  # noqa: SIM115
+    console = Console(record=True, file=open(os.devnull, "w"), width=140, highlight=False)
     with console.file:
         if len(rows) == 1 and rows[0].report is not None:
             _print_report(console, rows[0].report)
@@ -392,8 +392,14 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
-                TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), console=_err, transient=True)
@@ -466,12 +472,12 @@ class _Progress:
 
 @app.command("plugins")
 def list_plugins(
-    model: Annotated[Optional[Path], typer.Argument(help="Optional checkpoint: also say whether each plugin "
+    model: Annotated[Path | None, typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
 ) -> int:
     """List installed plugins, where each comes from, what it needs and (given a model) whether it applies."""
     from auditor.plugin.registry import discover_plugins
@@ -508,17 +514,17 @@ def list_plugins(
 @app.command("reparam-check")
 def reparam_check(
     train_model: Annotated[Path, typer.Argument(help="Training-form checkpoint (multi-branch blocks, conv+BN).")],
-    deploy_model: Annotated[Optional[Path], typer.Argument(help="Deploy-form checkpoint, compared as given; "
+    deploy_model: Annotated[Path | None, typer.Argument(help="Deploy-form checkpoint, compared as given; "
                                                                 "fused here from the training form when omitted.")
                             ] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    deploy_arch: Annotated[Optional[str], typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
+    deploy_arch: Annotated[str | None, typer.Option(help="Architecture of a weights-only deploy file.")] = None,
+    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the inputs and cotangents.")] = 0,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the verdict as JSON here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the verdict as JSON here.")] = None,
 ) -> int:
     """Check a training form and its fused deploy form agree in outputs and input gradients (exit 0/1)."""
     import json
@@ -565,45 +571,45 @@ def harden(
     rewrite: Annotated[str, typer.Option(help=_rewrite_help())],
     out: Annotated[Path, typer.Option(help="Where to save the hardened model (a pickled module that `auditor scan` "
                                            "loads, traces, splits and attacks).")],
-    k: Annotated[Optional[float], typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
+    k: Annotated[float | None, typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
                                                     "(concatenative, default 0.01).")] = None,
-    after: Annotated[Optional[str], typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
+    after: Annotated[str | None, typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
     before_head: Annotated[bool, typer.Option("--before-head", help="precode: insert on the head's input "
                                                                     "(the default position).")] = False,
-    at: Annotated[Optional[str], typer.Option(help="split-noise: split point id/node; precode: node.")] = None,
-    sigma: Annotated[Optional[float], typer.Option(help="split-noise: noise scale.")] = None,
+    at: Annotated[str | None, typer.Option(help="split-noise: split point id/node; precode: node.")] = None,
+    sigma: Annotated[float | None, typer.Option(help="split-noise: noise scale.")] = None,
     noise: Annotated[str, typer.Option(help="split-noise: gaussian or laplace.")] = "gaussian",
-    k_e: Annotated[Optional[int], typer.Option("--k-e", help="cvb: encoder kernel size (default 5).")] = None,
-    s_e: Annotated[Optional[float], typer.Option("--s-e", help="cvb: width relative to the input channels "
+    k_e: Annotated[int | None, typer.Option("--k-e", help="cvb: encoder kernel size (default 5).")] = None,
+    s_e: Annotated[float | None, typer.Option("--s-e", help="cvb: width relative to the input channels "
                                                                "(default 0.5).")] = None,
-    width: Annotated[Optional[int], typer.Option(help="cvb/precode: bottleneck width K (overrides --s-e).")] = None,
-    beta: Annotated[Optional[float], typer.Option(help="cvb/precode: KL weight (defaults 0.1 / 1e-3).")] = None,
+    width: Annotated[int | None, typer.Option(help="cvb/precode: bottleneck width K (overrides --s-e).")] = None,
+    beta: Annotated[float | None, typer.Option(help="cvb/precode: KL weight (defaults 0.1 / 1e-3).")] = None,
     kl_mode: Annotated[str, typer.Option(help="cvb/precode: paper (true KL) or authors_code.")] = "paper",
     sample_at_eval: Annotated[bool, typer.Option(help="cvb/precode: sample at inference (paper code).")] = True,
-    data: Annotated[Optional[Path], typer.Option(help="ImageFolder (DIR/<class>/...) or DIR/train + DIR/test "
+    data: Annotated[Path | None, typer.Option(help="ImageFolder (DIR/<class>/...) or DIR/train + DIR/test "
                                                       "to fine-tune and measure accuracy on.")] = None,
     epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (tts: M + N).")] = 0,
-    m_epochs: Annotated[Optional[int], typer.Option(help="tts: epochs with skips before RoLSS (default 5 %).")
+    m_epochs: Annotated[int | None, typer.Option(help="tts: epochs with skips before RoLSS (default 5 %).")
                         ] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
-    torchscript: Annotated[Optional[Path], typer.Option(help="Also save a traced TorchScript archive here "
+    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    torchscript: Annotated[Path | None, typer.Option(help="Also save a traced TorchScript archive here "
                                                               "(for deployment; auditor audits --out).")] = None,
-    plugins: Annotated[Optional[str], typer.Option(help="Plugins of both audits (default: as auditor scan).")
+    plugins: Annotated[str | None, typer.Option(help="Plugins of both audits (default: as auditor scan).")
                        ] = None,
-    budget: Annotated[Optional[float], typer.Option(help="Time budget per plugin in seconds, both audits "
+    budget: Annotated[float | None, typer.Option(help="Time budget per plugin in seconds, both audits "
                                                          "(default: each plugin's own).")] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="TOML file with [scan] and "
+    config_file: Annotated[Path | None, typer.Option("--config", help="TOML file with [scan] and "
                                                                          "[plugins.NAME] tables (both audits).")
                            ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the split, training and both audits.")] = 0,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
-    fail_on: Annotated[Optional[Severity], typer.Option(help="Gate of the after audit [default: high].")] = None,
-    on_inconclusive: Annotated[Optional[str], typer.Option(
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
+    fail_on: Annotated[Severity | None, typer.Option(help="Gate of the after audit [default: high].")] = None,
+    on_inconclusive: Annotated[str | None, typer.Option(
         "--on-inconclusive", help="Exit code of an INCONCLUSIVE comparison (an attack not judged on either side, "
                                   "or no fine-tuning): 'inconclusive' (3), 'fail' (1) or 'pass' (0).")] = None,
     json_path: Annotated[Path, typer.Option("--json", help="JSON report of the hardened model.")] = Path(
@@ -706,13 +712,13 @@ def _power(run: PluginRun | None, metric: str) -> str:
 @app.command()
 def split(
     model: Annotated[Path, typer.Argument(help="PyTorch checkpoint (any format `auditor scan` reads; fx-traceable).")],
-    at: Annotated[Optional[str], typer.Option(help="Split point id to cut at (run without --at to list them).")] = None,
-    onnx_path: Annotated[Optional[Path], typer.Option("--onnx", help="Write the head (input to the split point) "
+    at: Annotated[str | None, typer.Option(help="Split point id to cut at (run without --at to list them).")] = None,
+    onnx_path: Annotated[Path | None, typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[Optional[list[str]], typer.Option("--import", metavar="PKG", help="Allow classes under this module "
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
+    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
                                                          "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[Optional[str], typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the verification inputs.")] = 0,
 ) -> int:
@@ -789,11 +795,11 @@ def diff(
     new: Annotated[Path, typer.Argument(help="New JSON report, or a checkpoint to audit.")],
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="text, json or markdown (a pull-request "
                                               "comment).")] = OutputFormat.TEXT,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout."
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout."
                                                    )] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="Config for checkpoints that are audited "
+    config_file: Annotated[Path | None, typer.Option("--config", help="Config for checkpoints that are audited "
                                                         "here (default: discovered as for scan).")] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture for weights-only checkpoints.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only checkpoints.")] = None,
 ) -> int:
     """Compare two audits: new, fixed and changed findings, metrics outside their CI; exit 1 when risk rose."""
     from auditor.diff import diff_reports, render_diff_json, render_diff_markdown
@@ -803,7 +809,7 @@ def diff(
     config = _scan_config(config_file, {"arch": arch})
     d = diff_reports(_report_of(old, config), _report_of(new, config))
     if fmt is OutputFormat.TEXT:
-        console = _out if output is None else Console(record=True, file=open(os.devnull, "w"), width=140)  # noqa: SIM115
+        console = _out if output is None else Console(record=True, file=open(os.devnull, "w"), width=140)
         head = "[bold red]RISK ROSE[/]" if d.risk_rose else "[bold green]NO NEW RISK[/]"
         console.print(f"{head} {safe(d.old_model)} ({d.old_verdict}) -> {safe(d.new_model)} ({d.new_verdict})")
         for reason in d.reasons:
@@ -960,7 +966,7 @@ def run_cli(argv: list[str] | None = None) -> int:
             _err.print_exception()
         _err.print(f"auditor: error: {plain(exc)}", markup=False)
         return ExitCode.ERROR
-    except Exception as exc:  # noqa: BLE001 - a bug: one line unless --debug
+    except Exception as exc:
         if debug:
             _err.print_exception()
         _err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} (rerun with --debug for the traceback)",

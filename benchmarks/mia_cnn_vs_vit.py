@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from auditor_membership_inference import plugin
+from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+from auditor_membership_inference.references import train
 from PIL import Image
 from sklearn.datasets import load_digits
 from torch import nn
@@ -26,9 +29,6 @@ from torch import nn
 from auditor.data import load_data_dir
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
-from auditor_membership_inference import plugin
-from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
-from auditor_membership_inference.references import train
 
 SHAPE = (1, 8, 8)
 ATTACKS = ("loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline", "lira-online")

@@ -24,9 +24,10 @@ from sklearn.datasets import load_digits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from auditor_membership_inference import plugin  # noqa: E402
-from auditor_membership_inference.config import MembershipInferenceConfig, Recipe  # noqa: E402
-from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest  # noqa: E402
+from auditor_membership_inference import plugin
+from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+
+from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
 
 
 def _ci(values: list[float]) -> str:

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest  # noqa: E402
+from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
 
 
 def _load(root: str | None) -> tuple[object, type, type]:

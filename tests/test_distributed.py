@@ -8,7 +8,13 @@ import time
 import pytest
 
 from auditor.distributed import (
-    Outcome, parallel_map, ray_active, ray_executor, ray_map, ray_session, require_ray,
+    Outcome,
+    parallel_map,
+    ray_active,
+    ray_executor,
+    ray_map,
+    ray_session,
+    require_ray,
 )
 from auditor.errors import MissingDependency
 

@@ -6,8 +6,9 @@ import pkgutil
 import subprocess
 import sys
 
-import auditor
 import auditor_architecture_risk
+
+import auditor
 
 
 def test_public_names_are_pinned() -> None:

@@ -81,7 +81,7 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
             try:
                 with _quiet_torch():
                     return TraceResult(_fx_graph(model, example), "fx", notes)
-            except Exception as exc:  # noqa: BLE001 - any tracing failure means: try the next method
+            except Exception as exc:
                 notes.append(f"torch.fx could not trace the model ({type(exc).__name__}: {_first_line(exc)})")
                 log.debug("fx trace failed", exc_info=True)
         else:
@@ -89,7 +89,7 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
         try:
             with _quiet_torch():
                 return TraceResult(_export_graph(model, example), "export", notes)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             notes.append(f"torch.export failed too ({type(exc).__name__}: {_first_line(exc)})")
             log.debug("export failed", exc_info=True)
         mods = _hook_profile(model, example)
@@ -330,7 +330,7 @@ def _hook_profile(
             ))
     try:
         model(example)
-    except Exception as exc:  # noqa: BLE001 - translated at this boundary
+    except Exception as exc:
         raise TraceError(
             f"the model does not run on an input of shape {tuple(example.shape)}: "
             f"{type(exc).__name__}: {_first_line(exc)} "

@@ -367,7 +367,7 @@ def _zoo_reason(module: str, name: str) -> str | None:
         obj = getattr(importlib.import_module(module), name)
     except AttributeError:
         return f"{module}.{name} does not exist in the installed {module.split('.')[0]}"
-    except Exception as exc:  # noqa: BLE001 - a broken optional package can raise anything on import
+    except Exception as exc:
         logger.debug("%s not importable for the check (%s); the loader will report it", module, exc)
         return None
     if isinstance(obj, type) and issubclass(obj, (torch.nn.Module, enum.Enum)):

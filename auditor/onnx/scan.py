@@ -17,6 +17,7 @@ import onnx
 import torch
 from pydantic import BaseModel
 
+from auditor.assemble import assemble_report, run_settings
 from auditor.config import ScanConfig
 from auditor.errors import TraceError
 from auditor.load.digest import sha256_file
@@ -37,7 +38,6 @@ from auditor.report.model import (
     Report,
     Severity,
 )
-from auditor.assemble import assemble_report, run_settings
 
 FORMAT_ONNX = "onnx"
 LOADER = "onnx.load(load_external_data=False): protobuf parse, no code runs"
@@ -134,7 +134,7 @@ def _run_reference(reference: Path, config: ScanConfig, x: torch.Tensor) -> tupl
     try:
         with torch.no_grad():
             out = net.cpu().eval()(x)
-    except Exception as exc:  # noqa: BLE001 - any failure of the user's model, translated here
+    except Exception as exc:
         text = str(exc).strip().splitlines()
         raise TraceError(f"--reference model does not run on an input of shape {tuple(x.shape)}: "
                          f"{type(exc).__name__}: {text[0][:200] if text else ''}") from exc

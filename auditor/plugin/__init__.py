@@ -2,60 +2,121 @@
 
 from __future__ import annotations
 
-from auditor.plugin.api import (
-    PLUGIN_API_VERSION as PLUGIN_API_VERSION,
-    Applicability as Applicability,
-    NoConfig as NoConfig,
-    Plugin as Plugin,
-    PluginResult as PluginResult,
-    PluginSkipped as PluginSkipped,
-    Requirements as Requirements,
-    Rule as Rule,
-    RunContext as RunContext,
-)
 from auditor.data import (
     DataBundle as DataBundle,
+)
+from auditor.data import (
     ImageSplit as ImageSplit,
+)
+from auditor.data import (
     default_probe_images as default_probe_images,
+)
+from auditor.data import (
     load_image as load_image,
+)
+from auditor.distributed import parallel_map as parallel_map
+from auditor.distributed import ray_active as ray_active
+from auditor.errors import UnsplittableModel as UnsplittableModel
+from auditor.graph.split import (
+    find_split as find_split,
+)
+from auditor.graph.split import (
+    split_model as split_model,
+)
+from auditor.graph.split import (
+    split_segments as split_segments,
+)
+from auditor.plugin.api import (
+    PLUGIN_API_VERSION as PLUGIN_API_VERSION,
+)
+from auditor.plugin.api import (
+    Applicability as Applicability,
+)
+from auditor.plugin.api import (
+    NoConfig as NoConfig,
+)
+from auditor.plugin.api import (
+    Plugin as Plugin,
+)
+from auditor.plugin.api import (
+    PluginResult as PluginResult,
+)
+from auditor.plugin.api import (
+    PluginSkipped as PluginSkipped,
+)
+from auditor.plugin.api import (
+    Requirements as Requirements,
+)
+from auditor.plugin.api import (
+    Rule as Rule,
+)
+from auditor.plugin.api import (
+    RunContext as RunContext,
 )
 from auditor.plugin.images import (
     PSNR_CAP_DB as PSNR_CAP_DB,
+)
+from auditor.plugin.images import (
     Scaling as Scaling,
+)
+from auditor.plugin.images import (
     image_grid as image_grid,
+)
+from auditor.plugin.images import (
     image_scores as image_scores,
+)
+from auditor.plugin.images import (
     lpips_distances as lpips_distances,
+)
+from auditor.plugin.images import (
     lpips_status as lpips_status,
+)
+from auditor.plugin.images import (
     png_base64 as png_base64,
 )
 from auditor.plugin.measure import (
     floor_images as floor_images,
-    image_floor_scores as image_floor_scores,
-    measure as measure,
 )
-from auditor.distributed import parallel_map as parallel_map, ray_active as ray_active
-from auditor.errors import UnsplittableModel as UnsplittableModel
-from auditor.graph.split import (
-    find_split as find_split,
-    split_model as split_model,
-    split_segments as split_segments,
+from auditor.plugin.measure import (
+    image_floor_scores as image_floor_scores,
+)
+from auditor.plugin.measure import (
+    measure as measure,
 )
 from auditor.report.charts import (
     CHART_COLOURS as CHART_COLOURS,
+)
+from auditor.report.charts import (
     chart as chart,
+)
+from auditor.report.charts import (
     figure_svg as figure_svg,
+)
+from auditor.report.charts import (
     svg_artifact as svg_artifact,
 )
-from auditor.report.sources import cite as cite
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
+)
+from auditor.report.model import (
     Artifact as Artifact,
+)
+from auditor.report.model import (
     Finding as Finding,
+)
+from auditor.report.model import (
     Measurement as Measurement,
+)
+from auditor.report.model import (
     PowerCheck as PowerCheck,
+)
+from auditor.report.model import (
     Reference as Reference,
+)
+from auditor.report.model import (
     Severity as Severity,
 )
+from auditor.report.sources import cite as cite
 
 __all__ = [
     "PLUGIN_API_VERSION",

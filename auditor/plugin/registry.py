@@ -75,7 +75,7 @@ def _load(found: Iterable[EntryPoint]) -> list[PluginEntry]:
             validate_plugin(ep.name, obj)
         except PluginValidationError as exc:
             entries.append(PluginEntry(ep.name, None, dist, version, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a plugin that fails to import is report data
+        except Exception as exc:
             log.debug("plugin %s failed to load", ep.name, exc_info=True)
             entries.append(PluginEntry(ep.name, None, dist, version, f"import failed: {type(exc).__name__}: {exc}"))
         else:
@@ -92,23 +92,23 @@ def validate_plugin(name: str, obj: object) -> None:
     for attr in ("name", "family", "summary", "requires", "Config", "rules", "applicable", "run"):
         if not hasattr(obj, attr):
             raise PluginValidationError(name, f"missing attribute {attr!r}")
-    plugin_name = getattr(obj, "name")
+    plugin_name = obj.name
     if plugin_name != name:
         raise PluginValidationError(name, f"plugin.name is {plugin_name!r} but its entry point is {name!r}")
     if not _NAME.match(name):
         raise PluginValidationError(name, "plugin names are kebab-case")
-    if not isinstance(getattr(obj, "requires"), Requirements):
+    if not isinstance(obj.requires, Requirements):
         raise PluginValidationError(name, "requires must be an auditor.plugin.Requirements")
-    config = getattr(obj, "Config")
+    config = obj.Config
     if not (isinstance(config, type) and issubclass(config, BaseModel)):
         raise PluginValidationError(name, "Config must be a pydantic model class")
-    ids = [r.id for r in getattr(obj, "rules")]
-    for rule in getattr(obj, "rules"):
+    ids = [r.id for r in obj.rules]
+    for rule in obj.rules:
         if not isinstance(rule, Rule) or not _RULE_ID.match(rule.id):
             raise PluginValidationError(name, f"bad rule {rule!r}: rule ids are 'area.kebab-name'")
     if len(ids) != len(set(ids)):
         raise PluginValidationError(name, "duplicate rule ids")
-    if not callable(getattr(obj, "applicable")) or not callable(getattr(obj, "run")):
+    if not callable(obj.applicable) or not callable(obj.run):
         raise PluginValidationError(name, "applicable and run must be callable")
     wanted = getattr(obj, "api_version", None)
     if wanted is not None and not (isinstance(wanted, int) and 1 <= wanted <= PLUGIN_API_VERSION):

@@ -20,9 +20,9 @@ from auditor.report.model import (
     CATEGORY_EXCEPTION,
     CATEGORY_LOAD_FAILED,
     CATEGORY_MISSING_DATA,
+    CATEGORY_NO_POWER,
     CATEGORY_NO_TORCH_MODEL,
     CATEGORY_NOT_APPLICABLE,
-    CATEGORY_NO_POWER,
     CATEGORY_NOT_SELECTED,
     CATEGORY_TIMEOUT,
     CATEGORY_UNDECIDED,
@@ -100,7 +100,7 @@ def _run_one(
                          **base), []
     try:
         verdict = plugin.applicable(profile)
-    except Exception as exc:  # noqa: BLE001 - isolation: a plugin bug is report data
+    except Exception as exc:
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
     if not verdict.applicable:
@@ -178,7 +178,7 @@ def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:
     def target() -> None:
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the runner
+        except BaseException as exc:
             box["value"] = exc
 
     worker = threading.Thread(target=target, name="auditor-plugin", daemon=True)
@@ -205,7 +205,7 @@ def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:
     """Give each plugin its own copy so that no plugin can change what the next one sees."""
     try:
         return copy.deepcopy(model)
-    except Exception:  # noqa: BLE001 - some ScriptModules cannot be copied; share them read-only
+    except Exception:
         log.debug("model could not be deep-copied; sharing it", exc_info=True)
         return model
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import io
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
-import xml.etree.ElementTree as ET
 from typing import Any
 
 from markupsafe import Markup, escape

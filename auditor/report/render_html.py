@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FunctionLoader, StrictUndefined
-
 from markupsafe import Markup
 
 from auditor.report.charts import SVG_MEDIA_TYPE, sanitize_svg

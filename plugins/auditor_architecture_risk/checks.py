@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from auditor.plugin import ArchitectureProfile, Finding, Rule, Severity
-
 from auditor_architecture_risk import _facts as facts
 from auditor_architecture_risk.config import ArchitectureRiskConfig
 from auditor_architecture_risk.rules import (

@@ -9,8 +9,8 @@ mode, norm mode, iterations, restarts, seeds, the data and the time it took.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 

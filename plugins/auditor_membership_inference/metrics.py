@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 
 #: Fewer expected false positives than this at a given FPR means the TPR there is not resolved.
 MIN_FALSE_POSITIVES = 10

@@ -25,9 +25,9 @@ from auditor.plugin import (
     svg_artifact,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
+from auditor_split_inversion.control import power_check
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
-from auditor_split_inversion.control import power_check
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
 from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (

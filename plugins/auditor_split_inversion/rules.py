@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from auditor.plugin import Rule, Severity, cite
 
-
 LEAKY_SPLIT = Rule(
     id="split.leaky-split",
     title="Inputs can be reconstructed from the feature sent at a split point",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import os
 import pathlib
 from collections.abc import Callable

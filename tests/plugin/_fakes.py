@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 
 from auditor.plugin import (
-    Applicability, NoConfig, PluginResult, PluginSkipped, PowerCheck, Requirements, Rule, RunContext, Severity,
+    Applicability,
+    NoConfig,
+    PluginResult,
+    PluginSkipped,
+    PowerCheck,
+    Requirements,
+    Rule,
+    RunContext,
+    Severity,
 )
 from auditor.plugin.api import Plugin
 from auditor.report.model import ArchitectureProfile

@@ -6,13 +6,13 @@ import re
 
 import numpy as np
 import pytest
+from auditor_membership_inference.metrics import summarise
+from auditor_membership_inference.plots import roc_chart
+from auditor_split_inversion.plots import defence_chart, leakage_chart
 
 from auditor.report.charts import sanitize_svg, svg_artifact
 from auditor.report.model import PluginRun, Report
 from auditor.report.render_html import render_html, svg_markup
-from auditor_membership_inference.metrics import summarise
-from auditor_membership_inference.plots import roc_chart
-from auditor_split_inversion.plots import defence_chart, leakage_chart
 
 SPLITS = ["layer1.0.relu_1", "layer2.1.add", "layer3", "flatten"]
 

@@ -19,8 +19,9 @@ def resnet18() -> nn.Module:
 
 
 def test_registry_covers_the_plugins_remediation_ids() -> None:
-    from auditor.report.render_html import REMEDIES
     from auditor_architecture_risk import rules
+
+    from auditor.report.render_html import REMEDIES
 
     emitted = {r for rule in vars(rules).values() if hasattr(rule, "remediation") for r in rule.remediation}
     ids = {r for r in emitted if " " not in r}  # the others are sentences: what to do, or why nothing is

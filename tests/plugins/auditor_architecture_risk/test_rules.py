@@ -7,13 +7,13 @@ import re
 
 import pytest
 import torch
-from pydantic import ValidationError
-
-from auditor.plugin import ArchitectureProfile, Finding, NoConfig, Plugin, PluginResult, RunContext, Severity
 from auditor_architecture_risk import plugin
 from auditor_architecture_risk.checks import CHECKS, evaluate
 from auditor_architecture_risk.config import ArchitectureRiskConfig
 from auditor_architecture_risk.rules import RULES
+from pydantic import ValidationError
+
+from auditor.plugin import ArchitectureProfile, Finding, NoConfig, Plugin, PluginResult, RunContext, Severity
 
 ACTIVATION_NAMES = ("ReLU", "GELU", "SiLU", "activation type")
 

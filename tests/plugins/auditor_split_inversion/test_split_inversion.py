@@ -36,8 +36,8 @@ from auditor_split_inversion.defences import add_noise, noise_sweep
 from auditor_split_inversion.engine import Clock, Inputs, audit, choose_splits
 from auditor_split_inversion.ensembler import cut, evaluate, judge
 from auditor_split_inversion.metrics import per_image
-from auditor_split_inversion.verdict import floor_scores, judge_defence, leaks, margins, wilson_low
 from auditor_split_inversion.plugin import _ensembler_csv
+from auditor_split_inversion.verdict import floor_scores, judge_defence, leaks, margins, wilson_low
 from PIL import Image
 from pydantic import ValidationError
 from sklearn.datasets import load_digits

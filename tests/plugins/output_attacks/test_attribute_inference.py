@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from auditor_attribute_inference import plugin
+from auditor_attribute_inference.config import AttributeInferenceConfig
 from sklearn.datasets import load_digits
 
 from auditor.plugin import PluginSkipped
 from auditor.plugin.runner import _judged
-from auditor_attribute_inference import plugin
-from auditor_attribute_inference.config import AttributeInferenceConfig
 from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
 
 ORDER = np.random.default_rng(1).permutation(1797)
@@ -82,9 +82,8 @@ def test_hooked_layer_and_power_lost_with_too_few_pairs(trained: tuple) -> None:
 
 
 def test_vectorised_macro_f1_agrees_with_sklearn() -> None:
-    from sklearn.metrics import f1_score
-
     from auditor_attribute_inference.plugin import macro_f1
+    from sklearn.metrics import f1_score
 
     rng = np.random.default_rng(0)
     truth, pred = rng.integers(0, 3, (20, 30)), rng.integers(0, 4, (20, 30))

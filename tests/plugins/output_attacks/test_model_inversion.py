@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
-from scipy.stats import binomtest
-
-from auditor.plugin import PluginSkipped
-from auditor.plugin.runner import _judged
 from auditor_model_inversion import plugin
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.plugin import _diagonal_counts
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
+from scipy.stats import binomtest
+from torch import nn
+
+from auditor.plugin import PluginSkipped
+from auditor.plugin.runner import _judged
 from tests.plugins.output_attacks._digits import context, fit, write_manifest
 
 ORDER = np.random.default_rng(2).permutation(1797)
