@@ -1,1 +1,1 @@
-"""Seed replications: one module per paper, each returning :class:`common.Claim` rows (see ``benchmarks/replicate.py``)."""
+"""Seed replications: one module per paper returning :class:`common.Claim` rows (see ``benchmarks/replicate.py``)."""
