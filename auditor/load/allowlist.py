@@ -16,8 +16,8 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
-
-import torch
+from functools import cache
+from types import ModuleType
 
 from auditor.errors import ClassNotImportable
 
@@ -138,7 +138,19 @@ SYMPY_NAMES = frozenset({
 })
 # fmt: on
 MODEL_ZOO_PACKAGES = ("torchvision", "timm", "transformers")
-_TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
+#: Names every ``torch.save`` pickle carries, allowed without importing torch (so that a refused file's
+#: check stays fast); anything else under ``torch`` is checked against the imported module.
+TORCH_STORAGES = frozenset({
+    "UntypedStorage", "TypedStorage", "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage",
+    "ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage", "BoolStorage",
+    "ComplexFloatStorage", "ComplexDoubleStorage", "QInt8Storage", "QUInt8Storage", "QInt32Storage",
+    "QUInt4x2Storage", "QUInt2x4Storage",
+})
+TORCH_VALUES = frozenset({
+    "float32", "float", "float64", "double", "float16", "half", "bfloat16", "uint8", "int8", "int16", "short",
+    "int32", "int", "int64", "long", "bool", "complex64", "cfloat", "complex128", "cdouble",
+    "strided", "sparse_coo", "contiguous_format", "channels_last", "preserve_format",
+})
 _FUNCTIONAL_HOMES = frozenset({"torch.nn.functional", "torch._C._nn", "torch"})
 
 
@@ -320,15 +332,21 @@ def _allowed(module: str, name: str) -> bool:
         return name in SAFE_BUILTINS
     if module == "torch._utils":
         return name.startswith("_rebuild_")
+    if module == "torch" and (name in TORCH_STORAGES or name in TORCH_VALUES):
+        return True
+    if module == "torch.storage" and name in ("UntypedStorage", "TypedStorage"):
+        return True
     if module in ("torch", "torch.storage", "torch.cuda") and name.endswith("Storage"):
         return _is_class(module, name, object)
     if module == "torch":
+        torch = _torch()
         value = vars(torch).get(name)  # no getattr: torch.__getattr__ imports heavy submodules
-        return isinstance(value, _TORCH_VALUE_TYPES) or (name.endswith("Tensor") and isinstance(value, type))
+        value_types = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
+        return isinstance(value, value_types) or (name.endswith("Tensor") and isinstance(value, type))
     if module == "torch.nn.parameter":
-        return _is_class(module, name, torch.Tensor)
+        return _is_class(module, name, _torch().Tensor)
     if _under(module, "torch.nn.modules") or _under(module, "auditor.rewrite"):  # auditor harden's saved modules
-        return _is_class(module, name, torch.nn.Module)
+        return _is_class(module, name, _torch().nn.Module)
     if module == "torch.nn.functional":
         return _is_functional(name)
     if module in ("numpy", "numpy.dtypes"):
@@ -370,7 +388,7 @@ def _zoo_reason(module: str, name: str) -> str | None:
     except Exception as exc:
         logger.debug("%s not importable for the check (%s); the loader will report it", module, exc)
         return None
-    if isinstance(obj, type) and issubclass(obj, (torch.nn.Module, enum.Enum)):
+    if isinstance(obj, type) and issubclass(obj, (_torch().nn.Module, enum.Enum)):
         return None
     if isinstance(obj, type) and any(
         base.__name__ == "PretrainedConfig" and base.__module__.startswith("transformers.")
@@ -382,6 +400,14 @@ def _zoo_reason(module: str, name: str) -> str | None:
         f"{module}.{name} is {kind}, not a torch.nn.Module class; only model classes are allowed from "
         f"{module.split('.')[0]} because calling other names could download or load files"
     )
+
+
+@cache
+def _torch() -> ModuleType:
+    """torch, imported on first need: the static check of a refused state dict never needs it."""
+    import torch
+
+    return torch
 
 
 def _try_resolve(module: str, name: str) -> object:

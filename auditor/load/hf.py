@@ -21,12 +21,13 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from auditor.errors import HFDirectoryError, MissingDependency
 from auditor.load.digest import hash_into
+
+if TYPE_CHECKING:  # torch is imported only to build a model: the format sniffer and the pickle check never need it
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ _DOWNLOAD_FLAGS = frozenset({"pretrained", "use_pretrained_backbone"})
 _PROVENANCE_KEYS = frozenset({"_name_or_path", "transformers_version"})  # recorded, never opened
 _REMOTE_PREFIXES = ("hf-hub:", "hf_hub:", "http://", "https://", "ftp://", "file:", "local-dir:", "s3://", "gs://")
 
-WeightReader = Callable[[Path], Mapping[str, torch.Tensor]]
+WeightReader = Callable[[Path], Mapping[str, "torch.Tensor"]]
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -148,6 +149,8 @@ def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module
         HFDirectoryError: the config names custom code or an unknown model, or the weights do not fit.
         MissingDependency: ``transformers`` is not installed.
     """
+    import torch
+
     config, cls, arch = _config_and_class(path)
     files, _ = weight_files(path)
     state: dict[str, torch.Tensor] = {}
