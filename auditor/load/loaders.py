@@ -11,7 +11,7 @@ import re
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,33 +21,31 @@ from auditor.errors import (
     ClassNotImportable,
     InputError,
     MissingArchitecture,
-    NotAPyTorchModel,
     TruncatedArchive,
     UnknownFormat,
 )
-from auditor.load.allowlist import ImportPolicy, refusal_reason
 from auditor.load.arch import fit_state_dict
-from auditor.load.digest import sha256_file
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
-from auditor.load.hf import FORMAT_HF_DIR, directory_sha256, load_pretrained_dir
-from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe
+from auditor.load.static_check import (
+    FORMAT_LEGACY_PICKLE,
+    FORMAT_SAFETENSORS,
+    FORMAT_TORCH_EXPORT,
+    FORMAT_TORCHSCRIPT,
+    check_statically,
+)
 from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
 from auditor.load.unpickler import gated_pickle_module
-from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
+from auditor.report.model import LoadIssue, ModelInfo
 
 logger = logging.getLogger(__name__)
 
 FORMAT_PICKLED_MODULE = "pickled-module"
 FORMAT_STATE_DICT = "state-dict"
 FORMAT_CHECKPOINT_DICT = "checkpoint-dict"
-FORMAT_TORCHSCRIPT = "torchscript"
-FORMAT_SAFETENSORS = "safetensors"
-FORMAT_TORCH_EXPORT = "torch-export"
-FORMAT_LEGACY_PICKLE = "legacy-pickle"
-FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 #: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
 _SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
@@ -123,23 +121,14 @@ def load_checkpoint(
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
             raises :class:`NotAPyTorchModel`.
     """
-    path = Path(path)
-    sniffed = sniffed or sniff(path)
-    if sniffed.container is Container.ONNX:
-        raise NotAPyTorchModel(path)
-    hashing = _hash_in_background(path, sniffed.container)
-    policy = ImportPolicy(tuple(imports), trust)
-    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
-    safety, allowed = _judge(scans, policy)
-    notes = _policy_notes(policy)
-    common = {"path": str(path), "size_bytes": sniffed.size_bytes}
-    if safety.verdict == "unsafe":
+    checked = check_statically(path, imports=imports, trust=trust, sniffed=sniffed, max_tensor_bytes=max_tensor_bytes)
+    path, sniffed, safety, allowed, notes, hashing = (checked.path, checked.sniffed, checked.safety, checked.allowed,
+                                                      checked.notes, checked.hashing)
+    if checked.refused:
         logger.warning(
             "%s: refused, %d disallowed import(s); nothing was unpickled", path, len(safety.issues)
         )
-        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, sha256=hashing.result(),
-                         **common)
-        return LoadedModel(None, info, notes)
+        return LoadedModel(None, checked.refused_info(arch), notes)
 
     try:
         if sandbox and sniffed.container in _SANDBOXED:
@@ -150,9 +139,7 @@ def load_checkpoint(
         safety.verdict = "unsafe"
         safety.issues.append(LoadIssue(pickle=exc.member or path.name, module=exc.module, name=exc.name,
                                        opcode=exc.opcode, position=0, reason=exc.reason))
-        info = ModelInfo(format=_static_format(sniffed), arch=arch, load_safety=safety, sha256=hashing.result(),
-                         **common)
-        return LoadedModel(None, info, notes)
+        return LoadedModel(None, checked.refused_info(arch), notes)
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
@@ -166,7 +153,8 @@ def load_checkpoint(
         input_shape_source=shape_source,
         load_safety=safety,
         sha256=hashing.result() if wait_for_sha256 else "",
-        **common,
+        path=str(path),
+        size_bytes=sniffed.size_bytes,
     )
     return LoadedModel(model, info, notes, None if wait_for_sha256 else hashing)
 
@@ -186,47 +174,6 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
             f"time and file-size limits; {confined})")
 
 
-def _judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
-    """Apply the allowlist to every import; return the verdict and the allowed globals."""
-    issues: list[LoadIssue] = []
-    allowed: dict[tuple[str, str], None] = {}
-    for scan in scans:
-        for problem in scan.problems:
-            issues.append(
-                LoadIssue(
-                    pickle=scan.name,
-                    module=problem.module,
-                    name=problem.name,
-                    opcode=problem.opcode,
-                    position=problem.position,
-                    reason=problem.reason,
-                )
-            )
-        for ref in scan.imports:
-            reason = refusal_reason(ref.module, ref.name, policy)
-            if reason is None:
-                allowed[(ref.module, ref.name)] = None
-            else:
-                issues.append(
-                    LoadIssue(
-                        pickle=scan.name,
-                        module=ref.module,
-                        name=ref.name,
-                        opcode=ref.opcode,
-                        position=ref.position,
-                        reason=reason,
-                    )
-                )
-    seen = sorted({f"{ref.module}.{ref.name}" for scan in scans for ref in scan.imports})
-    safety = LoadSafety(
-        verdict="unsafe" if issues else "safe",
-        issues=issues,
-        pickles_checked=[scan.name for scan in scans],
-        globals_seen=seen,
-        trusted_imports=list(policy.trusted_imports),
-        trust_all=policy.trust_all,
-    )
-    return safety, list(allowed)
 
 
 def _materialise(
@@ -370,28 +317,8 @@ def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
     model.eval()
 
 
-def _static_format(sniffed: Sniffed) -> str:
-    """Name the format of a refused file from its container alone."""
-    return {
-        Container.TORCH_ZIP: FORMAT_TORCH_SAVE,
-        Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
-        Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
-        Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
-        Container.SAFETENSORS: FORMAT_SAFETENSORS,
-        Container.HF_DIR: FORMAT_HF_DIR,
-    }[sniffed.container]
 
 
-def _policy_notes(policy: ImportPolicy) -> list[str]:
-    notes = []
-    if policy.trust_all:
-        notes.append(
-            "--trust was used: classes of modules outside the allowlist may be instantiated while "
-            "unpickling (the denylist still applied, and functions stayed refused)"
-        )
-    if policy.trusted_imports:
-        notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))
-    return notes
 
 
 def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
@@ -431,15 +358,6 @@ def _class_name(model: torch.nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _hash_in_background(path: Path, container: Container) -> Future[str]:
-    """Start the checkpoint's sha256 in a worker thread; file reads and hashlib release the GIL.
-
-    It overlaps the pickle check and the load instead of adding to them.
-    """
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
-    future = pool.submit(directory_sha256 if container is Container.HF_DIR else sha256_file, path)
-    pool.shutdown(wait=False)
-    return future
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ import auditor.load.loaders as loaders
 from auditor.load.allowlist import ImportPolicy
 from auditor.load.formats import sniff
 from auditor.load.pickle_scan import scan_checkpoint
+from auditor.load.static_check import judge
 from auditor.load.unpickler import ImportRefused, gated_pickle_module
 from tests.fixtures.hostile import Reduce, raw_ext, raw_getattr_import, raw_memo_stack_global
 
@@ -66,7 +67,7 @@ def test_a_file_swapped_after_the_static_check_is_still_gated(tmp_path: Path, ca
     """What the scan approved for the benign file is all the loader resolves, even if the bytes change."""
     path = tmp_path / "m.pt"
     torch.save(torch.nn.Linear(2, 2), path)
-    safety, allowed = loaders._judge(scan_checkpoint(sniff(path)), ImportPolicy((), False))
+    safety, allowed = judge(scan_checkpoint(sniff(path)), ImportPolicy((), False))
     assert safety.verdict == "safe"
     torch.save({"x": Reduce(_touch, (str(canary),))}, path)
     with pytest.raises(Exception, match="not approved"):

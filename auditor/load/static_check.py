@@ -1,0 +1,136 @@
+"""The static half of loading: sniff the file, check every pickle against the allowlist, judge.
+
+Nothing here imports torch, so a file refused by the check is reported without paying torch's
+start-up (a pre-commit hook on a poisoned checkpoint answers in about a second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from auditor.errors import NotAPyTorchModel
+from auditor.load.allowlist import ImportPolicy, refusal_reason
+from auditor.load.digest import sha256_file
+from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
+from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
+from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
+
+FORMAT_TORCHSCRIPT = "torchscript"
+FORMAT_SAFETENSORS = "safetensors"
+FORMAT_TORCH_EXPORT = "torch-export"
+FORMAT_LEGACY_PICKLE = "legacy-pickle"
+FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
+
+
+@dataclass
+class StaticCheck:
+    """What the static check found: the verdict, the globals it allowed, notes, and the running sha256."""
+
+    path: Path
+    sniffed: Sniffed
+    safety: LoadSafety
+    allowed: list[tuple[str, str]]
+    notes: list[str]
+    hashing: Future[str]
+
+    @property
+    def refused(self) -> bool:
+        """True when some import (or a structural problem) refused the file: nothing may be unpickled."""
+        return self.safety.verdict == "unsafe"
+
+    def refused_info(self, arch: str | None) -> ModelInfo:
+        """The report's model section for a refused file (format named from its container alone)."""
+        return ModelInfo(format=static_format(self.sniffed), arch=arch, load_safety=self.safety,
+                         sha256=self.hashing.result(), path=str(self.path), size_bytes=self.sniffed.size_bytes)
+
+
+def check_statically(
+    path: str | Path,
+    *,
+    imports: Sequence[str] = (),
+    trust: bool = False,
+    sniffed: Sniffed | None = None,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+) -> StaticCheck:
+    """Sniff ``path`` and check every pickle it holds; start its sha256 in the background.
+
+    Raises:
+        InputError: the file cannot be read as a checkpoint (a subclass says why); an ONNX file
+            raises :class:`NotAPyTorchModel`.
+    """
+    path = Path(path)
+    sniffed = sniffed or sniff(path)
+    if sniffed.container is Container.ONNX:
+        raise NotAPyTorchModel(path)
+    hashing = _hash_in_background(path, sniffed.container)
+    policy = ImportPolicy(tuple(imports), trust)
+    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
+    safety, allowed = judge(scans, policy)
+    return StaticCheck(path, sniffed, safety, allowed, _policy_notes(policy), hashing)
+
+
+def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
+    """Apply the allowlist to every import; return the verdict and the allowed globals."""
+    issues: list[LoadIssue] = []
+    allowed: dict[tuple[str, str], None] = {}
+    for scan in scans:
+        for problem in scan.problems:
+            issues.append(LoadIssue(pickle=scan.name, module=problem.module, name=problem.name,
+                                    opcode=problem.opcode, position=problem.position, reason=problem.reason))
+        for ref in scan.imports:
+            reason = refusal_reason(ref.module, ref.name, policy)
+            if reason is None:
+                allowed[(ref.module, ref.name)] = None
+            else:
+                issues.append(LoadIssue(pickle=scan.name, module=ref.module, name=ref.name, opcode=ref.opcode,
+                                        position=ref.position, reason=reason))
+    seen = sorted({f"{ref.module}.{ref.name}" for scan in scans for ref in scan.imports})
+    safety = LoadSafety(
+        verdict="unsafe" if issues else "safe",
+        issues=issues,
+        pickles_checked=[scan.name for scan in scans],
+        globals_seen=seen,
+        trusted_imports=list(policy.trusted_imports),
+        trust_all=policy.trust_all,
+    )
+    return safety, list(allowed)
+
+
+def static_format(sniffed: Sniffed) -> str:
+    """Name the format of a refused file from its container alone."""
+    return {
+        Container.TORCH_ZIP: FORMAT_TORCH_SAVE,
+        Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
+        Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
+        Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
+        Container.SAFETENSORS: FORMAT_SAFETENSORS,
+        Container.HF_DIR: FORMAT_HF_DIR,
+    }[sniffed.container]
+
+
+def _policy_notes(policy: ImportPolicy) -> list[str]:
+    notes = []
+    if policy.trust_all:
+        notes.append(
+            "--trust was used: classes of modules outside the allowlist may be instantiated while "
+            "unpickling (the denylist still applied, and functions stayed refused)"
+        )
+    if policy.trusted_imports:
+        notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))
+    return notes
+
+
+def _hash_in_background(path: Path, container: Container) -> Future[str]:
+    """Start the checkpoint's sha256 in a worker thread; file reads and hashlib release the GIL.
+
+    It overlaps the pickle check and the load instead of adding to them.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
+    future = pool.submit(directory_sha256 if container is Container.HF_DIR else sha256_file, path)
+    pool.shutdown(wait=False)
+    return future
