@@ -745,7 +745,7 @@ def split(
             table.add_row(safe(p.id), safe(p.module), str(p.depth), "x".join(map(str, p.shape)), f"{p.numel_ratio:g}")
         _out.print(table)
         return ExitCode.PASS
-    from auditor.onnx import require
+    from auditor.deps import require
 
     require("onnx", "exporting a head to ONNX")
     require("onnxruntime", "verifying an ONNX head")

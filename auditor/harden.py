@@ -27,6 +27,7 @@ from torch import nn
 
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
+from auditor.device import model_device
 from auditor.errors import InputError
 from auditor.gate import ExitCode, not_judged
 from auditor.load.loaders import load_checkpoint
@@ -87,7 +88,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     """Return the top-1 accuracy of ``model`` (eval mode, restored afterwards) on ``(x, y)``."""
     was = model.training
     model.eval()
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     correct = sum(int((model(x[i:i + batch_size].to(device)).argmax(1).cpu() == y[i:i + batch_size]).sum())
                   for i in range(0, len(y), batch_size))
     model.train(was)
@@ -99,7 +100,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
     """Train ``model`` in place with Adam on cross-entropy plus any bottleneck KL; return per-epoch losses."""
     if epochs <= 0:
         return []
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     steps = epochs * ((len(y) + batch_size - 1) // batch_size)
@@ -126,7 +127,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
 
 def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> None:
     """Save ``model`` (eval mode) as a traced TorchScript archive (an extra output: it loses the fx graph)."""
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     example = torch.rand((1, *shape), generator=torch.Generator().manual_seed(0)).to(device)
     model.eval()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from auditor.assemble import assemble_report, run_settings
 from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
+from auditor.deps import require
 from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec, parse_input_spec, spec_from_model
@@ -15,7 +16,6 @@ from auditor.load.allowlist import ImportPolicy, is_unknown_import
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import LoadedModel, load_checkpoint
 from auditor.load.problems import IMPORT_OPCODES
-from auditor.onnx import require
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
 from auditor.report.model import (

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from auditor.device import model_device
+
 TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-10, 1e-8)}
 #: float64 pass: accepted multiple of the error one float32 ulp in every deploy tensor causes.
 FLOOR_FACTOR = 16.0
@@ -153,7 +155,7 @@ def _pass(train: nn.Module, deploy: nn.Module, input_shape: tuple[int, ...], blo
           seed: int, dtype: torch.dtype) -> tuple[_Errors, dict[str, _Errors], dict[str, torch.Tensor]]:
     """Compare the two models cast to ``dtype``: end to end and per block; also return the block inputs."""
     f, g = copy.deepcopy(train).to(dtype), copy.deepcopy(deploy).to(dtype)
-    device = next((p.device for p in f.parameters()), torch.device("cpu"))
+    device = model_device(f)
     x = torch.randn((batch, *input_shape), generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
     end = _compare(f, g, x, seed + 1)
     inputs = _block_inputs(copy.deepcopy(f), blocks, x)

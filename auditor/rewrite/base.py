@@ -20,6 +20,7 @@ import torch.fx
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from auditor.device import model_device
 from auditor.errors import InputError
 from auditor.graph import dataflow as df
 from auditor.graph.detect import skips as skip_detect
@@ -141,7 +142,7 @@ def apply_rewrite(model: nn.Module, rewrite_id: str, input_shape: Sequence[int],
     """
     rewrite = get_rewrite(rewrite_id)
     work = copy.deepcopy(model)
-    device = next((p.device for p in work.parameters()), torch.device("cpu"))
+    device = model_device(work)
     example = torch.rand((2, *input_shape), generator=torch.Generator().manual_seed(0)).to(device)
     traced = trace_model(work, example[:1])
     profile = profile_trace(work, traced, example[:1], list(input_shape))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from auditor.device import model_device
 from auditor.rewrite.base import Rewrite, RewriteContext, RewriteError, RewriteResult, register
 from auditor.rewrite.modules import ConvVariationalBottleneck, VariationalBottleneck
 
@@ -30,7 +31,7 @@ def _free_name(gm: torch.fx.GraphModule, base: str) -> str:
 
 
 def _insert_after(gm: torch.fx.GraphModule, node: torch.fx.Node, name: str, module: torch.nn.Module) -> None:
-    gm.add_submodule(name, module.to(next((p.device for p in gm.parameters()), torch.device("cpu"))))
+    gm.add_submodule(name, module.to(model_device(gm)))
     with gm.graph.inserting_after(node):
         new = gm.graph.call_module(name, (node,))
     node.replace_all_uses_with(new, delete_user_cb=lambda user: user is not new)
