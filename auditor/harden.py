@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
+from auditor.config import ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.device import model_device
-from auditor.errors import InputError
+from auditor.errors import ConfigError, InputError
 from auditor.gate import ExitCode, not_judged
+from auditor.inputs import image_shape, resolve_example_input
 from auditor.load.loaders import load_checkpoint
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report, Summary
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
@@ -211,6 +212,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
 
     Raises:
+        ConfigError: ``--data`` without ``--epochs``, or rewrite options the rewrite cannot take.
         InputError: unloadable checkpoint, unusable data, a rewrite that does not apply, or a
             rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
@@ -220,7 +222,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     rewrite = get_rewrite(opts.rewrite)
     loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
     user_model = loaded.require_model()
-    shape = tuple(opts.scan.input_shape or loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
+    shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))
     device = resolve_device(opts.scan.device)
     model = copy.deepcopy(user_model).to(device).eval()
     seed = opts.scan.seed
@@ -228,7 +230,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     train = held = None
     if opts.data_dir is not None:
         if opts.epochs < 1:
-            raise InputError("--data needs --epochs >= 1 (the rewritten model must be trained)")
+            raise ConfigError("--data needs --epochs >= 1 (the rewritten model must be trained)")
         train, held = _splits(load_data_dir(opts.data_dir), shape, opts.holdout, seed)
     acc_before = accuracy(model, *held) if held else None
     history: list[dict[str, float]] = []
