@@ -229,7 +229,8 @@ def diagnose(train: nn.Module, deploy: nn.Module, name: str, x: torch.Tensor) ->
     bns = [m for m in f.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if any(m.training for m in bns) or any(m.training for m in g.modules()
                                            if isinstance(m, nn.modules.batchnorm._BatchNorm)):
-        return "BatchNorm left in train mode: it normalises with batch statistics, not the running ones it was fused from"
+        return ("BatchNorm left in train mode: it normalises with batch statistics, not the running ones it was "
+                "fused from")
     if bns and any(not torch.isfinite(t).all() for t in g.parameters()) and any(
             m.running_var.min() <= 0 for m in bns if m.running_var is not None):
         return ("BatchNorm eps forgotten in the fusion: channels with running_var 0 fused to inf/NaN weights; "
