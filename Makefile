@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (build example checkpoints, audit one) and `make test`.
+# Two entry points: `make demo` (build example checkpoints, audit one) and `make test` (ruff, then pytest).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,4 +21,5 @@ demo: $(STAMP)
 	  code=$$?; echo "auditor exit code: $$code (0 pass, 1 findings at/above --fail-on)"; test $$code -le 1
 
 test: $(STAMP)
+	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q

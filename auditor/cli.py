@@ -10,6 +10,7 @@ Imports stay lazy: ``auditor version`` and ``--help`` must not pay for torch.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import re
@@ -37,6 +38,7 @@ from auditor.config import build_config, find_config_file, load_config_file, par
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
 from auditor.report.model import PluginRun, Report, Severity
+from auditor.rewrite.options import REWRITE_OPTIONS, harden_flags
 
 if TYPE_CHECKING:
     from auditor.batch import ScanRow
@@ -95,6 +97,12 @@ class OutputFormat(str, Enum):
 
 _STDOUT = Path("-")
 
+#: Options shared by the commands that load a checkpoint, declared once.
+ImportsOption = Annotated[list[str] | None, typer.Option(
+    "--import", metavar="PKG", help="Allow classes under this module prefix to be unpickled (repeatable).")]
+ArchOption = Annotated[str | None, typer.Option("--arch", help="Architecture for weights-only files.")]
+InputShapeOption = Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")]
+
 
 def _stdout_path(path: Path | None) -> Path | None:
     """Return ``path`` with ``/dev/stdout`` spelled ``-``: both mean the report alone on stdout."""
@@ -104,12 +112,15 @@ def _stdout_path(path: Path | None) -> Path | None:
 @app.command()
 def scan(
     paths: Annotated[list[Path], typer.Argument(
-        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by their bytes): "
+        metavar="PATH", help="Checkpoints or directories (searched recursively for checkpoint files, recognised by "
+             "their bytes): "
              "torch.save files, state_dicts, TorchScript, .safetensors, torch.export .pt2, ONNX, Hugging Face "
              "save_pretrained directories.", show_default=False)],
-    include: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Only files matching this glob (path or name; "
+    include: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Only files matching this glob (path or "
+                                                              "name; "
                                                               "repeatable).")] = None,
-    exclude: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Skip files matching this glob (path or name; "
+    exclude: Annotated[list[str] | None, typer.Option(metavar="GLOB", help="Skip files matching this glob (path or "
+                                                              "name; "
                                                               "repeatable).")] = None,
     arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files: a timm or torchvision "
                                                      "name, or package.module:factory.")] = None,
@@ -118,8 +129,7 @@ def scan(
     input_spec: Annotated[str | None, typer.Option("--input-spec", help="Token input for sequence models: "
                                                       "tokens:BxL[:vocab=V] (default for Hugging Face token "
                                                       "models: from their config).")] = None,
-    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
-                                                         "prefix to be unpickled (repeatable).")] = None,
+    imports: ImportsOption = None,
     trust: Annotated[bool, typer.Option("--trust", help="Unpickle classes of any module not on the denylist "
                                                         "(warned in the report).")] = False,
     reference: Annotated[Path | None, typer.Option("--reference", help="ONNX files only: the PyTorch model "
@@ -145,7 +155,8 @@ def scan(
                                                              "severity [default: high].")] = None,
     plugins: Annotated[str | None, typer.Option(help="Comma-separated plugins to run, or 'all' (default: every "
                                                         "plugin not marked expensive).")] = None,
-    disable_plugin: Annotated[list[str] | None, typer.Option(metavar="NAME", help="Plugin not to run (repeatable).")] = None,
+    disable_plugin: Annotated[list[str] | None, typer.Option(metavar="NAME",
+                                                             help="Plugin not to run (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu or cuda[:N] [default: auto].")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for every randomised step [default: 0].")] = None,
     budget: Annotated[float | None, typer.Option(help="Time budget per plugin in seconds "
@@ -173,9 +184,7 @@ def scan(
 
     Nothing is written unless asked: --json/--html/--sarif PATH, --out-dir DIR, -o FILE.
     """
-    from auditor.baseline import apply_acceptances, load_baseline
-    from auditor.baseline import write_baseline as record_baseline
-    from auditor.batch import audit_many, collect, worst_exit_code
+    from auditor.commands.scan import ScanHooks, ScanOptions, run_scan
 
     if debug:
         logging.basicConfig(level=logging.DEBUG)
@@ -198,29 +207,16 @@ def scan(
     if len(to_stdout) > 1:
         raise ConfigError(f"only one output can go to stdout, got {' and '.join(to_stdout)}")
     human = _err if to_stdout else _out
-    accepted = load_baseline(baseline) if baseline is not None else None
-    targets = collect(paths, include or (), exclude or ())
-    if not targets:
-        raise InputError(f"no checkpoint found in {', '.join(str(p) for p in paths)} (files are recognised by "
-                         "their bytes; check --include/--exclude)")
-    if html_path is not None and len(targets) > 1:
-        raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
-    if workers is not None and ray_address is not None:
-        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
-    if workers is not None or ray_address is not None:
-        rows = _audit_on_ray(targets, config, accepted, workers=workers, address=ray_address, quiet=quiet)
-    else:
-        progress = _Progress(enabled=not quiet, config=config)
-        with progress:
-            rows = audit_many(targets, config, baseline=accepted, progress=progress.for_model,
-                              on_row=progress.done)
-    if write_baseline is not None:
-        written = record_baseline([r.report for r in rows if r.report], write_baseline)
-        rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
-                                                               fail_on=config.fail_on, strict=config.strict,
-                                                               on_inconclusive=config.on_inconclusive)))
-                if r.report else r for r in rows]
-    code = worst_exit_code(rows)
+    remote = workers is not None or ray_address is not None
+    opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
+                       write_baseline=write_baseline, workers=workers, ray_address=ray_address,
+                       one_report=html_path is not None)
+    progress = _Progress(enabled=not quiet and not remote, config=config)
+    with progress:
+        outcome = run_scan(opts, ScanHooks(for_model=progress.for_model, on_row=progress.done,
+                                           on_remote_start=None if quiet else _ray_started,
+                                           on_remote_done=None if quiet else _ray_done))
+    rows, code = outcome.rows, outcome.code
     written_paths = _write_outputs(rows, code, fmt=fmt, output=output, json_path=json_path, html_path=html_path,
                                    sarif_path=sarif_path, out_dir=out_dir)
     for row in rows:
@@ -237,44 +233,18 @@ def scan(
     _print_verdict(human, rows, code)
     if not quiet:
         if write_baseline is not None:
-            human.print(f"baseline: {safe(write_baseline)} ({sum(len(r.report.findings) for r in rows if r.report)} "
-                        "finding(s) recorded)")
+            human.print(f"baseline: {safe(write_baseline)} ({outcome.baseline_written} finding(s) recorded)")
         if written_paths:
             human.print("reports: " + ", ".join(safe(p) for p in written_paths))
     return code
 
 
-def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
-                  address: str | None, quiet: bool) -> list[ScanRow]:
-    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
-    from auditor.batch import ScanRow, audit_many
-    from auditor.config import resolve_device
-    from auditor.distributed import ray_executor, ray_session
-
-    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
-    finished: list[Path] = []
-
-    def failed(path: Path, error: str) -> ScanRow:
-        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
-
-    def done(path: Path, row: ScanRow) -> None:
-        finished.append(path)
-        if not quiet:
-            _err.print(f"auditor: [{len(finished)}/{len(targets)}] {plain(str(path))}: {row.verdict} "
-                       f"(exit {row.exit_code})", markup=False)
-
-    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
-    if not quiet:
-        _err.print(f"auditor: auditing {len(targets)} checkpoint(s) on {plain(where)}", markup=False)
-    with ray_session(workers=workers, address=address):
-        return audit_many(targets, config, baseline=accepted,
-                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
+def _ray_started(count: int, where: str) -> None:
+    _err.print(f"auditor: auditing {count} checkpoint(s) on {plain(where)}", markup=False)
 
 
-def _accept(result: tuple[Report, list[str]]) -> dict[str, Any]:
-    report, messages = result
-    return {"report": report, "verdict": report.summary.verdict, "exit_code": report.summary.exit_code,
-            "messages": messages}
+def _ray_done(done: int, count: int, path: Path, row: ScanRow) -> None:
+    _err.print(f"auditor: [{done}/{count}] {plain(str(path))}: {row.verdict} (exit {row.exit_code})", markup=False)
 
 
 def _check_input_spec(text: str | None) -> str | None:
@@ -354,8 +324,9 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 def _html_text(report: Report) -> str:
     from auditor.report.render_html import render_html
+    from auditor.rewrite import proposals
 
-    return render_html(report)
+    return render_html(report, proposals=proposals(report.model.path))
 
 
 def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
@@ -458,7 +429,8 @@ class _Progress:
         budget = self._budget(plugin)
         of = f" of its {budget:g} s budget" if budget is not None else ""
         if self.bar is None:
-            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished{' (' + outcome + ')' if outcome else ''}"
+            how = f" ({outcome})" if outcome else ""
+            _err.print(f"auditor: {plain(label)}: plugin {plain(plugin)} finished{how}"
                        f" after {time.monotonic() - started:.1f} s{of}", markup=False)
 
     def _budget(self, plugin: str) -> float | None:
@@ -474,25 +446,20 @@ class _Progress:
 def list_plugins(
     model: Annotated[Path | None, typer.Argument(help="Optional checkpoint: also say whether each plugin "
                                                          "applies to it, and why.")] = None,
-    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
-                                                         "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    arch: ArchOption = None,
+    imports: ImportsOption = None,
+    input_shape: InputShapeOption = None,
 ) -> int:
     """List installed plugins, where each comes from, what it needs and (given a model) whether it applies."""
-    from auditor.plugin.registry import discover_plugins
+    from auditor.commands.model import ModelOptions
+    from auditor.commands.plugins import run_plugins_listing
 
-    entries = discover_plugins()
-    profile = None
-    if model is not None:
-        from auditor.graph.profile import profile_model
-        from auditor.load.loaders import load_checkpoint
-
-        loaded = load_checkpoint(model, arch=arch, imports=imports or [])
-        shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or (3, 224, 224))
-        profile = profile_model(loaded.require_model(), shape)
+    source = None if model is None else ModelOptions(
+        model, arch=arch, imports=imports or (), input_shape=parse_input_shape(input_shape) if input_shape else None)
+    listing = run_plugins_listing(source)
+    entries, applies = listing.entries, listing.applies
     table = Table(title="auditor plugins (entry-point group auditor.plugins)")
-    for col in ("name", "family", "distribution", "requires", "summary", *(["applies"] if profile else [])):
+    for col in ("name", "family", "distribution", "requires", "summary", *(["applies"] if applies is not None else [])):
         table.add_column(col)
     for e in entries:
         if e.plugin is None:
@@ -503,8 +470,8 @@ def list_plugins(
         needs = [k for k in ("data", "labels", "split_point", "gradients") if getattr(req, k)]
         budget = f"budget {req.budget_s:g}s" if req.budget_s is not None else "no budget"
         row = [e.name, e.plugin.family, f"{e.distribution} {e.version}", ", ".join(needs + [budget]), e.plugin.summary]
-        if profile is not None:
-            verdict = e.plugin.applicable(profile)
+        if applies is not None:
+            verdict = applies[e.name]
             row.append(f"{'yes' if verdict.applicable else 'no'}: {verdict.reason}")
         table.add_row(*(safe(cell) for cell in row))
     _out.print(table)
@@ -517,11 +484,10 @@ def reparam_check(
     deploy_model: Annotated[Path | None, typer.Argument(help="Deploy-form checkpoint, compared as given; "
                                                                 "fused here from the training form when omitted.")
                             ] = None,
-    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
+    arch: ArchOption = None,
     deploy_arch: Annotated[str | None, typer.Option(help="Architecture of a weights-only deploy file.")] = None,
-    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
-                                                         "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    imports: ImportsOption = None,
+    input_shape: InputShapeOption = None,
     batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the inputs and cotangents.")] = 0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the verdict as JSON here.")] = None,
@@ -529,16 +495,20 @@ def reparam_check(
     """Check a training form and its fused deploy form agree in outputs and input gradients (exit 0/1)."""
     import json
 
-    from auditor.reparam.run import reparam_check as run_check
+    from auditor.commands.model import ModelOptions
+    from auditor.commands.reparam import ReparamOptions, run_reparam_check
 
-    report = run_check(train_model, deploy_model, arch=arch, deploy_arch=deploy_arch, imports=imports or [],
-                       input_shape=parse_input_shape(input_shape) if input_shape else None, batch=batch, seed=seed)
+    train = ModelOptions(train_model, arch=arch, imports=imports or (),
+                         input_shape=parse_input_shape(input_shape) if input_shape else None)
+    report = run_reparam_check(ReparamOptions(train, deploy=deploy_model, deploy_arch=deploy_arch, batch=batch,
+                                              seed=seed))
     r = report.result
     table = Table(title=f"reparam-check ({safe(r.fused_by)})")
     for col in ("block", "ok", "max |d out|", "max |d grad|", "fp64 out", "cause"):
         table.add_column(col, overflow="fold")
     for b in r.blocks:
-        table.add_row(safe(b.name or "(root)"), "yes" if b.equivalent else "[red]NO[/]", f"{b.max_abs_error_output:.2e}",
+        table.add_row(safe(b.name or "(root)"), "yes" if b.equivalent else "[red]NO[/]",
+                      f"{b.max_abs_error_output:.2e}",
                       f"{b.max_abs_error_input_grad:.2e}", f"{b.max_abs_error_output_fp64:.2e}", safe(b.cause or ""))
     _out.print(table)
     _out.print(f"end to end, float32: max |d out| {r.max_abs_error_output:.2e} (rel {r.max_rel_error_output:.2e}), "
@@ -556,36 +526,45 @@ def reparam_check(
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
 
 
-#: The ids of ``auditor.rewrite.REGISTRY``, spelled out so that building the help does not import torch
-#: (tests/test_cli.py checks they agree).
-REWRITE_IDS = ("cvb", "precode", "split-noise", "rolss", "rolss-plus", "skip-removal-stage1", "ssf", "tts")
+#: The ids of ``auditor.rewrite.REGISTRY``, read from the torch-free options module so that building the
+#: help does not import torch (tests/test_cli.py checks they agree).
+REWRITE_IDS = tuple(REWRITE_OPTIONS)
 
 
 def _rewrite_help() -> str:
     return f"Rewrite to apply: {', '.join(REWRITE_IDS)} (none preserves the function; see docs/rewrites.md)."
 
 
+def _with_rewrite_flags(func: Callable[..., int]) -> Callable[..., int]:
+    """Give ``func`` one option per rewrite option field; their given values reach it as ``rewrite_flags``."""
+    flags = harden_flags()
+    own = [p for p in inspect.signature(func, eval_str=True).parameters.values() if p.name != "rewrite_flags"]
+    clash = {f.field for f in flags} & {p.name for p in own}
+    if clash:
+        raise ValueError(f"rewrite options {sorted(clash)} clash with auditor harden's own parameters")
+    added = [inspect.Parameter(f.field, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                               annotation=Annotated[f.type | None, typer.Option(
+                                   f"{f.name}/--no-{f.name[2:]}" if f.type is bool else f.name, help=f.help)])
+             for f in flags]
+
+    @functools.wraps(func)
+    def command(**values: Any) -> int:
+        given = {f.field: values.pop(f.field) for f in flags}
+        return func(**values, rewrite_flags={k: v for k, v in given.items() if v is not None})
+
+    command.__signature__ = inspect.Signature([*own, *added], return_annotation=int)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in (*own, *added)} | {"return": int}
+    return command
+
+
 @app.command()
+@_with_rewrite_flags
 def harden(
-    model: Annotated[Path, typer.Argument(help="Checkpoint to harden (any format `auditor scan` reads; fx-traceable).")],
+    model: Annotated[Path, typer.Argument(help="Checkpoint to harden (any format `auditor scan` reads; "
+                                               "fx-traceable).")],
     rewrite: Annotated[str, typer.Option(help=_rewrite_help())],
     out: Annotated[Path, typer.Option(help="Where to save the hardened model (a pickled module that `auditor scan` "
                                            "loads, traces, splits and attacks).")],
-    k: Annotated[float | None, typer.Option(help="ssf: scale (additive, default 0.2) or kept fraction "
-                                                    "(concatenative, default 0.01).")] = None,
-    after: Annotated[str | None, typer.Option(help="cvb: node to insert after (default: the first conv).")] = None,
-    before_head: Annotated[bool, typer.Option("--before-head", help="precode: insert on the head's input "
-                                                                    "(the default position).")] = False,
-    at: Annotated[str | None, typer.Option(help="split-noise: split point id/node; precode: node.")] = None,
-    sigma: Annotated[float | None, typer.Option(help="split-noise: noise scale.")] = None,
-    noise: Annotated[str, typer.Option(help="split-noise: gaussian or laplace.")] = "gaussian",
-    k_e: Annotated[int | None, typer.Option("--k-e", help="cvb: encoder kernel size (default 5).")] = None,
-    s_e: Annotated[float | None, typer.Option("--s-e", help="cvb: width relative to the input channels "
-                                                               "(default 0.5).")] = None,
-    width: Annotated[int | None, typer.Option(help="cvb/precode: bottleneck width K (overrides --s-e).")] = None,
-    beta: Annotated[float | None, typer.Option(help="cvb/precode: KL weight (defaults 0.1 / 1e-3).")] = None,
-    kl_mode: Annotated[str, typer.Option(help="cvb/precode: paper (true KL) or authors_code.")] = "paper",
-    sample_at_eval: Annotated[bool, typer.Option(help="cvb/precode: sample at inference (paper code).")] = True,
     data: Annotated[Path | None, typer.Option(help="ImageFolder (DIR/<class>/...) or DIR/train + DIR/test "
                                                       "to fine-tune and measure accuracy on.")] = None,
     epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (tts: M + N).")] = 0,
@@ -593,10 +572,9 @@ def harden(
                         ] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
-    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
-                                                         "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    arch: ArchOption = None,
+    imports: ImportsOption = None,
+    input_shape: InputShapeOption = None,
     torchscript: Annotated[Path | None, typer.Option(help="Also save a traced TorchScript archive here "
                                                               "(for deployment; auditor audits --out).")] = None,
     plugins: Annotated[str | None, typer.Option(help="Plugins of both audits (default: as auditor scan).")
@@ -616,29 +594,28 @@ def harden(
         "harden-report.json"),
     html_path: Annotated[Path, typer.Option("--html", help="HTML report with before/after.")] = Path(
         "harden-report.html"),
+    rewrite_flags: dict[str, Any] | None = None,
 ) -> int:
     """Rewrite a model, fine-tune it on --data, save it and audit both with the same plugins, data and seed.
 
     Exit code: the after audit's gate, INCONCLUSIVE (3) instead of a pass when an attack was not
-    judged on either side or the rewritten model was not fine-tuned.
+    judged on either side or the rewritten model was not fine-tuned. The rewrite's own options
+    (--k, --beta, ...) are built from auditor/rewrite/options.py.
     """
     from rich.progress import Progress
 
+    from auditor.commands.harden import HardenCommand, run_harden
     from auditor.harden import HardenOptions
-    from auditor.harden import harden as run_harden
-    from auditor.report.render_html import write_html
-    from auditor.report.render_json import write_json
 
-    options = {"k": k, "after": after, "at": at, "sigma": sigma, "kind": noise, "k_e": k_e, "s_e": s_e,
-               "width": width, "beta": beta, "kl_mode": kl_mode, "sample_at_eval": sample_at_eval}
     config = build_config(load_config_file(config_file) if config_file else {}, {
         "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,
-        "budget_s": budget, "on_inconclusive": on_inconclusive, "input_shape": parse_input_shape(input_shape) if input_shape else None,
+        "budget_s": budget, "on_inconclusive": on_inconclusive,
+        "input_shape": parse_input_shape(input_shape) if input_shape else None,
         "plugins": [p.strip() for p in plugins.split(",") if p.strip()] if plugins is not None else None,
     })
-    opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options={k_: v for k_, v in options.items() if v is not None},
-                         data_dir=data, epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size,
-                         torchscript=torchscript, scan=config)
+    opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options=dict(rewrite_flags or {}), data_dir=data,
+                         epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, torchscript=torchscript,
+                         scan=config)
     with Progress(console=_err, transient=True) as bar:
         tasks: dict[str, int] = {}
 
@@ -647,9 +624,7 @@ def harden(
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done, total=total)
 
-        result = run_harden(model, opts, progress=show)
-    write_json(result.after, json_path)
-    write_html(result.after, html_path)
+        result = run_harden(HardenCommand(model, opts, json_path=json_path, html_path=html_path), progress=show)
     c = result.after.comparison
     assert c is not None
     table = Table(title=f"harden --rewrite {c.rewrite}")
@@ -715,49 +690,33 @@ def split(
     at: Annotated[str | None, typer.Option(help="Split point id to cut at (run without --at to list them).")] = None,
     onnx_path: Annotated[Path | None, typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
-    arch: Annotated[str | None, typer.Option(help="Architecture for weights-only files.")] = None,
-    imports: Annotated[list[str] | None, typer.Option("--import", metavar="PKG", help="Allow classes under this module "
-                                                         "prefix to be unpickled (repeatable).")] = None,
-    input_shape: Annotated[str | None, typer.Option("--input-shape", help="Example input C,H,W.")] = None,
+    arch: ArchOption = None,
+    imports: ImportsOption = None,
+    input_shape: InputShapeOption = None,
     batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the verification inputs.")] = 0,
 ) -> int:
     """List a model's split points, or export its head up to one as ONNX and check it with onnxruntime (exit 0/1)."""
-    from auditor.config import DEFAULT_INPUT_SHAPE
-    from auditor.graph.profile import profile_model
-    from auditor.load.loaders import load_checkpoint
+    from auditor.commands.model import ModelOptions
+    from auditor.commands.split import SplitListing, SplitOptions, run_split
 
-    if (at is None) != (onnx_path is None):
-        raise ConfigError("--at and --onnx go together: --at SPLIT_ID --onnx head.onnx (without both, split "
-                          "points are listed)")
-    loaded = load_checkpoint(model, arch=arch, imports=imports or [])
-    net = loaded.require_model()
-    shape = parse_input_shape(input_shape) if input_shape else tuple(loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
-    profile = profile_model(net, shape)
-    if profile.traced_with != "fx":
-        raise InputError(f"{model}: cutting at split points needs an fx graph; the model was profiled with "
-                         f"{profile.traced_with}")
-    if at is None or onnx_path is None:
-        table = Table(title=f"split points of {safe(model)} (input {'x'.join(map(str, shape))})")
+    source = ModelOptions(model, arch=arch, imports=imports or (),
+                          input_shape=parse_input_shape(input_shape) if input_shape else None)
+    result = run_split(SplitOptions(source, at=at, onnx=onnx_path, batch=batch, seed=seed))
+    if isinstance(result, SplitListing):
+        table = Table(title=f"split points of {safe(model)} (input {'x'.join(map(str, result.shape))})")
         for col in ("id", "module", "depth", "shape", "numel ratio"):
             table.add_column(col)
-        for p in profile.split_points:
+        for p in result.points:
             table.add_row(safe(p.id), safe(p.module), str(p.depth), "x".join(map(str, p.shape)), f"{p.numel_ratio:g}")
         _out.print(table)
         return ExitCode.PASS
-    from auditor.onnx import require
-
-    require("onnx", "exporting a head to ONNX")
-    require("onnxruntime", "verifying an ONNX head")
-    from auditor.graph.split import find_split
-    from auditor.onnx.export import export_head
     from auditor.onnx.runtime import ATOL, RTOL
 
-    point = find_split(profile.split_points, at)
-    result = export_head(net, point, onnx_path, input_shape=shape, batch=batch, seed=seed)
-    a = result.agreement
-    _out.print(f"head {plain(model)} -> {plain(point.id)} (depth {point.depth}, feature {'x'.join(map(str, point.shape[1:]))}) "
-               f"written to {onnx_path} (opset {result.opset}, dynamic batch)", markup=False)
+    point, a = result.split, result.agreement
+    _out.print(f"head {plain(model)} -> {plain(point.id)} (depth {point.depth}, feature "
+               f"{'x'.join(map(str, point.shape[1:]))}) written to {onnx_path} (opset {result.opset}, dynamic batch)",
+               markup=False)
     _out.print(f"onnxruntime vs PyTorch on {result.input_shape[0]} seeded inputs of shape "
                f"{'x'.join(map(str, result.input_shape[1:]))}: max abs error {_fmt(a.max_abs_error)}, max rel error "
                f"{_fmt(a.max_rel_error)} (tolerance {ATOL:g} + "
@@ -802,12 +761,12 @@ def diff(
     arch: Annotated[str | None, typer.Option(help="Architecture for weights-only checkpoints.")] = None,
 ) -> int:
     """Compare two audits: new, fixed and changed findings, metrics outside their CI; exit 1 when risk rose."""
-    from auditor.diff import diff_reports, render_diff_json, render_diff_markdown
+    from auditor.commands.diff import DiffOptions, run_diff
+    from auditor.diff import render_diff_json, render_diff_markdown
 
     if fmt is OutputFormat.SARIF:
         raise ConfigError("auditor diff writes text, json or markdown")
-    config = _scan_config(config_file, {"arch": arch})
-    d = diff_reports(_report_of(old, config), _report_of(new, config))
+    d = run_diff(DiffOptions(old, new, _scan_config(config_file, {"arch": arch})))
     if fmt is OutputFormat.TEXT:
         console = _out if output is None else Console(record=True, file=open(os.devnull, "w"), width=140)
         head = "[bold red]RISK ROSE[/]" if d.risk_rose else "[bold green]NO NEW RISK[/]"
@@ -832,34 +791,6 @@ def diff(
         else:
             output.write_text(text, encoding="utf-8")
     return ExitCode.FAIL if d.risk_rose else ExitCode.PASS
-
-
-def _report_of(path: Path, config: ScanConfig) -> Report:
-    """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
-    import json
-
-    from pydantic import ValidationError
-
-    from auditor.batch import audit_one
-
-    data = None
-    if path.is_file():
-        with path.open("rb") as fh:
-            starts_like_json = fh.read(1) == b"{"
-        if starts_like_json:  # a safetensors header length can start with 0x7b too: then parsing fails
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                data = None
-    if data is not None:
-        try:
-            return Report.model_validate(data)
-        except ValidationError as exc:
-            raise InputError(f"{path} is not an auditor JSON report: {str(exc).splitlines()[0]}") from exc
-    row = audit_one(path, config)
-    if row.report is None:
-        raise InputError(row.error or f"{path} could not be audited")
-    return row.report
 
 
 def _verdict_line(verdict: str, code: int, reasons: Sequence[str]) -> str:
@@ -969,7 +900,8 @@ def run_cli(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             _err.print_exception()
-        _err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} (rerun with --debug for the traceback)",
+        _err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} "
+                   "(rerun with --debug for the traceback)",
                    markup=False)
         return ExitCode.ERROR
     return int(result) if isinstance(result, int) else ExitCode.PASS

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from auditor.errors import MissingDependency
+from auditor.deps import require
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,11 +38,7 @@ class Outcome(Generic[R]):
 
 def require_ray(purpose: str = "running audits on Ray") -> Any:
     """Import Ray, or raise :class:`MissingDependency` naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise MissingDependency("ray", "ray", purpose) from exc
-    return ray
+    return require("ray", purpose)
 
 
 def ray_active() -> bool:

@@ -16,8 +16,10 @@
     │   ├── MissingDependency
     │   ├── OnnxRuntimeFailed
     │   ├── UnknownSplitPoint
-    │   └── UnsplittableModel    (also a ValueError)
-    ├── UnsafeCheckpoint         refused by the static pickle check (exit 1, with a report)
+    │   ├── UnsplittableModel    (also a ValueError)
+    │   ├── RewriteError         a rewrite does not apply to this model, or failed its own checks
+    │   └── UnsafeCheckpoint     refused by the static pickle check, by a command that writes no report
+    │                            (``auditor scan`` reports it instead: exit 1)
     ├── ConfigError              bad configuration or flag combination (exit 4)
     ├── PluginError
     │   ├── PluginValidationError  a plugin's manifest is wrong (raised at discovery)
@@ -164,20 +166,26 @@ class UnsplittableModel(InputError, ValueError):
     """A model cannot be cut into single-tensor pieces at the requested split points."""
 
 
+class RewriteError(InputError):
+    """A rewrite does not apply to this model, or its result failed its own checks."""
+
+
+class UnsafeCheckpoint(InputError):
+    """The static pickle check refused the checkpoint; nothing was unpickled or executed."""
+
+    def __init__(self, path: str, issues: Sequence[object], label: str | None = None) -> None:
+        self.path = path
+        self.issues = list(issues)
+        super().__init__(f"{label or path} was refused by the static pickle check; run `auditor scan {path}` "
+                         "for the details")
+
+
 class HFDirectoryError(InputError):
     """A Hugging Face ``save_pretrained`` directory cannot be built or its weights do not fit."""
 
     def __init__(self, path: Path, detail: str) -> None:
         self.path = path
         super().__init__(f"Hugging Face directory {path}: {detail}")
-
-
-class UnsafeCheckpoint(AuditorError):
-    """The static pickle check found imports outside the allowlist; nothing was executed."""
-
-    def __init__(self, issues: Sequence[object]) -> None:
-        self.issues = list(issues)
-        super().__init__(f"unsafe checkpoint: {len(self.issues)} disallowed import(s) in its pickles")
 
 
 class ConfigError(AuditorError):

@@ -40,7 +40,7 @@ _POLICY_CODE = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "p
 
 
 def not_judged(plugins: Sequence[PluginRun]) -> list[PluginRun]:
-    """Return the runs that were requested but cannot vouch for anything: errored, inconclusive, or skipped for a gap."""
+    """Return the requested runs that cannot vouch for anything: errored, inconclusive, or skipped for a gap."""
     return [p for p in plugins
             if p.status in ("error", "inconclusive") or (p.status == "skipped" and p.category not in _NOT_A_GAP)]
 

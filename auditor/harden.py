@@ -25,10 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, resolve_device
+from auditor.config import ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
-from auditor.errors import InputError
+from auditor.device import model_device
+from auditor.errors import ConfigError, InputError
 from auditor.gate import ExitCode, not_judged
+from auditor.inputs import image_shape, resolve_example_input
 from auditor.load.loaders import load_checkpoint
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report, Summary
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
@@ -87,7 +89,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     """Return the top-1 accuracy of ``model`` (eval mode, restored afterwards) on ``(x, y)``."""
     was = model.training
     model.eval()
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     correct = sum(int((model(x[i:i + batch_size].to(device)).argmax(1).cpu() == y[i:i + batch_size]).sum())
                   for i in range(0, len(y), batch_size))
     model.train(was)
@@ -99,7 +101,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
     """Train ``model`` in place with Adam on cross-entropy plus any bottleneck KL; return per-epoch losses."""
     if epochs <= 0:
         return []
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     steps = epochs * ((len(y) + batch_size - 1) // batch_size)
@@ -126,7 +128,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
 
 def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> None:
     """Save ``model`` (eval mode) as a traced TorchScript archive (an extra output: it loses the fx graph)."""
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     example = torch.rand((1, *shape), generator=torch.Generator().manual_seed(0)).to(device)
     model.eval()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +212,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
 
     Raises:
+        ConfigError: ``--data`` without ``--epochs``, or rewrite options the rewrite cannot take.
         InputError: unloadable checkpoint, unusable data, a rewrite that does not apply, or a
             rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
@@ -219,7 +222,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     rewrite = get_rewrite(opts.rewrite)
     loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
     user_model = loaded.require_model()
-    shape = tuple(opts.scan.input_shape or loaded.info.input_shape or DEFAULT_INPUT_SHAPE)
+    shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))
     device = resolve_device(opts.scan.device)
     model = copy.deepcopy(user_model).to(device).eval()
     seed = opts.scan.seed
@@ -227,7 +230,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
     train = held = None
     if opts.data_dir is not None:
         if opts.epochs < 1:
-            raise InputError("--data needs --epochs >= 1 (the rewritten model must be trained)")
+            raise ConfigError("--data needs --epochs >= 1 (the rewritten model must be trained)")
         train, held = _splits(load_data_dir(opts.data_dir), shape, opts.holdout, seed)
     acc_before = accuracy(model, *held) if held else None
     history: list[dict[str, float]] = []

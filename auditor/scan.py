@@ -6,16 +6,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from auditor.assemble import assemble_report, run_settings
-from auditor.config import DEFAULT_INPUT_SHAPE, ScanConfig, build_plugin_configs, resolve_device
+from auditor.config import ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
+from auditor.deps import require
 from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
-from auditor.graph.tokens import TokenSpec, parse_input_spec, spec_from_model
+from auditor.graph.tokens import TokenSpec
+from auditor.inputs import resolve_example_input
 from auditor.load.allowlist import ImportPolicy, is_unknown_import
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import LoadedModel, load_checkpoint
 from auditor.load.problems import IMPORT_OPCODES
-from auditor.onnx import require
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
@@ -88,9 +89,9 @@ def scan(
         return assemble_report(config, device, model=loaded.with_sha256(info), architecture=None, findings=findings,
                                plugins=plugins, notes=notes, unsafe=True)
 
-    shape, source = _input_shape(config, loaded)
-    recorded = [shape.length] if isinstance(shape, TokenSpec) else list(shape)
-    info = info.model_copy(update={"input_shape": recorded, "input_shape_source": source})
+    example = resolve_example_input(loaded, input_shape=config.input_shape, input_spec=config.input_spec)
+    shape = example.shape
+    info = info.model_copy(update={"input_shape": example.recorded, "input_shape_source": example.source})
     model = loaded.model if device.type == "cpu" else loaded.model.to(device)  # loaded on the CPU
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
@@ -104,20 +105,6 @@ def scan(
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
-
-
-def _input_shape(config: ScanConfig, loaded: LoadedModel) -> tuple[tuple[int, ...] | TokenSpec, str]:
-    """Pick the example input: the flags, then what the model says, then the default image shape."""
-    if config.input_spec is not None:
-        return parse_input_spec(config.input_spec), f"--input-spec {config.input_spec}"
-    if config.input_shape is not None:
-        return tuple(config.input_shape), "--input-shape"
-    if loaded.info.input_shape:
-        return tuple(loaded.info.input_shape), loaded.info.input_shape_source or "checkpoint"
-    spec = spec_from_model(loaded.model) if loaded.model is not None else None
-    if spec is not None:
-        return spec, f"{spec} from the model's config (vocab_size, max_position_embeddings)"
-    return DEFAULT_INPUT_SHAPE, "default (3,224,224); set --input-shape if the model expects another size"
 
 
 def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:

@@ -67,7 +67,8 @@ def _run_action(workspace: Path, path_dirs: list[Path], **given: str) -> tuple[d
                "GITHUB_OUTPUT": str(output_file), "GITHUB_STEP_SUMMARY": str(summary),
                "GITHUB_ACTION_PATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         env |= {k: _expand(v, inputs, outputs) for k, v in step.get("env", {}).items()}
-        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=workspace, env=env, capture_output=True,
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+                              cwd=workspace, env=env, capture_output=True,
                               text=True, timeout=300)
         codes[step["name"]] = proc.returncode
         outputs = dict(line.split("=", 1) for line in output_file.read_text().splitlines() if "=" in line)

@@ -166,9 +166,9 @@ def test_both_audits_get_the_same_data_seed_budget_and_plugins(digits: tuple[Pat
 
 def test_harden_rejects_unknown_rewrites_and_data_without_epochs(digits: tuple[Path, Path, float]) -> None:
     root, model_path, _ = digits
-    assert run_cli(["harden", str(model_path), "--rewrite", "nope", "--out", str(root / "x.ts"), *AUDIT]) == 2
+    assert run_cli(["harden", str(model_path), "--rewrite", "nope", "--out", str(root / "x.ts"), *AUDIT]) == 4
     assert run_cli(["harden", str(model_path), "--rewrite", "rolss", "--data", str(root / "digits"),
-                    "--out", str(root / "x.ts"), *AUDIT]) == 2
+                    "--out", str(root / "x.ts"), *AUDIT]) == 4  # a flag combination: usage error
 
 
 def test_harden_tts_trains_with_skips_then_without(digits: tuple[Path, Path, float]) -> None:

@@ -30,6 +30,6 @@ def _modules() -> list[str]:
 def test_every_module_imports_without_warnings() -> None:
     modules = _modules()
     assert "auditor.graph.detect.skips" in modules and "auditor_architecture_risk.rules" in modules
-    code = "import importlib\nfor m in %r:\n    importlib.import_module(m)" % (modules,)
+    code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)"
     proc = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-1500:]

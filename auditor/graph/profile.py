@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
+from auditor.device import model_device
 from auditor.graph import dataflow as df
 from auditor.graph.detect import fused, layers, skips, splits, stages
 from auditor.graph.tokens import TokenSpec, make_example, without_kv_cache
@@ -34,7 +35,7 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
         InvalidInputShape: a token spec does not fit the model.
     """
     example, shape = make_example(model, input_shape)
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     example = example.to(device)
     with without_kv_cache(model):
         result = trace_model(model, example)

@@ -34,13 +34,19 @@ _PROBE_BATCHES = (2, 3)
 
 
 def find_split(points: Sequence[SplitPoint], split_id: str) -> SplitPoint:
-    """Return the profiled split point with id ``split_id``.
+    """Return the profiled split point named ``split_id``: its id (as listed), else its node name.
+
+    This is the one resolver of every ``--at`` flag (``auditor split``, ``harden --rewrite
+    split-noise`` and ``precode``) and of plugins' split-id settings.
 
     Raises:
-        UnknownSplitPoint: no split point has that id (the message lists the valid ones).
+        UnknownSplitPoint: no split point has that id or node (the message lists the valid ids).
     """
     for p in points:
         if p.id == split_id:
+            return p
+    for p in points:
+        if p.node == split_id:
             return p
     raise UnknownSplitPoint(split_id, [p.id for p in points])
 
@@ -202,7 +208,8 @@ def _reads_batch_size(n: torch.fx.Node, x: torch.fx.Node) -> bool:
     size = n.op == "call_method" and n.target == "size"
     if size and len(n.args) == 2:
         return _is_zero(n.args[1])
-    whole = (size and len(n.args) == 1) or (n.op == "call_function" and n.target is getattr and n.args[1:] == ("shape",))
+    whole = (size and len(n.args) == 1) or (
+        n.op == "call_function" and n.target is getattr and n.args[1:] == ("shape",))
     return whole and all(
         u.op == "call_function" and u.target is operator.getitem and not u.kwargs and u.args[0] is n
         and len(u.args) == 2 and _is_zero(u.args[1])

@@ -23,6 +23,7 @@ from auditor.errors import (
     MissingArchitecture,
     TruncatedArchive,
     UnknownFormat,
+    UnsafeCheckpoint,
 )
 from auditor.load.arch import fit_state_dict
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
@@ -69,11 +70,9 @@ class LoadedModel:
         return info.model_copy(update={"sha256": self.pending_sha256.result()})
 
     def require_model(self, label: str | None = None) -> torch.nn.Module:
-        """Return the model, or raise :class:`InputError` when it was refused (commands that write no report)."""
+        """Return the model, or raise :class:`UnsafeCheckpoint` when it was refused (commands that write no report)."""
         if self.model is None:
-            name = label or self.info.path
-            raise InputError(f"{name} was refused by the static pickle check; run `auditor scan {self.info.path}` "
-                             "for the details")
+            raise UnsafeCheckpoint(self.info.path, self.info.load_safety.issues, label)
         return self.model
 
 

@@ -81,6 +81,7 @@ def export_head(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence the exporter's deprecation warning and its printed diagnostics."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+          contextlib.redirect_stderr(io.StringIO())):
         warnings.simplefilter("ignore")
         yield

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from auditor.device import model_device
+
 TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-10, 1e-8)}
 #: float64 pass: accepted multiple of the error one float32 ulp in every deploy tensor causes.
 FLOOR_FACTOR = 16.0
@@ -153,7 +155,7 @@ def _pass(train: nn.Module, deploy: nn.Module, input_shape: tuple[int, ...], blo
           seed: int, dtype: torch.dtype) -> tuple[_Errors, dict[str, _Errors], dict[str, torch.Tensor]]:
     """Compare the two models cast to ``dtype``: end to end and per block; also return the block inputs."""
     f, g = copy.deepcopy(train).to(dtype), copy.deepcopy(deploy).to(dtype)
-    device = next((p.device for p in f.parameters()), torch.device("cpu"))
+    device = model_device(f)
     x = torch.randn((batch, *input_shape), generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
     end = _compare(f, g, x, seed + 1)
     inputs = _block_inputs(copy.deepcopy(f), blocks, x)
@@ -227,7 +229,8 @@ def diagnose(train: nn.Module, deploy: nn.Module, name: str, x: torch.Tensor) ->
     bns = [m for m in f.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if any(m.training for m in bns) or any(m.training for m in g.modules()
                                            if isinstance(m, nn.modules.batchnorm._BatchNorm)):
-        return "BatchNorm left in train mode: it normalises with batch statistics, not the running ones it was fused from"
+        return ("BatchNorm left in train mode: it normalises with batch statistics, not the running ones it was "
+                "fused from")
     if bns and any(not torch.isfinite(t).all() for t in g.parameters()) and any(
             m.running_var.min() <= 0 for m in bns if m.running_var is not None):
         return ("BatchNorm eps forgotten in the fusion: channels with running_var 0 fused to inf/NaN weights; "

@@ -147,7 +147,8 @@ class LoadSafety(_Record):
     issues: list[LoadIssue] = Field(default_factory=list)
     pickles_checked: list[str] = Field(default_factory=list)
     globals_seen: list[str] = Field(default_factory=list, description="Every module.name the pickles import.")
-    loader: str = Field(default="", description="How the model was materialised, e.g. 'torch.load with the allowlist-gated C unpickler'.")
+    loader: str = Field(default="", description="How the model was materialised, e.g. 'torch.load with the "
+                                                "allowlist-gated C unpickler'.")
     trusted_imports: list[str] = Field(default_factory=list)
     trust_all: bool = False
 
@@ -192,7 +193,8 @@ class HiddenSkip(_Record):
     node: str
     module: str
     stage: int | None
-    score: float = Field(description="z: standard errors by which the centre-tap diagonal's mean |w| exceeds the rest's.")
+    score: float = Field(description="z: standard errors by which the centre-tap diagonal's mean |w| exceeds the "
+                                     "rest's.")
     threshold: float = Field(description="The z a conv must reach to be reported.")
     mass_ratio: float = Field(description="Mean |w| on the centre-tap diagonal over mean |w| elsewhere.")
     ratio_threshold: float = Field(description="The mass ratio a conv must also reach.")
@@ -298,7 +300,8 @@ class ArchitectureProfile(_Record):
 class OnnxRuntimeCheck(_Record):
     """An ONNX graph run with onnxruntime on seeded random inputs, compared with a PyTorch reference."""
 
-    runtime: str = Field(description="Runtime and execution provider, e.g. 'onnxruntime 1.32.0 (CPUExecutionProvider)'.")
+    runtime: str = Field(description="Runtime and execution provider, e.g. 'onnxruntime 1.32.0 "
+                                     "(CPUExecutionProvider)'.")
     seed: int
     input_shape: list[int] = Field(description="Shape of the input batch fed to both models, batch first.")
     output_shapes: list[list[int]] = Field(default_factory=list)

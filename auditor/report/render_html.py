@@ -16,6 +16,7 @@ import math
 import re
 import shlex
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
@@ -33,7 +34,7 @@ SEVERITIES_DESC = [Severity.CRITICAL, Severity.HIGH, Severity.MEDIUM, Severity.L
 
 _HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~/%?=&+#:-]*)?$")
 
-#: What the remedy ids that are not rewrites (see ``auditor.rewrite``) ask a reader to do.
+#: What the remedy ids that are not rewrites (see ``auditor.rewrite.proposals``) ask a reader to do.
 REMEDIES = {
     "dp-sgd": "Retrain with differentially private SGD (e.g. Opacus); it costs accuracy.",
     "regularise": "Reduce overfitting and close the train-test gap (weight decay, augmentation, early stopping); "
@@ -58,16 +59,23 @@ _IMAGE_TYPE = re.compile(r"^image/[a-z0-9][a-z0-9.+-]*$")
 _TEMPLATE_NAME = re.compile(r"^_?[a-z][a-z0-9_.]*\.(?:j2|css)$")
 
 
-def render_html(report: Report) -> str:
-    """Return the report as a complete, self-contained HTML document."""
+def render_html(report: Report, *, proposals: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """Return the report as a complete, self-contained HTML document.
+
+    ``proposals`` maps remediation ids that are rewrites to what the report proposes (title,
+    expected effect, cost, command): :func:`auditor.rewrite.proposals` gives them for a model.
+    Without it, rewrite remedies are shown by id.
+    """
+    proposals = proposals or {}
     template = _environment().get_template(TEMPLATE)
     return template.render(
         report=report,
+        proposals=proposals,
         findings=sort_findings(report.findings),
         severity_counts=_severity_counts(report.findings),
         plugin_counts=Counter(plugin.status for plugin in report.plugins),
         threats=threat_rows(report),
-        steps=next_steps(report),
+        steps=next_steps(report, proposals),
         command=shlex.join(report.tool.command),
     )
 
@@ -91,9 +99,10 @@ def architecture_name(report: Report) -> tuple[str, str] | None:
     return name, "; ".join(origin + ["no architecture name recorded in the checkpoint"])
 
 
-def write_html(report: Report, path: str | Path) -> None:
-    """Write the HTML report to ``path`` (UTF-8)."""
-    Path(path).write_text(render_html(report), encoding="utf-8")
+def write_html(report: Report, path: str | Path, *,
+               proposals: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Write the HTML report to ``path`` (UTF-8); ``proposals`` as for :func:`render_html`."""
+    Path(path).write_text(render_html(report, proposals=proposals), encoding="utf-8")
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -358,7 +367,8 @@ def _headline(run: PluginRun) -> Measurement | None:
                        margin=round(value - floor, 4))
 
 
-def next_steps(report: Report, limit: int = 4) -> list[tuple[str, str]]:
+def next_steps(report: Report, proposals: Mapping[str, Mapping[str, Any]], limit: int = 4
+               ) -> list[tuple[str, str]]:
     """Return up to ``limit`` remedies of the gating findings as (what to do, finding anchor), most severe first.
 
     Gating findings are those at or above ``--fail-on`` that are not suppressed; each remedy is
@@ -369,7 +379,7 @@ def next_steps(report: Report, limit: int = 4) -> list[tuple[str, str]]:
         if finding.severity < report.summary.fail_on or finding.suppression is not None:
             continue
         for remedy in finding.remediation:
-            proposal = rewrite_proposal(remedy, report.model.path)
+            proposal = proposals.get(remedy)
             text = f"{proposal['title']} ({finding.title.lower()})" if proposal else remedy_text(remedy) or remedy
             steps.setdefault(text, f"finding-{index}")
     return list(steps.items())[:limit]
@@ -410,13 +420,6 @@ def _load_template(name: str) -> str | None:
     return resource.read_text(encoding="utf-8") if resource.is_file() else None
 
 
-def rewrite_proposal(rewrite_id: str, model: str = "MODEL") -> dict[str, Any] | None:
-    """Return the rewrite catalogue entry of a remediation id (None for ids that are not rewrites)."""
-    from auditor.rewrite import proposal
-
-    return proposal(rewrite_id, model)
-
-
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
     env = Environment(
@@ -443,7 +446,6 @@ def _environment() -> Environment:
         metric_tables=metric_tables,
         table_artifact=table_artifact,
         raw_json=raw_json,
-        rewrite_proposal=rewrite_proposal,
         safe_url=safe_url,
         remedy_text=remedy_text,
     )

@@ -39,7 +39,7 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
         worst = s.max_severity.value if s.max_severity else "-"
         lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}** | {s.exit_code} | {worst} | "
                      f"{len(r.findings) - accepted} | {accepted} |")
-    for path, message in errors:
+    for path, _message in errors:
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
     for r in reports:
         reasons = "; ".join(md_cell(x) for x in r.summary.reasons)

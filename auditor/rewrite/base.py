@@ -13,23 +13,24 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.fx
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from auditor.errors import InputError
+from auditor.device import model_device
+from auditor.errors import RewriteError, UnknownSplitPoint
 from auditor.graph import dataflow as df
 from auditor.graph.detect import skips as skip_detect
 from auditor.graph.profile import profile_model, profile_trace
+from auditor.graph.split import find_split
 from auditor.graph.trace import _Tracer, eval_mode, trace_model
 from auditor.report.model import ArchitectureProfile
+from auditor.rewrite.options import REWRITE_OPTIONS, RewriteOptions, options_for
 
-
-class RewriteError(InputError):
-    """A rewrite does not apply to this model, or its result failed its own checks."""
+OptionsT = TypeVar("OptionsT", bound=RewriteOptions)
 
 
 @dataclass
@@ -45,7 +46,7 @@ class RewriteContext:
     graph: df.DataFlowGraph
     raw_skips: list[skip_detect.RawSkip]
     example: torch.Tensor
-    options: dict[str, Any]
+    options: RewriteOptions
     source: nn.Module = field(default_factory=nn.Module)
 
     def node(self, name: str) -> torch.fx.Node:
@@ -54,6 +55,25 @@ class RewriteContext:
             if n.name == name:
                 return n
         raise RewriteError(f"no node named {name!r} in the traced graph")
+
+    def options_as(self, kind: type[OptionsT]) -> OptionsT:
+        """Return the validated options as the rewrite's own model ``kind``."""
+        if not isinstance(self.options, kind):
+            raise TypeError(f"rewrite options are {type(self.options).__name__}, not {kind.__name__}")
+        return self.options
+
+    def split_node(self, at: str) -> torch.fx.Node:
+        """Return the fx node of the profile's split point ``at`` (an id as ``auditor split`` lists, or its node).
+
+        Raises:
+            RewriteError: ``at`` is not a split point of this model (the message lists the valid ids).
+        """
+        try:
+            point = find_split(self.profile.split_points, at)
+        except UnknownSplitPoint as exc:
+            raise RewriteError(f"{at!r} is not a split point of this model; valid ids: "
+                               f"{', '.join(exc.valid) or 'none'} (auditor split MODEL lists them)") from exc
+        return self.node(point.node)
 
     def stage_of(self, skip: skip_detect.RawSkip) -> int | None:
         """Return the profile stage of a raw skip."""
@@ -114,7 +134,9 @@ REGISTRY: dict[str, Rewrite] = {}
 
 
 def register(cls: type[Rewrite]) -> type[Rewrite]:
-    """Register a rewrite class under its id (a class decorator); duplicate ids raise."""
+    """Register a rewrite class under its id (a class decorator); duplicate ids and undeclared options raise."""
+    if cls.id not in REWRITE_OPTIONS:
+        raise ValueError(f"rewrite id {cls.id!r} has no options model in auditor/rewrite/options.py:REWRITE_OPTIONS")
     if cls.id in REGISTRY:
         raise ValueError(f"rewrite id {cls.id!r} is already registered by {type(REGISTRY[cls.id]).__name__}")
     REGISTRY[cls.id] = cls()
@@ -136,12 +158,16 @@ def count_params(model: nn.Module) -> int:
 def apply_rewrite(model: nn.Module, rewrite_id: str, input_shape: Sequence[int], **options: Any) -> RewriteResult:
     """Apply rewrite ``rewrite_id`` to a copy of ``model`` and check the result.
 
+    ``options`` are the rewrite's :mod:`auditor.rewrite.options` fields; None means the default.
+
     Raises:
+        ConfigError: an option the rewrite does not take, or an invalid value.
         RewriteError: the rewrite does not apply, or its result fails ``ensures``.
     """
     rewrite = get_rewrite(rewrite_id)
+    validated = options_for(rewrite.id, options)
     work = copy.deepcopy(model)
-    device = next((p.device for p in work.parameters()), torch.device("cpu"))
+    device = model_device(work)
     example = torch.rand((2, *input_shape), generator=torch.Generator().manual_seed(0)).to(device)
     traced = trace_model(work, example[:1])
     profile = profile_trace(work, traced, example[:1], list(input_shape))
@@ -149,7 +175,7 @@ def apply_rewrite(model: nn.Module, rewrite_id: str, input_shape: Sequence[int],
         raise RewriteError(f"rewrites need a torch.fx trace; this model was traced with {traced.method}")
     gm = torch.fx.GraphModule(work, _Tracer().trace(work))
     ShapeProp(gm).propagate(example[:1].clone())
-    ctx = RewriteContext(gm, profile, traced.graph, skip_detect.detect_skips(traced.graph), example, dict(options),
+    ctx = RewriteContext(gm, profile, traced.graph, skip_detect.detect_skips(traced.graph), example, validated,
                          work)
     rewrite.requires(ctx)
     result = rewrite.call(ctx)
@@ -217,8 +243,15 @@ def ceil_fraction(n: int, fraction: float) -> int:
 def proposal(rewrite_id: str, model: str = "MODEL") -> dict[str, Any] | None:
     """Return what the report shows for a remediation id: effect, cost, training need, command."""
     rewrite = REGISTRY.get(rewrite_id)
-    if rewrite is None:
-        return None
+    return None if rewrite is None else _proposal(rewrite, model)
+
+
+def proposals(model: str = "MODEL") -> dict[str, dict[str, Any]]:
+    """Return :func:`proposal` of every registered rewrite, by id (what ``render_html`` is given)."""
+    return {rewrite_id: _proposal(rewrite, model) for rewrite_id, rewrite in REGISTRY.items()}
+
+
+def _proposal(rewrite: Rewrite, model: str) -> dict[str, Any]:
     return {"title": rewrite.title, "expected_effect": rewrite.expected_effect, "cost": rewrite.cost,
             "preserves_function": rewrite.preserves_function, "needs_training": rewrite.needs_training,
             "command": rewrite.command(model)}

@@ -15,8 +15,10 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from auditor.device import model_device
 from auditor.rewrite.base import Rewrite, RewriteContext, RewriteError, RewriteResult, register
 from auditor.rewrite.modules import ConvVariationalBottleneck, VariationalBottleneck
+from auditor.rewrite.options import CVBOptions, PrecodeOptions
 
 
 def _free_name(gm: torch.fx.GraphModule, base: str) -> str:
@@ -30,7 +32,7 @@ def _free_name(gm: torch.fx.GraphModule, base: str) -> str:
 
 
 def _insert_after(gm: torch.fx.GraphModule, node: torch.fx.Node, name: str, module: torch.nn.Module) -> None:
-    gm.add_submodule(name, module.to(next((p.device for p in gm.parameters()), torch.device("cpu"))))
+    gm.add_submodule(name, module.to(model_device(gm)))
     with gm.graph.inserting_after(node):
         new = gm.graph.call_module(name, (node,))
     node.replace_all_uses_with(new, delete_user_cb=lambda user: user is not new)
@@ -43,9 +45,8 @@ def _shape(node: torch.fx.Node) -> tuple[int, ...]:
     return tuple(int(s) for s in meta.shape)
 
 
-def _vb_options(ctx: RewriteContext) -> dict:
-    return {"kl_mode": ctx.options.get("kl_mode") or "paper",
-            "sample_at_eval": bool(ctx.options.get("sample_at_eval", True))}
+def _vb_options(o: CVBOptions | PrecodeOptions) -> dict:
+    return {"kl_mode": o.kl_mode, "sample_at_eval": o.sample_at_eval}
 
 
 @register
@@ -55,16 +56,17 @@ class CVB(Rewrite):
     id = "cvb"
     title = "Insert a convolutional variational bottleneck (CVB)"
     usage = " --after NODE"
-    expected_effect = ("Scheliga et al. 2023 Tables IV/V (CNN, CIFAR-10, Ignore+IG): ASR 96.88 -> 0 %, SSIM 0.87 -> 0.21; "
-                       "ResNet-18 ASR 68.75 -> 0 %; but a joint-eps attack reached ASR 67 % on CVB@P1 in the "
-                       "project's own prototype run (not in the paper): re-audit after training")
+    expected_effect = ("Scheliga et al. 2023 Tables IV/V (CNN, CIFAR-10, Ignore+IG): ASR 96.88 -> 0 %, "
+                       "SSIM 0.87 -> 0.21; ResNet-18 ASR 68.75 -> 0 %; but a joint-eps attack reached ASR 67 % "
+                       "on CVB@P1 in the project's own prototype run (not in the paper): re-audit after training")
     cost = ("+9.90 % parameters on the paper's CNN (k_E=5, K_E=8: 65,962 -> 72,490; Scheliga et al. 2023 Sec. 2.5); "
             "stochastic inference; accuracy 62.53 -> 67.17 % on CIFAR-10 and 99.10 -> 99.15 % on MNIST (Table IV)")
 
     def target(self, ctx: RewriteContext) -> torch.fx.Node:
         """Return the node the bottleneck follows: ``--after`` or the first conv."""
-        if ctx.options.get("after"):
-            return ctx.node(str(ctx.options["after"]))
+        after = ctx.options_as(CVBOptions).after
+        if after:
+            return ctx.node(after)
         for n in ctx.gm.graph.nodes:
             if n.op == "call_module" and isinstance(ctx.gm.get_submodule(str(n.target)), torch.nn.Conv2d):
                 return n
@@ -79,10 +81,9 @@ class CVB(Rewrite):
         """Insert ``ConvVariationalBottleneck`` right after the target node."""
         node = self.target(ctx)
         c = _shape(node)[1]
-        s_e = float(ctx.options.get("s_e") or 0.5)
-        width = int(ctx.options.get("width") or max(1, round(c * s_e)))
-        module = ConvVariationalBottleneck(c, int(ctx.options.get("k_e") or 5), width,
-                                           float(ctx.options.get("beta") or 0.1), **_vb_options(ctx))
+        o = ctx.options_as(CVBOptions)
+        width = o.width if o.width is not None else max(1, round(c * o.s_e))
+        module = ConvVariationalBottleneck(c, o.k_e, width, o.beta, **_vb_options(o))
         name = _free_name(ctx.gm, "cvb")
         _insert_after(ctx.gm, node, name, module)
         result = RewriteResult(self.id, ctx.gm, changed_nodes=[node.name], added_modules=[name])
@@ -105,15 +106,17 @@ class PRECODE(Rewrite):
     id = "precode"
     title = "Insert a fully connected variational bottleneck before the classifier (PRECODE)"
     usage = " --before-head"
-    expected_effect = ("Scheliga et al. 2023 Table IV (P=1, beta=0.01, Ignore+IG): CIFAR-10 ASR 96.88 -> 0.78-97.66 % for "
-                       "K = 8-512; before the head the Ignore attack reaches 85.94 % ASR (Sec. 0): prefer cvb")
+    expected_effect = ("Scheliga et al. 2023 Table IV (P=1, beta=0.01, Ignore+IG): CIFAR-10 ASR 96.88 -> "
+                       "0.78-97.66 % for K = 8-512; before the head the Ignore attack reaches 85.94 % ASR (Sec. 0): "
+                       "prefer cvb")
     cost = ("3·d·K parameters for input width d (paper's CNN, K=32 before the head: 65,962 -> 72,106, +9.31 %); "
             "grows with h·w when placed early (+114 % at P=1)")
 
     def target(self, ctx: RewriteContext) -> torch.fx.Node:
-        """Return the node the bottleneck follows: ``--at NODE`` or the input of the last linear layer."""
-        if ctx.options.get("at"):
-            return ctx.node(str(ctx.options["at"]))
+        """Return the node the bottleneck follows: split point ``--at SPLIT`` or the input of the last linear layer."""
+        o = ctx.options_as(PrecodeOptions)
+        if o.at:
+            return ctx.split_node(o.at)
         heads = [n for n in ctx.gm.graph.nodes if n.op == "call_module"
                  and isinstance(ctx.gm.get_submodule(str(n.target)), torch.nn.Linear)]
         if not heads or not isinstance(heads[-1].args[0], torch.fx.Node):
@@ -124,8 +127,9 @@ class PRECODE(Rewrite):
         """Insert ``VariationalBottleneck`` on the head's input."""
         node = self.target(ctx)
         shape = _shape(node)[1:]
-        width = int(ctx.options.get("width") or max(1, (shape[0] if len(shape) else 1) // 2))
-        module = VariationalBottleneck(shape, width, float(ctx.options.get("beta") or 1e-3), **_vb_options(ctx))
+        o = ctx.options_as(PrecodeOptions)
+        width = o.width if o.width is not None else max(1, (shape[0] if len(shape) else 1) // 2)
+        module = VariationalBottleneck(shape, width, o.beta, **_vb_options(o))
         name = _free_name(ctx.gm, "precode")
         _insert_after(ctx.gm, node, name, module)
         result = RewriteResult(self.id, ctx.gm, changed_nodes=[node.name], added_modules=[name])

@@ -8,9 +8,12 @@ in train and eval (the feature is shared at inference); sigma is the user's, not
 
 from __future__ import annotations
 
+import torch.fx
+
 from auditor.rewrite.base import Rewrite, RewriteContext, RewriteError, RewriteResult, register
 from auditor.rewrite.bottleneck import _free_name, _insert_after
 from auditor.rewrite.modules import FeatureNoise
+from auditor.rewrite.options import SplitNoiseOptions
 
 
 @register
@@ -24,25 +27,25 @@ class SplitNoise(Rewrite):
                        "accuracy cost; treat it as a baseline and re-audit")
     cost = "no parameters; accuracy cost grows with sigma"
 
-    def _node_name(self, ctx: RewriteContext) -> str:
-        at = ctx.options.get("at")
+    def _node(self, ctx: RewriteContext) -> torch.fx.Node:
+        at = ctx.options_as(SplitNoiseOptions).at
         if not at:
-            raise RewriteError("split-noise needs --at SPLIT (a split-point id or node of the profile)")
-        for sp in ctx.profile.split_points:
-            if at in (sp.id, sp.node):
-                return sp.node
-        raise RewriteError(f"{at!r} is not a split point of this model; see the profile's split_points")
+            raise RewriteError("split-noise needs --at SPLIT (a split-point id as auditor split lists)")
+        return ctx.split_node(at)
 
     def requires(self, ctx: RewriteContext) -> None:
         """Need a known split point and sigma > 0."""
-        self._node_name(ctx)
-        if float(ctx.options.get("sigma") or 0) <= 0:
+        self._node(ctx)
+        if ctx.options_as(SplitNoiseOptions).sigma is None:
             raise RewriteError("split-noise needs --sigma > 0")
 
     def call(self, ctx: RewriteContext) -> RewriteResult:
         """Insert ``FeatureNoise`` right after the split node."""
-        node = ctx.node(self._node_name(ctx))
-        module = FeatureNoise(float(ctx.options["sigma"]), str(ctx.options.get("kind") or "gaussian"))
+        node = self._node(ctx)
+        o = ctx.options_as(SplitNoiseOptions)
+        if o.sigma is None:
+            raise RewriteError("split-noise needs --sigma > 0")
+        module = FeatureNoise(o.sigma, o.noise)
         name = _free_name(ctx.gm, "split_noise")
         _insert_after(ctx.gm, node, name, module)
         return RewriteResult(self.id, ctx.gm, changed_nodes=[node.name], added_modules=[name],

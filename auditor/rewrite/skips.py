@@ -33,9 +33,11 @@ from auditor.rewrite.base import (
     ceil_fraction,
     register,
 )
+from auditor.rewrite.options import SSF_K_ADDITIVE, SSF_K_CONCATENATIVE, SSFOptions
 
-_EXPECT_ROLSS = ("Koh et al. 2024 Tables 5/6 (PPA, FaceScrub): ResNet-101 Acc 94.86 -> 92.40 %, AttAcc 83.00 -> 58.68 %; "
-                 "ResNet-34 94.69 -> 91.38 / 90.78 -> 71.86; DenseNet-121 94.67 -> 86.86 / 78.09 -> 24.48")
+_EXPECT_ROLSS = ("Koh et al. 2024 Tables 5/6 (PPA, FaceScrub): ResNet-101 Acc 94.86 -> 92.40 %, "
+                 "AttAcc 83.00 -> 58.68 %; ResNet-34 94.69 -> 91.38 / 90.78 -> 71.86; "
+                 "DenseNet-121 94.67 -> 86.86 / 78.09 -> 24.48")
 
 
 def keep_first_channels(x: torch.Tensor, k: float) -> torch.Tensor:
@@ -143,9 +145,9 @@ class RoLSSPlus(RoLSS):
 
     id = "rolss-plus"
     title = "RoLSS plus the last 10 % of the second-to-last stage's skips (RoLSS+)"
-    expected_effect = ("Koh et al. 2024 Tables 5/9: ResNet-34 Acc 93.49 / AttAcc 65.78 % (RoLSS 91.38 / 71.86), ResNet-101 "
-                       "91.05 / 52.74 (RoLSS 92.40 / 58.68); which 10 % is not specified, the tool removes the "
-                       "blocks closest to the last stage")
+    expected_effect = ("Koh et al. 2024 Tables 5/9: ResNet-34 Acc 93.49 / AttAcc 65.78 % (RoLSS 91.38 / 71.86), "
+                       "ResNet-101 91.05 / 52.74 (RoLSS 92.40 / 58.68); which 10 % is not specified, the tool "
+                       "removes the blocks closest to the last stage")
     cost = "no new parameters; Koh et al. 2024 Table 9: ResNet-101 -1.35 points against RoLSS, ResNet-34 none"
 
     def chosen(self, ctx: RewriteContext) -> list[RawSkip]:
@@ -182,18 +184,24 @@ class SSF(Rewrite):
     id = "ssf"
     title = "Scale last-stage skip connections (SSF)"
     usage = " --k 0.2"
-    expected_effect = ("Koh et al. 2024 Table 5 (k=0.2): ResNet-101 Acc 94.86 -> 93.79 %, AttAcc 83.00 -> 71.06 %; Table 6 "
-                       "(k=0.01): DenseNet-121 94.67 -> 91.73 / 78.09 -> 56.32; Fig. 9: larger k, more accuracy and "
-                       "more inversion")
+    expected_effect = ("Koh et al. 2024 Table 5 (k=0.2): ResNet-101 Acc 94.86 -> 93.79 %, AttAcc 83.00 -> 71.06 %; "
+                       "Table 6 (k=0.01): DenseNet-121 94.67 -> 91.73 / 78.09 -> 56.32; Fig. 9: larger k, more "
+                       "accuracy and more inversion")
     cost = "no new parameters for additive skips; concatenative skips shrink the last block (re-initialised)"
 
     def requires(self, ctx: RewriteContext) -> None:
         """Need skips in a last stage."""
         if not _stage_skips(ctx, ctx.profile.last_stage):
             raise RewriteError("no skip connection in a last stage: nothing for SSF to scale")
+        k = ctx.options_as(SSFOptions).k
+        concatenative = any(s.kind != "additive" for s in _stage_skips(ctx, ctx.profile.last_stage))
+        if k is not None and not 0 < k <= 1 and concatenative:
+            raise RewriteError(f"ssf: --k {k:g} on concatenative skips: k is the kept fraction of their channels, "
+                               "0 < k <= 1")
 
     def call(self, ctx: RewriteContext) -> RewriteResult:
         """Insert ``mul(shortcut, k)`` or keep the first ⌈k·n⌉ channels of the carried features."""
+        o = ctx.options_as(SSFOptions)
         result = RewriteResult(self.id, ctx.gm)
         chosen = _stage_skips(ctx, ctx.profile.last_stage)
         graph = ctx.gm.graph
@@ -201,13 +209,13 @@ class SSF(Rewrite):
         for skip in chosen:
             node = ctx.node(ctx.graph.nodes[skip.node].name)
             if skip.kind == "additive":
-                k = float(ctx.options.get("k") or 0.2)
+                k = SSF_K_ADDITIVE if o.k is None else o.k
                 _, shortcut = _branch_and_shortcut(ctx, skip)
                 with graph.inserting_before(node):
                     scaled = graph.call_function(operator.mul, (shortcut, k))
                 node.replace_input_with(shortcut, scaled)
             else:
-                k = float(ctx.options.get("k") or 0.01)
+                k = SSF_K_CONCATENATIVE if o.k is None else o.k
                 parts = [a for a in node.args[0] if isinstance(a, torch.fx.Node)]
                 with graph.inserting_before(node):
                     carried = previous or (parts[0] if len(parts) == 2 else graph.call_function(

@@ -64,7 +64,8 @@ class _TinyViT(nn.Module):
 def test_identity_skip_with_branch_activation() -> None:
     p = profile_model(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _Block(8)), (3, 16, 16))
     (skip,) = p.skip_connections
-    assert (skip.kind, skip.shortcut, skip.branch_activations, skip.post_activation) == ("additive", "identity", 1, None)
+    facts = (skip.kind, skip.shortcut, skip.branch_activations, skip.post_activation)
+    assert facts == ("additive", "identity", 1, None)
     assert skip.module == "1" and skip.scale is None
 
 

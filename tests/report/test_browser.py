@@ -123,14 +123,14 @@ def _check_page(browser: Any, html: Path, name: str) -> None:
         page = browser.new_page(viewport={"width": width, "height": 900})
         errors: list[str] = []
         external: list[str] = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg, errors=errors: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
 
         def route(r: Any) -> None:
             if r.request.url.startswith(("file://", "data:")):
                 r.continue_()
             else:
-                external.append(r.request.url)
+                external.append(r.request.url)  # noqa: B023 - the route is unregistered with its page
                 r.abort()
 
         page.route("**/*", route)

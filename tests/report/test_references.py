@@ -9,8 +9,9 @@ import pytest
 
 from auditor.plugin import Rule
 from auditor.report.model import Reference, Report
-from auditor.report.render_html import remedy_text, render_html, rewrite_proposal, safe_url
+from auditor.report.render_html import remedy_text, render_html, safe_url
 from auditor.report.sources import SOURCES, cite
+from auditor.rewrite import proposal, proposals
 
 PLUGINS = ("architecture_risk", "gradient_inversion", "split_inversion", "membership_inference",
            "attribute_inference", "model_inversion")
@@ -29,7 +30,7 @@ def test_rules_cite_linked_papers_and_name_a_remedy(rule: Rule) -> None:
         assert not JARGON.search(ref.locator), ref.locator
     assert rule.remediation, "a rule names a remedy or says why there is none"
     for remedy in rule.remediation:
-        assert rewrite_proposal(remedy) or remedy_text(remedy) or " " in remedy, remedy
+        assert proposal(remedy) or remedy_text(remedy) or " " in remedy, remedy
     assert not JARGON.search(rule.description), rule.description
 
 
@@ -48,7 +49,7 @@ def test_links_and_remedies_render(full_report: Report) -> None:
                                                    "remediation": ["dp-sgd", "rolss", "Do this by hand."]}),
         full_report.findings[1].model_copy(update={"remediation": []}),
     ]
-    html = render_html(full_report.model_copy(update={"findings": findings}))
+    html = render_html(full_report.model_copy(update={"findings": findings}), proposals=proposals())
     assert '<a class="ref" href="https://arxiv.org/abs/2210.11049" rel="noreferrer noopener"' in html
     assert "javascript:" not in html and "<b title=\"x\">T</b>" in html
     assert "Retrain with differentially private SGD" in html and "Remove last-stage skip connections" in html

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from auditor.report.model import Measurement, PluginRun, PowerCheck, Report, Severity, Suppression
 from auditor.report.render_html import next_steps, render_html, threat_rows
+from auditor.rewrite import proposals
 
 AUC = Measurement(name="auc", label="membership AUC (rmia, held out)", value=0.64, floor=0.5,
                   floor_kind="random guess", margin=0.14, ci=[0.08, 0.2], threshold=0.1, how="rmia, 75 + 75")
@@ -62,13 +63,14 @@ def test_suppressed_findings_say_so(full_report: Report) -> None:
 def test_next_steps_spell_out_the_gating_findings_remedies(full_report: Report) -> None:
     high = full_report.findings[0].model_copy(update={"remediation": ["rolss", "dp-sgd", "Do this by hand."]})
     low = full_report.findings[3].model_copy(update={"remediation": ["secure-aggregation"]})
-    steps = next_steps(full_report.model_copy(update={"findings": [low, high]}))
+    report = full_report.model_copy(update={"findings": [low, high]})
+    steps = next_steps(report, proposals(report.model.path))
     assert [text for text, _ in steps] == [
         "Remove last-stage skip connections (RoLSS) (fully connected layer with bias after flatten)",
         "Retrain with differentially private SGD (e.g. Opacus); it costs accuracy.",
         "Do this by hand.",
     ]  # the low finding is below --fail-on high
     assert {anchor for _, anchor in steps} == {"finding-1"}
-    html = render_html(full_report.model_copy(update={"findings": [low, high]}))
+    html = render_html(report, proposals=proposals(report.model.path))
     assert html.index("What to do first:") < html.index('id="threats"')
     assert '<a href="#finding-1" class="small">why</a>' in html

@@ -78,7 +78,7 @@ def test_cvb_after_a_named_node_and_on_tokens(cnn: nn.Module) -> None:
 
 
 def test_split_noise_adds_noise_of_scale_sigma_at_the_split(cnn: nn.Module) -> None:
-    r = apply_rewrite(cnn, "split-noise", SHAPE, at="conv2", sigma=0.5, kind="laplace")
+    r = apply_rewrite(cnn, "split-noise", SHAPE, at="conv2", sigma=0.5, noise="laplace")
     assert r.params_after == r.params_before
     noise = r.model.get_submodule("split_noise")
     z = torch.zeros(20_000)

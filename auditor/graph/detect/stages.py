@@ -39,7 +39,8 @@ def resolution_map(g: df.DataFlowGraph) -> list[tuple[int, int] | None]:
     return res
 
 
-def _inherited(res: tuple[int, int] | None, before: tuple[int, ...] | None, after: tuple[int, ...]) -> tuple[int, int] | None:
+def _inherited(res: tuple[int, int] | None, before: tuple[int, ...] | None, after: tuple[int, ...]
+               ) -> tuple[int, int] | None:
     """Return the resolution of a 4-D node computed from one at ``res``: a strided reshuffle moves it.
 
     An op that keeps the batch and shrinks both spatial axes of its input by the same integer

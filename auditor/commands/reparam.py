@@ -1,16 +1,14 @@
-"""Run ``auditor reparam-check``: load the forms safely, fuse when needed, compare, explain."""
+"""``auditor reparam-check``: load the forms safely, fuse when needed, compare, explain."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch import nn
-
-from auditor.config import DEFAULT_INPUT_SHAPE
+from auditor.commands.model import ModelOptions, load_model
 from auditor.errors import InputError
 from auditor.graph.profile import profile_model
-from auditor.load.loaders import load_checkpoint
+from auditor.inputs import image_shape
 from auditor.reparam.check import EquivalenceResult, check_equivalence
 from auditor.reparam.fuse import fuse_model
 
@@ -39,33 +37,37 @@ class ReparamReport:
         return out
 
 
-def _load(path: Path, arch: str | None, imports: list[str]) -> tuple[nn.Module, list[int] | None]:
-    loaded = load_checkpoint(path, arch=arch, imports=imports)
-    return loaded.require_model(), loaded.info.input_shape
+@dataclass(frozen=True)
+class ReparamOptions:
+    """The training form (with its loading flags), the deploy form if given, and the comparison batch."""
+
+    train: ModelOptions
+    deploy: Path | None = None
+    deploy_arch: str | None = None
+    batch: int = 4
+    seed: int = 0
 
 
-def reparam_check(
-    train_path: Path, deploy_path: Path | None = None, *, arch: str | None = None, deploy_arch: str | None = None,
-    imports: list[str] | None = None, input_shape: tuple[int, ...] | None = None, batch: int = 4, seed: int = 0,
-) -> ReparamReport:
+def run_reparam_check(opts: ReparamOptions) -> ReparamReport:
     """Compare a training-form checkpoint with its deploy form (fused here when not given).
 
     Raises:
         InputError: a checkpoint cannot be loaded, or there is nothing to fuse and no deploy model.
     """
-    train, shape_hint = _load(train_path, arch, imports or [])
-    shape = tuple(input_shape or shape_hint or DEFAULT_INPUT_SHAPE)
+    train, example = load_model(opts.train, tokens=False)
+    shape = image_shape(example)
     fused, blocks = fuse_model(train)
-    if deploy_path is None:
+    if opts.deploy is None:
         if not blocks:
-            raise InputError(f"{train_path}: no reparameterisable block (RepVGG/MobileOne/FastViT, conv+BN) to fuse; "
-                             "pass the deploy model as the second argument")
+            raise InputError(f"{opts.train.path}: no reparameterisable block (RepVGG/MobileOne/FastViT, conv+BN) "
+                             "to fuse; pass the deploy model as the second argument")
         deploy = fused
         by = "auditor.reparam.fuse_model (timm's own reparameterize where the block has one)"
     else:
-        deploy, _ = _load(deploy_path, deploy_arch or arch, imports or [])
-        by = f"given ({deploy_path})"
-    result = check_equivalence(train, deploy, shape, blocks, batch=batch, seed=seed)
+        deploy_form = ModelOptions(opts.deploy, arch=opts.deploy_arch or opts.train.arch, imports=opts.train.imports)
+        deploy = load_model(deploy_form, tokens=False)[0]
+        by = f"given ({opts.deploy})"
+    result = check_equivalence(train, deploy, shape, blocks, batch=opts.batch, seed=opts.seed)
     result.fused_by = by
     train_profile, deploy_profile = profile_model(train, shape), profile_model(deploy, shape)
     hidden = [f"{s.node} ({s.kind}, stage {s.stage})" for s in train_profile.skip_connections]

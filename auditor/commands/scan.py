@@ -1,0 +1,125 @@
+"""``auditor scan``: collect checkpoints, audit each (locally or as Ray tasks), apply the baseline, gate.
+
+Each checkpoint goes through :func:`auditor.scan.scan`, which hands ONNX files to
+:func:`auditor.onnx.scan.scan_onnx`; this driver adds what a run over many paths needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from auditor.errors import ConfigError, InputError
+from auditor.gate import ExitCode
+
+if TYPE_CHECKING:
+    from auditor.batch import ScanRow
+    from auditor.config import ScanConfig
+
+#: ``for_model(index, count, path)`` returns the progress callback of one model (or None).
+ModelProgress = Callable[[int, int, Path], Callable[[str], None] | None]
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What ``auditor scan`` was asked to audit, and how (outputs are the caller's)."""
+
+    paths: Sequence[Path]
+    config: ScanConfig
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    baseline: Path | None = None
+    write_baseline: Path | None = None
+    workers: int | None = None
+    ray_address: str | None = None
+    one_report: bool = False  # --html: the run must find exactly one checkpoint
+
+
+@dataclass
+class ScanHooks:
+    """Progress callbacks: per model and per finished row locally; per submitted/finished task on Ray."""
+
+    for_model: ModelProgress | None = None
+    on_row: Callable[[ScanRow], None] | None = None
+    on_remote_start: Callable[[int, str], None] | None = None
+    on_remote_done: Callable[[int, int, Path, ScanRow], None] | None = None
+
+
+@dataclass
+class ScanOutcome:
+    """Every model's row and the run's exit code (the worst over the rows)."""
+
+    rows: list[ScanRow]
+    code: int
+    baseline_written: int | None = None  # findings recorded by --write-baseline
+
+
+def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
+    """Audit every checkpoint under ``opts.paths`` and return the rows and the gate's exit code.
+
+    Raises:
+        InputError: no checkpoint was found.
+        ConfigError: the flags contradict each other (``--html`` with several models, ``--workers``
+            with ``--ray-address``).
+    """
+    from auditor.baseline import apply_acceptances, load_baseline, write_baseline
+    from auditor.batch import audit_many, collect, worst_exit_code
+
+    hooks = hooks or ScanHooks()
+    config = opts.config
+    accepted = load_baseline(opts.baseline) if opts.baseline is not None else None
+    targets = collect(opts.paths, opts.include, opts.exclude)
+    if not targets:
+        raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
+                         "their bytes; check --include/--exclude)")
+    if opts.one_report and len(targets) > 1:
+        raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
+    if opts.workers is not None and opts.ray_address is not None:
+        raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
+    if opts.workers is not None or opts.ray_address is not None:
+        rows = _audit_on_ray(targets, config, accepted, workers=opts.workers, address=opts.ray_address, hooks=hooks)
+    else:
+        rows = audit_many(targets, config, baseline=accepted, progress=hooks.for_model, on_row=hooks.on_row)
+    recorded = None
+    if opts.write_baseline is not None:
+        written = write_baseline([r.report for r in rows if r.report], opts.write_baseline)
+        recorded = sum(len(r.report.findings) for r in rows if r.report)
+        rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
+                                                               fail_on=config.fail_on, strict=config.strict,
+                                                               on_inconclusive=config.on_inconclusive)))
+                if r.report else r for r in rows]
+    return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded)
+
+
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
+                  address: str | None, hooks: ScanHooks) -> list[ScanRow]:
+    """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
+    from auditor.batch import ScanRow, audit_many
+    from auditor.config import resolve_device
+    from auditor.distributed import ray_executor, ray_session
+
+    gpus = 1 if resolve_device(config.device).type == "cuda" else 0
+    finished: list[Path] = []
+
+    def failed(path: Path, error: str) -> ScanRow:
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=f"Ray task: {error}")
+
+    def done(path: Path, row: ScanRow) -> None:
+        finished.append(path)
+        if hooks.on_remote_done is not None:
+            hooks.on_remote_done(len(finished), len(targets), path, row)
+
+    where = f"the Ray cluster at {address}" if address else f"a local Ray instance with {workers} CPU(s)"
+    if hooks.on_remote_start is not None:
+        hooks.on_remote_start(len(targets), where)
+    with ray_session(workers=workers, address=address):
+        return audit_many(targets, config, baseline=accepted,
+                          executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
+
+
+def _accept(result: tuple[Any, list[str]]) -> dict[str, Any]:
+    report, messages = result
+    return {"report": report, "verdict": report.summary.verdict, "exit_code": report.summary.exit_code,
+            "messages": messages}
