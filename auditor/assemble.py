@@ -6,21 +6,30 @@ neither driver imports the other.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib.util
 import sys
 from datetime import datetime, timezone
-from typing import Any
-
-import torch
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from auditor._version import __version__
 from auditor.config import ScanConfig
 from auditor.gate import summarize
-from auditor.plugin.runner import RunSettings
 from auditor.report.model import ArchitectureProfile, Finding, ModelInfo, OnnxInfo, PluginRun, Report, ToolInfo
+
+if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importing torch
+    import torch
+
+    from auditor.plugin.runner import RunSettings
 
 
 def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
     """Return the plugin runner's settings for a scan with ``config``."""
+    from auditor.plugin.runner import RunSettings
+
     selected = tuple(config.plugins) if config.plugins is not None else None
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
                        graph_only=graph_only)
@@ -28,7 +37,7 @@ def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_o
 
 def assemble_report(
     config: ScanConfig,
-    device: torch.device,
+    device: torch.device | str,
     *,
     model: ModelInfo,
     architecture: ArchitectureProfile | None,
@@ -42,7 +51,26 @@ def assemble_report(
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
     summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
                         on_inconclusive=config.on_inconclusive)
-    tool = ToolInfo(version=__version__, torch=torch.__version__, device=str(device), command=list(sys.argv))
+    tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
     return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
                   architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
                   onnx=onnx)
+
+
+def _torch_version() -> str:
+    """torch's ``__version__``, read from ``torch/version.py`` when torch is not imported (a refused file)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    spec = importlib.util.find_spec("torch")
+    for home in (spec.submodule_search_locations or []) if spec else []:
+        with contextlib.suppress(OSError, SyntaxError, ValueError):
+            tree = ast.parse((Path(home) / "version.py").read_text())
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+                if any(isinstance(t, ast.Name) and t.id == "__version__" for t in targets):
+                    return str(ast.literal_eval(node.value))
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "not installed"

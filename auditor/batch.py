@@ -94,10 +94,14 @@ def audit_one(
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
-    from auditor.scan import scan
+    from auditor.refused import refused_report
 
     try:
-        report = scan(path, config, progress=progress)
+        report = refused_report(path, config)  # no torch import for a file the pickle check refuses
+        if report is None:
+            from auditor.scan import scan
+
+            report = scan(path, config, progress=progress)
     except ConfigError:
         raise
     except AuditorError as exc:

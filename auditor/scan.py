@@ -13,12 +13,12 @@ from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec
 from auditor.inputs import resolve_example_input
-from auditor.load.allowlist import ImportPolicy, is_unknown_import
+from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
-from auditor.load.loaders import LoadedModel, load_checkpoint
-from auditor.load.problems import IMPORT_OPCODES
+from auditor.load.loaders import load_checkpoint
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
+from auditor.refused import REASON
 from auditor.report.model import (
     CATEGORY_NO_MODEL,
     Finding,
@@ -26,12 +26,6 @@ from auditor.report.model import (
     Report,
     Severity,
 )
-from auditor.report.sources import cite
-
-_PICKLE_REFS = [
-    cite("lit:pickle", "'Warning: the pickle module is not secure'"),
-    cite("lit:pickle", "'Restricting Globals' (the gate auditor loads through)"),
-]
 
 
 def scan(
@@ -81,11 +75,11 @@ def scan(
                              **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
     info = loaded.info
     notes = list(loaded.notes)
-    findings = _load_findings(loaded, config)
+    findings = load_findings(loaded.info.load_safety, config)
 
     if loaded.model is None:
         plugins = [PluginRun(name=e.name, status="skipped", category=CATEGORY_NO_MODEL,
-                             reason="the checkpoint was refused before loading") for e in entries]
+                             reason=REASON) for e in entries]
         return assemble_report(config, device, model=loaded.with_sha256(info), architecture=None, findings=findings,
                                plugins=plugins, notes=notes, unsafe=True)
 
@@ -105,50 +99,6 @@ def scan(
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
-
-
-def _load_findings(loaded: LoadedModel, config: ScanConfig) -> list[Finding]:
-    """Turn the load-safety verdict and trust flags into core findings.
-
-    An import refused only for being unknown (most often the user's own class) is ``high``
-    ``load.unknown-class`` with the ``--import`` that resolves it; everything else that refused the
-    load (a denied callable, a malformed stream, unsafe TorchScript or archive layout) is ``critical``.
-    """
-    safety = loaded.info.load_safety
-    policy = ImportPolicy(tuple(config.imports), config.trust)
-    findings = []
-    for issue in safety.issues:
-        name = f"{issue.module}.{issue.name}" if issue.module else (issue.name or issue.opcode)
-        unknown = issue.opcode in IMPORT_OPCODES and is_unknown_import(issue.module, issue.name, policy)
-        evidence = {"import": name, "opcode": issue.opcode, "position": issue.position, "pickle": issue.pickle}
-        message = f"{name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: {issue.reason}."
-        if unknown:
-            findings.append(Finding(
-                rule_id="load.unknown-class", severity=Severity.HIGH,
-                title=f"Checkpoint imports {name}, which is not on the allowlist; load refused",
-                message=(f"{message} Nothing was unpickled. If this is your own class, pass "
-                         f"--import {issue.module.split('.')[0]}."),
-                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
-                remediation=["resave-as-safetensors"],
-            ))
-        else:
-            findings.append(Finding(
-                rule_id="load.unsafe-pickle", severity=Severity.CRITICAL,
-                title=f"Checkpoint refused as unsafe: {name}",
-                message=f"{message} Nothing was unpickled or executed.",
-                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
-                remediation=["resave-as-safetensors"],
-            ))
-    if config.trust and safety.verdict == "safe":
-        findings.append(Finding(
-            rule_id="load.trust-all", severity=Severity.MEDIUM,
-            title="--trust was used: classes outside the allowlist were unpickled",
-            message=("The static check passed (no denylisted import), but the user allowed every module to be "
-                     "imported during unpickling. Only use --trust on checkpoints from a source you trust."),
-            evidence={"globals_seen": safety.globals_seen[:30]}, references=_PICKLE_REFS,
-            remediation=["resave-as-safetensors"],
-        ))
-    return findings
 
 
 def _profile_findings(traced_with: str, notes: list[str]) -> list[Finding]:

@@ -407,6 +407,31 @@ def test_version_and_help_do_not_import_torch() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_a_refused_checkpoint_is_reported_without_importing_torch(tmp_path: Path) -> None:
+    """The pre-commit case: a poisoned state dict is refused, with every report, before torch is imported."""
+    import subprocess
+    import sys
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("echo pwned",))
+
+    path = tmp_path / "poisoned.pt"
+    torch.save({"w": torch.zeros(2), "payload": Payload()}, path)
+    out = tmp_path / "out"
+    code = ("import sys\nfrom auditor.cli import run_cli\n"
+            f"assert run_cli(['scan', {str(path)!r}, '-q', '--out-dir', {str(out)!r}, '--sarif', "
+            f"{str(tmp_path / 'r.sarif')!r}]) == 1\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(next(out.glob("*.json")).read_text())
+    assert [f["rule_id"] for f in report["findings"]] == ["load.unsafe-pickle"]
+    assert report["tool"]["torch"] == torch.__version__ and report["summary"]["verdict"] == "fail"
+    assert {p["status"] for p in report["plugins"]} == {"skipped"} and len(report["plugins"]) >= 6
+    assert next(out.glob("*.html")).read_text().count("posix.system") >= 1
+
+
 def test_rewrite_ids_in_the_help_match_the_registry() -> None:
     from auditor.cli import REWRITE_IDS
     from auditor.rewrite import REGISTRY

@@ -1,0 +1,45 @@
+"""The report of a checkpoint the static pickle check refuses, built without importing torch.
+
+``auditor scan`` asks here first: a poisoned file in a pre-commit hook or a CI gate is answered
+in about a second instead of paying torch's start-up, the plugin imports and the config checks
+that only a loadable model needs. Everything else goes through :func:`auditor.scan.scan`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from auditor.assemble import assemble_report
+from auditor.config import ScanConfig
+from auditor.load.findings import load_findings
+from auditor.load.formats import Container, sniff
+from auditor.load.static_check import check_statically
+from auditor.report.model import CATEGORY_NO_MODEL, PluginRun, Report
+
+#: The entry-point group plugins register in (:data:`auditor.plugin.registry.GROUP`, read without importing it).
+PLUGIN_GROUP = "auditor.plugins"
+REASON = "the checkpoint was refused before loading"
+
+
+def refused_report(path: str | Path, config: ScanConfig) -> Report | None:
+    """Return the refusal report when the static check refuses ``path``; None when it must be loaded.
+
+    The plugins are named from their entry points (none is imported; every one is skipped), and the
+    device is recorded as configured, since nothing ran on it.
+
+    Raises:
+        InputError: the file cannot be read as a checkpoint.
+    """
+    sniffed = sniff(Path(path))
+    if sniffed.container is Container.ONNX:
+        return None
+    cap = {"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}
+    checked = check_statically(path, imports=config.imports, trust=config.trust, sniffed=sniffed, **cap)
+    if not checked.refused:
+        return None
+    names = sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)} - set(config.disable_plugins))
+    plugins = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in names]
+    return assemble_report(config, config.device, model=checked.refused_info(config.arch), architecture=None,
+                           findings=load_findings(checked.safety, config), plugins=plugins, notes=checked.notes,
+                           unsafe=True)
