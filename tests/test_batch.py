@@ -89,7 +89,9 @@ def test_a_bug_in_one_audit_is_an_error_row_and_config_errors_stop_the_run(
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(scan_module, "scan", boom)
-    row = audit_one(tmp_path / "x.pt", ScanConfig())
+    path = tmp_path / "x.pt"
+    torch.save({"w": torch.zeros(2)}, path)  # passes the static check, so the audit reaches scan()
+    row = audit_one(path, ScanConfig())
     assert row.exit_code == 2 and row.error == "internal error: ZeroDivisionError: division by zero"
 
     def bad_config(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -97,7 +99,7 @@ def test_a_bug_in_one_audit_is_an_error_row_and_config_errors_stop_the_run(
 
     monkeypatch.setattr(scan_module, "scan", bad_config)
     with pytest.raises(ConfigError):
-        audit_one(tmp_path / "x.pt", ScanConfig())
+        audit_one(path, ScanConfig())
 
 
 def test_worst_exit_code_orders_error_over_fail_over_pass() -> None:
