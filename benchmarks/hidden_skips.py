@@ -50,7 +50,8 @@ def scores(model: torch.nn.Module) -> list[tuple[str, float, float]]:
     result = trace_model(model, torch.rand(INPUT, generator=torch.Generator().manual_seed(0)))
     if result.graph is None:
         raise RuntimeError(f"fx/export could not trace {type(model).__name__}")
-    return [(m.rsplit(".", 1)[0], z, r) for m, z, r, _ in fused.scored_convs(result.graph, dict(model.named_parameters()))]
+    scored = fused.scored_convs(result.graph, dict(model.named_parameters()))
+    return [(m.rsplit(".", 1)[0], z, r) for m, z, r, _ in scored]
 
 
 def fmt(v: list[tuple[float, float]]) -> str:

@@ -81,7 +81,8 @@ def main() -> None:
                 rules = ", ".join(sorted({f.rule_id for f in res.findings if f.rule_id != "mia.low-fpr-unresolved"}))
                 print(
                     f"| {seed} | {name} | {old['auc']:.3f} {_ci(old['auc_ci95'])} | "
-                    f"{old_bal['balanced_accuracy_upper_bound']:.3f} {_ci(old_bal['balanced_accuracy_upper_bound_ci95'])} | "
+                    f"{old_bal['balanced_accuracy_upper_bound']:.3f} "
+                    f"{_ci(old_bal['balanced_accuracy_upper_bound_ci95'])} | "
                     f"{m['best_attack']} | {h['auc']:.3f} {_ci(h['auc_ci95'])} | "
                     f"{h['balanced_accuracy_held_out']:.3f} {_ci(h['balanced_accuracy_held_out_ci95'])} | "
                     f"{rules or '-'} | {c['auc']:.3f} {_ci(c['auc_ci95'])} | "
