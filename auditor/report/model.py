@@ -427,7 +427,8 @@ class ToolInfo(_Record):
     name: str = "auditor"
     version: str
     torch: str
-    device: str
+    device: str = Field(description="The device the audit ran on ('cpu', 'cuda:0'); for a checkpoint refused "
+                        "before loading, where nothing ran, the --device asked for (e.g. 'auto').")
     command: list[str] = Field(default_factory=list)
 
 
