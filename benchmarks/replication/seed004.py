@@ -29,7 +29,7 @@ FINE_TUNE = (3, 1)
 GI_CONFIG = ("""[plugins.gradient-inversion]
 preset = "fast"
 images = 4
-iterations = 300
+iterations = 200
 group_iterations = 0
 """, """[plugins.gradient-inversion]
 preset = "fast"
@@ -89,7 +89,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         model, data, _ = cnn_target(seed, quick, work.parent)
         for rewrite, extra in REWRITES:
             argv, report = harden(model, data, rewrite, extra, "gradient-inversion", config, seed, FINE_TUNE[quick],
-                                  work)
+                                  work, size=SIZE)
             if seed == seeds[0]:
                 commands.append(shown(argv, work.parent))
             comparison = report["comparison"]
