@@ -77,11 +77,17 @@ def harden(model: Path, data: Path, rewrite: str, extra: list[str], plugin: str,
     argv = ["harden", str(model), "--rewrite", rewrite, *extra, "--data", str(data), "--epochs", str(epochs),
             "--input-shape", f"3,{size},{size}", "--plugins", plugin, "--config", str(config), "--seed", str(seed),
             "--out", f"{stem}.pt", "--json", f"{stem}.json", "--html", f"{stem}.html"]
+    kept = Path(f"{stem}.argv.json")  # a rerun of the same command and config reuses its report (seeded)
+    key = {"argv": argv, "config": config.read_text(), "model_mtime": model.stat().st_mtime}
+    if kept.exists() and json.loads(kept.read_text()) == key and Path(f"{stem}.json").exists():
+        print(f"  {rewrite} seed {seed}: reusing {stem}.json (same command)", file=sys.stderr, flush=True)
+        return argv, json.loads(Path(f"{stem}.json").read_text())
     t0 = time.perf_counter()
     code, output = auditor(*argv)
     print(f"  {rewrite} seed {seed}: exit {code} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     if code not in (0, 1, 3):
         raise RuntimeError(f"auditor {' '.join(argv)} -> {code}\n{output[-3000:]}")
+    kept.write_text(json.dumps(key))
     return argv, json.loads(Path(f"{stem}.json").read_text())
 
 
