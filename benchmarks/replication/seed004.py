@@ -40,6 +40,7 @@ search = false
 """)
 REWRITES = (("cvb", []), ("precode", ["--before-head"]))
 SUCCESS = 0.5  # the paper's SSIM threshold for a successful reconstruction (ASR)
+MARGIN = 0.1  # the plugin's leak margin over the no-information floor (margin_ssim)
 TARGET_NOTE = ("# $WORK/cnn-target/{seed}/model.pt and digits/: benchmarks/replication/seed004.py cnn_target "
                "(seed 004's CNN as nn.Sequential, trained on examples/digits.py data); other seeds: --seed N")
 
@@ -129,6 +130,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     ):
         plain = c(f"{rewrite} plain", f"{rewrite} (after), plain IG")
         outcome, reading = _lower(base, plain, f"{rewrite}'s plain-IG SSIM", "the undefended CNN's")
+        reading += _floor_note(base, floor)
         out.append(Claim(
             seed="004",
             direction=f"{label} lowers plain Inverting-Gradients reconstruction quality (paper: {paper})",
@@ -139,6 +141,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
             outcome=outcome, reading=reading, seeds=seeds))
     pre_plain, pre_ignore = c("precode plain", "precode, plain IG"), c("precode ignore", "precode, Ignore+IG")
     outcome, reading = _higher(pre_plain, pre_ignore, "Ignore's SSIM on PRECODE", "plain IG's")
+    reading += _floor_note(base, floor)
     out.append(Claim(
         seed="004",
         direction="The Ignore attack (match only the gradients upstream of the sampling node) recovers much of "
@@ -147,6 +150,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         outcome=outcome, reading=reading, seeds=seeds))
     cvb_plain, cvb_ignore = c("cvb plain", "cvb, plain IG"), c("cvb ignore", "cvb, Ignore+IG")
     outcome, reading = _lower(base, cvb_ignore, "Ignore's SSIM on CVB@P1", "the undefended CNN's")
+    reading += _floor_note(base, floor)
     out.append(Claim(
         seed="004",
         direction="CVB placed early (P1) still holds under the Ignore attack (paper: SSIM 0.21, ASR 0 % under "
@@ -158,6 +162,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                          [max(a, b) for a, b in zip(values[f"{rewrite} plain"], values[f"{rewrite} ignore"])])
         joint = c(f"{rewrite} joint", f"{rewrite}, joint-eps+IG")
         outcome, reading = _higher(best, joint, f"joint-eps's SSIM on {rewrite}", "the best of plain IG and Ignore")
+        reading += _floor_note(base, floor)
         out.append(Claim(
             seed="004",
             direction=f"Joint-eps (optimising the bottleneck's noise with the image) recovers {rewrite.upper()} "
@@ -172,6 +177,15 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
 def _numbers(lo: Condition, hi: Condition, what: str, against: str) -> str:
     return (f"{what} {hi.mean:.3f} [{hi.ci95[0]:.3f}, {hi.ci95[1]:.3f}] vs {against} {lo.mean:.3f} "
             f"[{lo.ci95[0]:.3f}, {lo.ci95[1]:.3f}] over {len(lo.values)} seeds")
+
+
+def _floor_note(base: Condition, floor: Condition) -> str:
+    """A caveat when the undefended model's IG is not clearly better than the no-information floor."""
+    if unmeasured(base, floor) or base.mean - floor.mean >= MARGIN:
+        return ""
+    return (f" Caveat: the undefended CNN's IG SSIM ({base.mean:.3f}) is within {MARGIN} of the class-mean-image floor "
+            f"({floor.mean:.3f}), the plugin's leak margin: at this budget plain IG on digits is hardly better than "
+            "guessing the known label's mean image, so these are differences in SSIM, not in a demonstrated leak.")
 
 
 def _lower(base: Condition, defended: Condition, what: str, against: str) -> tuple[str, str]:
