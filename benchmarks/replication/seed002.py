@@ -112,11 +112,13 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 f"seeds. Shadow SSIM none {sh['ssim']['none'].mean:.3f}, noise {sh['ssim']['noise'].mean:.3f}, "
                 f"Ensembler {sh['ssim']['ensembler'].mean:.3f} against a floor of {floor_s.mean:.3f} "
                 f"(PSNR {sh['psnr']['none'].mean:.2f} / {sh['psnr']['noise'].mean:.2f} / "
-                f"{sh['psnr']['ensembler'].mean:.2f} dB, floor {floor_p.mean:.2f}). The numbers move in the "
-                f"paper's direction only if Ensembler is lowest, but "
-                + ("the attack beats a no-information guess even undefended, so the comparison stands."
-                   if gate_ok else "the paper's attack stays below a no-information guess even without a "
-                   "defence, so a lower score under Ensembler cannot be credited to the defence."))
+                f"{sh['psnr']['ensembler'].mean:.2f} dB, floor {floor_p.mean:.2f}). Ensembler's shadow SSIM is "
+                + ("the lowest of the three" if sh["ssim"]["ensembler"].mean < min(sh["ssim"]["none"].mean,
+                                                                                 sh["ssim"]["noise"].mean)
+                   else "not the lowest of the three")
+                + (", and the attack beats a no-information guess undefended, so the comparison stands."
+                   if gate_ok else ", but the paper's attack does not beat a no-information guess even without a "
+                   "defence in every seed, so a lower score under Ensembler cannot be credited to the defence."))
     c1 = Claim(
         seed="002",
         direction=("Against the paper's query-free server (shadow head + decoder), Ensembler reconstructs worse "
@@ -174,15 +176,15 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         conds4.append(Condition(f"Gaussian noise σ = {s} × feature std: accuracy on the 8 probes", "top-1",
                                 sweep_util[s]))
     base = Condition("", "", sweep_util[0.0]).mean
-    usable_leaky = [s for s in SIGMAS if s > 0 and Condition("", "", sweep_util[s]).mean >= base - 0.05
-                    and Condition("", "", sweep_margin[s]).ci95[0] >= 3.0]
-    usable_safe = [s for s in SIGMAS if s > 0 and Condition("", "", sweep_util[s]).mean >= base - 0.05
-                   and Condition("", "", sweep_margin[s]).ci95[1] < 3.0]
-    outcome4 = _outcome(bool(usable_leaky), bool(usable_safe) and not usable_leaky)
-    reading4 = (f"Rule: holds when some σ > 0 keeps the mean probe accuracy within 5 points of σ = 0 while its "
-                f"PSNR-margin interval stays above 3 dB. σ that do: {usable_leaky or 'none'}. Attackers are not "
-                f"retrained on noisy features (a lower bound on leakage); accuracy on 8 probes is coarse "
-                f"(steps of 0.125).")
+    usable = [s for s in SIGMAS if s > 0 and Condition("", "", sweep_util[s]).mean >= base - 0.05]
+    leaky = [s for s in SIGMAS if s > 0 and Condition("", "", sweep_margin[s]).ci95[0] >= 3.0]
+    stopped = [s for s in usable if Condition("", "", sweep_margin[s]).ci95[1] < 3.0]
+    outcome4 = _outcome(all(s in leaky or s not in usable for s in SIGMAS if s > 0), bool(stopped))
+    reading4 = (f"Rule: holds when every σ > 0 either lowers the mean probe accuracy by more than 5 points from "
+                f"σ = 0 or keeps its PSNR-margin interval above 3 dB (still leaking); does not hold when some σ "
+                f"keeps the accuracy and brings the interval below 3 dB. σ that keep the accuracy: {usable or 'none'}; "
+                f"σ still leaking: {leaky or 'none'}. Attackers are not retrained on noisy features (a lower bound "
+                f"on leakage); accuracy on 8 probes is coarse (steps of 0.125).")
     c4 = Claim(
         seed="002",
         direction=("Plain additive noise at the split either costs accuracy or leaves the input recoverable "

@@ -47,11 +47,10 @@ optimizer = "adamw"
 def layer_norm_copy(model: nn.Module) -> nn.Module:
     """The same model and weights with every BatchNorm2d replaced by GroupNorm(1, C) (LN over C×H×W, affine 1/0)."""
     out = copy.deepcopy(model)
-    for name, module in list(out.named_modules()):
+    for module in list(out.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, nn.BatchNorm2d):
                 setattr(module, child_name, nn.GroupNorm(1, child.num_features))
-        del name
     return out
 
 
@@ -71,7 +70,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     from auditor.data import load_data_dir
 
     images, iterations = (2, 60) if quick else (4, 300)
-    references, epochs = (2, 5) if quick else (4, 150)
+    references, epochs = (2, 5) if quick else (2, 100)
     work.mkdir(parents=True, exist_ok=True)
     gia_cfg, mia_cfg = work / "gradient-inversion.toml", work / "membership-inference.toml"
     gia_cfg.write_text(GIA_CONFIG.format(images=images, iterations=iterations))
