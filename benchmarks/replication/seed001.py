@@ -11,6 +11,7 @@ report. The helpers here (model, data, report reading) are reused by ``seed002``
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -84,12 +85,21 @@ def plugin(report: Path, name: str) -> dict:
     return entry
 
 
+def reused(report: Path) -> bool:
+    """True when ``REPLICATION_REUSE=1`` and ``report`` exists: re-read a finished report instead of rerunning it.
+
+    For resuming an interrupted run in the same ``--work`` directory; off by default.
+    """
+    return os.environ.get("REPLICATION_REUSE") == "1" and report.exists()
+
+
 def scan(model: Path, plugin_name: str, config: Path, seed: int, json_out: Path, *extra: str
          ) -> tuple[list[str], dict]:
     """Run ``auditor scan`` with one plugin; return the argument list (for the document) and the plugin entry."""
     args = ["scan", str(model), "--plugins", plugin_name, "--config", str(config), "--seed", str(seed),
             "--json", str(json_out), "-q", *extra]
-    auditor(*args, check=True)
+    if not reused(json_out):
+        auditor(*args, check=True)
     return args, plugin(json_out, plugin_name)
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from benchmarks.mia_cnn_vs_vit import SHAPE, SmallCNN, SmallViT, write_digits
 from benchmarks.replication.common import Claim, Condition, command_line, separated
-from benchmarks.replication.seed001 import scan
+from benchmarks.replication.seed001 import reused, scan
 
 IMPORT = ["--import", "benchmarks.mia_cnn_vs_vit", "--input-shape", ",".join(map(str, SHAPE))]
 GIA_CONFIG = """[plugins.gradient-inversion]
@@ -118,10 +118,10 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         bundle = load_data_dir(data)
         x, y = bundle.splits["train"].tensors(SHAPE)
         for arm, factory in (("CNN", SmallCNN), ("ViT", SmallViT)):
-            torch.manual_seed(seed)
-            model = train(factory(), x, y, recipe, seed=seed, tick=lambda: None).eval()
             path = d / f"{arm.lower()}_trained.pt"
-            torch.save(model, path)
+            if not reused(d / f"mia_{arm.lower()}.json"):
+                torch.manual_seed(seed)
+                torch.save(train(factory(), x, y, recipe, seed=seed, tick=lambda: None).eval(), path)
             args, entry = scan(path, "membership-inference", mia_cfg, seed, d / f"mia_{arm.lower()}.json",
                                "--data", str(data), *IMPORT)
             mia_cmds.append(command_line(*args))
