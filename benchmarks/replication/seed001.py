@@ -85,12 +85,28 @@ def plugin(report: Path, name: str) -> dict:
     return entry
 
 
+#: Reports re-read instead of rerun in this process (see :func:`reused`).
+REUSED: list[Path] = []
+
+
 def reused(report: Path) -> bool:
     """True when ``REPLICATION_REUSE=1`` and ``report`` exists: re-read a finished report instead of rerunning it.
 
     For resuming an interrupted run in the same ``--work`` directory; off by default.
     """
-    return os.environ.get("REPLICATION_REUSE") == "1" and report.exists()
+    hit = os.environ.get("REPLICATION_REUSE") == "1" and report.exists()
+    if hit:
+        REUSED.append(report)
+    return hit
+
+
+def reuse_note() -> str:
+    """A sentence for ``setting`` when reports were re-read, so the document's wall time is not misread."""
+    if not REUSED:
+        return ""
+    return (f" {len(REUSED)} report(s) were computed by earlier runs in the same --work directory (one process per "
+            f"seed, in parallel) and re-read here (REPLICATION_REUSE=1), so this paper's wall time in the table "
+            f"covers only the re-reading.")
 
 
 def scan(model: Path, plugin_name: str, config: Path, seed: int, json_out: Path, *extra: str
@@ -154,7 +170,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                f"splits {', '.join(SPLITS)}, `--data` = the digits as train/ + test/ PNGs (probes from test/, "
                f"auxiliary attacker data train/). Floor: best no-information guess per probe (mean images, "
                f"class-conditional mean of the predicted class). Seeds vary the data split, the model's "
-               f"initialisation and the scan's --seed.")
+               f"initialisation and the scan's --seed." + reuse_note())
 
     # Claim 1: leakage (max over attacks, margin over the floor) falls from the first split to the last layers.
     conds = [Condition(f"{NAMES[s]}: best attack − floor", f"{k.upper()} margin{' (dB)' if k == 'psnr' else ''}",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.replication.common import Claim, Condition, command_line, separated
-from benchmarks.replication.seed001 import EPOCHS, SHAPE, prepare, scan
+from benchmarks.replication.seed001 import EPOCHS, SHAPE, prepare, reuse_note, scan
 
 SPLIT = "_0_2"
 SIGMAS = (0.0, 0.1, 1.0)
@@ -94,7 +94,8 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                f"images; 8 held-out probes from test/. Attacks: rMLE and a decoder trained on the deployed "
                f"head's features (white-box), the paper's shadow head + decoder through a frozen body, "
                f"{attack_epochs} epochs (query-free; against Ensembler the best of the N bodies by ground truth). "
-               f"Floor: best no-information guess per probe. Seeds vary data split, initialisations and --seed.")
+               f"Floor: best no-information guess per probe. Seeds vary data split, initialisations and --seed."
+               + reuse_note())
     floor_p = Condition("floor (no feature)", "PSNR (dB)", floor["psnr"])
     floor_s = Condition("floor (no feature)", "SSIM", floor["ssim"])
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from benchmarks.mia_cnn_vs_vit import SHAPE, SmallCNN, SmallViT, write_digits
 from benchmarks.replication.common import Claim, Condition, command_line, separated
-from benchmarks.replication.seed001 import reused, scan
+from benchmarks.replication.seed001 import reuse_note, reused, scan
 
 IMPORT = ["--import", "benchmarks.mia_cnn_vs_vit", "--input-shape", ",".join(map(str, SHAPE))]
 GIA_CONFIG = """[plugins.gradient-inversion]
@@ -69,7 +69,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
 
     from auditor.data import load_data_dir
 
-    images, iterations = (2, 60) if quick else (4, 300)
+    images, iterations = (2, 60) if quick else (4, 150)
     references, epochs = (2, 5) if quick else (2, 100)
     work.mkdir(parents=True, exist_ok=True)
     gia_cfg, mia_cfg = work / "gradient-inversion.toml", work / "membership-inference.toml"
@@ -140,7 +140,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                    f"images (scikit-image's bundled photos, grey, 8×8; no --data, so the floor is the other "
                    f"probes' mean image), batch 1, known labels, BatchNorm in train mode (the plugin's default "
                    f"client), IG at most {iterations} iterations with the plugin's staged search of its settings, "
-                   f"group ranking off. Seeds vary the initial weights and the scan's --seed.")
+                   f"group ranking off. Seeds vary the initial weights and the scan's --seed." + reuse_note())
     cond = {(a, k): Condition(f"{a}: IG (best searched setting)", k.upper() + (" (dB)" if k == "psnr" else ""),
                               gia[(a, k)]) for a in arms for k in ("ssim", "psnr")}
     floor_s = Condition("floor (other probes' mean image)", "SSIM", gia[(arms[0], "ssim_floor")])
@@ -220,7 +220,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                  f"LiRA offline/online with {references} reference models of each target's own architecture "
                  f"trained with the same recipe on halves of the 898 targets, 200 bootstrap resamples; the "
                  f"headline AUC is held out (attack and threshold chosen on one half of the targets, scored on "
-                 f"the other)."),
+                 f"the other)." + reuse_note()),
         commands=mia_cmds,
         conditions=[c_auc, v_auc, mc[("CNN", "lira")], mc[("ViT", "lira")], mc[("CNN", "train")],
                     mc[("ViT", "train")], mc[("CNN", "gap")], mc[("ViT", "gap")]],
