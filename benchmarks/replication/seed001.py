@@ -126,6 +126,14 @@ noise_kinds = ["gaussian"]
 """
 
 
+def budget_notes(entries: list[dict]) -> str:
+    """What the plugin's time budget did to DCI's steps in each seed's run (it cuts them uniformly when short)."""
+    notes = [e["provenance"].get("training", {}).get("dci", {}).get("budget_note") for e in entries]
+    if not any(notes):
+        return " DCI ran its full preset steps in every seed."
+    return " DCI steps per seed: " + "; ".join(n or "full preset" for n in notes) + "."
+
+
 def _ci_hi(c: Condition) -> float:
     return c.ci95[1]
 
@@ -140,17 +148,19 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     config = work / "split-inversion.toml"
     work.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG.format(splits=", ".join(f'"{s}"' for s in SPLITS)))
-    extra = ["--data", "{data}", "--input-shape", SHAPE] + (["--budget", "240"] if quick else [])
+    extra = ["--data", "{data}", "--input-shape", SHAPE] + ["--budget", "240" if quick else "1800"]
     commands, accs, floors = [], [], {"psnr": [], "ssim": []}
     margin = {(s, m): [] for s in SPLITS for m in ("psnr", "ssim")}
     dci = {(s, m): [] for s in SPLITS for m in ("psnr", "ssim")}
     best_attack = {s: [] for s in SPLITS}
+    entries = []
     for seed in seeds:
         model, data, acc = prepare(seed, work / f"seed{seed}", epochs)
         accs.append(acc)
         args, entry = scan(model, "split-inversion", config, seed, work / f"seed{seed}" / "split.json",
                            *[a.format(data=data) for a in extra])
         commands.append(command_line(*args))
+        entries.append(entry)
         m = entry["metrics"]
         floors["psnr"].append(m["floor"]["psnr_mean"])
         floors["ssim"].append(m["floor"]["ssim_mean"])
@@ -170,7 +180,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                f"splits {', '.join(SPLITS)}, `--data` = the digits as train/ + test/ PNGs (probes from test/, "
                f"auxiliary attacker data train/). Floor: best no-information guess per probe (mean images, "
                f"class-conditional mean of the predicted class). Seeds vary the data split, the model's "
-               f"initialisation and the scan's --seed." + reuse_note())
+               f"initialisation and the scan's --seed." + budget_notes(entries) + reuse_note())
 
     # Claim 1: leakage (max over attacks, margin over the floor) falls from the first split to the last layers.
     conds = [Condition(f"{NAMES[s]}: best attack − floor", f"{k.upper()} margin{' (dB)' if k == 'psnr' else ''}",

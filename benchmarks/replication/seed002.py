@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.replication.common import Claim, Condition, command_line, separated
-from benchmarks.replication.seed001 import EPOCHS, SHAPE, prepare, reuse_note, scan
+from benchmarks.replication.seed001 import EPOCHS, SHAPE, budget_notes, prepare, reuse_note, scan
 
 SPLIT = "_0_2"
 SIGMAS = (0.0, 0.1, 1.0)
@@ -58,12 +58,14 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     sweep_margin = {s: [] for s in SIGMAS}
     sweep_util = {s: [] for s in SIGMAS}
     data_sizes = None
+    entries = []
     for seed in seeds:
         model, data, test_acc = prepare(seed, work / f"seed{seed}", epochs)
         target_acc.append(test_acc)
         args, entry = scan(model, "split-inversion", config, seed, work / f"seed{seed}" / "ensembler.json",
-                           "--data", str(data), "--input-shape", SHAPE)
+                           "--data", str(data), "--input-shape", SHAPE, "--budget", "1800")
         commands.append(command_line(*args))
+        entries.append(entry)
         m = entry["metrics"]
         if "ensembler" not in m or "rows" not in m["ensembler"]:
             raise RuntimeError(f"seed {seed}: no Ensembler table: {m.get('ensembler')}")
@@ -95,7 +97,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                f"head's features (white-box), the paper's shadow head + decoder through a frozen body, "
                f"{attack_epochs} epochs (query-free; against Ensembler the best of the N bodies by ground truth). "
                f"Floor: best no-information guess per probe. Seeds vary data split, initialisations and --seed."
-               + reuse_note())
+               + budget_notes(entries) + reuse_note())
     floor_p = Condition("floor (no feature)", "PSNR (dB)", floor["psnr"])
     floor_s = Condition("floor (no feature)", "SSIM", floor["ssim"])
 
