@@ -63,7 +63,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         model, data, test_acc = prepare(seed, work / f"seed{seed}", epochs)
         target_acc.append(test_acc)
         args, entry = scan(model, "split-inversion", config, seed, work / f"seed{seed}" / "ensembler.json",
-                           "--data", str(data), "--input-shape", SHAPE, "--budget", "1800")
+                           "--data", str(data), "--input-shape", SHAPE, "--budget", "3600")
         commands.append(command_line(*args))
         entries.append(entry)
         m = entry["metrics"]
