@@ -120,8 +120,9 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                                                                                  sh["ssim"]["noise"].mean)
                    else "not the lowest of the three")
                 + (", and the attack beats a no-information guess undefended, so the comparison stands."
-                   if gate_ok else ", but the paper's attack does not beat a no-information guess even without a "
-                   "defence in every seed, so a lower score under Ensembler cannot be credited to the defence."))
+                   if gate_ok else ", but the gate failed: without any defence the paper's attack did not meet the "
+                   "leak rule over a no-information guess in every seed, so a lower score under Ensembler cannot be "
+                   "credited to the defence."))
     c1 = Claim(
         seed="002",
         direction=("Against the paper's query-free server (shadow head + decoder), Ensembler reconstructs worse "
