@@ -1,6 +1,7 @@
 """Benchmark the split-inversion plugin: one DCI pass for all splits against K rMLE runs.
 
-Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [ensembler] [plugin] [--probes N] [--budget S]``
+Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [ensembler] [plugin]
+[--probes N] [--budget S]``
 (default: digits, ensembler and resnet18, 16 digits probes; CPU, one thread; the ResNet-18 part
 takes the longest). ``plugin`` runs the whole plugin through the runner on the digits TinyCNN of
 ``tests/plugins/output_attacks/_digits.py`` with ``--data`` and prints its wall and CPU time,
@@ -190,7 +191,8 @@ def table(name: str, res: dict, curves: list[list[tuple[int, float, float]]], ex
           f"{unmatched or 'none'}): rMLE {matched:.2f} s for {n} probes; ratio DCI / rMLE = "
           f"{(dci_fixed + n * dci_per_probe) / matched:.2f}. At the full rMLE budget: ratio "
           f"{(dci_fixed + n * dci_per_probe) / rmle_full:.2f}.")
-    for label, per_probe in (("matched PSNR", matched / n), (f"{rec['rmle']['steps_planned']} rMLE steps", rmle_full / n)):
+    planned = f"{rec['rmle']['steps_planned']} rMLE steps"
+    for label, per_probe in (("matched PSNR", matched / n), (planned, rmle_full / n)):
         gain = per_probe - dci_per_probe
         print(f"- Break-even ({label}): rMLE costs {per_probe:.3f} s per probe image for all {k} splits, DCI "
               f"{dci_per_probe:.4f} s after its fixed {dci_fixed:.1f} s, so DCI is cheaper from "

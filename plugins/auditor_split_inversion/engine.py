@@ -175,7 +175,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                                            "cpu_seconds": round(time.process_time() - c0, 2)}
             if not has_bn:
                 out["notes"].append("the model has no BatchNorm statistics and no --data was given: the inverters "
-                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
+                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower "
+                                    "bound)")
             if len(syn):
                 train_sets["dci" if has_bn else "dci-prior-only"] = syn
         if inputs.aux is not None:
@@ -293,7 +294,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
 
 def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, tvs: list[float],
                seconds: float | None, tick: Callable[[], bool]) -> int:
-    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` cannot hold them."""
+    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` is short."""
     if seconds is None:
         return steps
     per = []
