@@ -4,6 +4,8 @@ Both attack torchvision's ``resnet18(num_classes=10)`` (seeded init, eval-mode B
 server's buffers) on scikit-image's bundled images at 32×32, batch 1, label known: cosine
 objective over all parameter gradients, TV ``--tv``, signed Adam lr 0.1, step decay at 3/8, 5/8,
 7/8, box constraint, one restart, ``--iters`` iterations. Both are scored by auditor's metrics.
+On CUDA (``--device``, default cuda when present) read the wall-clock rate; on the CPU, the
+process CPU rate.
 
 breaching (Geiping et al.) needs hydra-core and lpips; install it into a scratch target, not the
 project venv, e.g.::
@@ -30,14 +32,16 @@ from auditor_gradient_inversion.oracle import GradientOracle
 from auditor.plugin import default_probe_images, image_scores
 
 
-def _model() -> torch.nn.Module:
+def _model(device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torchvision.models.resnet18(num_classes=10).eval()
+    return torchvision.models.resnet18(num_classes=10).eval().to(device)
 
 
-def run_auditor(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: float) -> torch.Tensor:
+def run_auditor(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: float, device: torch.device
+                ) -> torch.Tensor:
     """Return auditor's reconstructions (N, C, H, W)."""
-    model = _model()
+    model = _model(device)
+    images, labels = images.to(device), labels.to(device)
     oracle = GradientOracle(model, [n for n, _ in model.named_parameters()])
     x, y = images.unsqueeze(1), labels.view(-1, 1)
     targets = torch.stack([oracle.flat_grad(x[i], y[i]).detach() for i in range(x.shape[0])])
@@ -46,14 +50,15 @@ def run_auditor(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: floa
         targets,
         y,
         (1, 3, 32, 32),
-        (torch.tensor(0.0), torch.tensor(1.0)),
+        (torch.tensor(0.0, device=device), torch.tensor(1.0, device=device)),
         IGSettings(iterations=iters, lr=0.1, tv_weight=tv),
         seed=0,
     )
     return res.x[:, 0, 0]
 
 
-def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: float) -> torch.Tensor:
+def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: float, device: torch.device
+                  ) -> torch.Tensor:
     """Return breaching's reconstructions (N, C, H, W), one ``reconstruct`` call per image."""
     import breaching
     from omegaconf import OmegaConf
@@ -66,11 +71,10 @@ def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: fl
             "optim.callback=100000",
         ],
     )
-    model = _model()
+    model = _model(device)
+    images, labels = images.to(device), labels.to(device)
     loss = torch.nn.CrossEntropyLoss()
-    attacker = breaching.attacks.prepare_attack(
-        model, loss, cfg, {"dtype": torch.float, "device": torch.device("cpu")}
-    )
+    attacker = breaching.attacks.prepare_attack(model, loss, cfg, {"dtype": torch.float, "device": device})
     meta = OmegaConf.create(
         {
             "shape": [3, 32, 32],
@@ -113,7 +117,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2)
     parser.add_argument("--tv", type=float, default=1e-4)
     parser.add_argument("--breaching-path", default=None, help="sys.path entry holding breaching")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
     args = parser.parse_args()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.set_num_threads(1)
     if args.breaching_path:
         sys.path.insert(0, args.breaching_path)
@@ -121,7 +127,9 @@ def main() -> None:
     labels = torch.zeros(args.images, dtype=torch.long)
     for tool, fn in (("auditor", run_auditor), ("breaching", run_breaching)):
         wall, cpu = time.monotonic(), time.process_time()
-        rec = fn(images, labels, args.iters, args.tv)
+        rec = fn(images, labels, args.iters, args.tv, device).cpu()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         wall, cpu = time.monotonic() - wall, time.process_time() - cpu
         rows = [image_scores(images[i], rec[i].clamp(0, 1), "minmax") for i in range(args.images)]
         stats = summarise(rows)
@@ -133,7 +141,9 @@ def main() -> None:
                     "iterations": args.iters,
                     "wall_s": round(wall, 2),
                     "cpu_s": round(cpu, 2),
+                    "device": str(device),
                     "it_per_cpu_s_per_image": round(args.iters * args.images / cpu, 3),
+                    "it_per_wall_s_per_image": round(args.iters * args.images / wall, 3),
                     "ssim_mean": round(stats["ssim_mean"], 4),
                     "psnr_mean": round(stats["psnr_mean"], 2),
                     "torch": torch.__version__,

@@ -1,6 +1,7 @@
 """Benchmark the split-inversion plugin: one DCI pass for all splits against K rMLE runs.
 
-Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [ensembler] [plugin] [--probes N] [--budget S]``
+Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [ensembler] [plugin]
+[--probes N] [--budget S]``
 (default: digits, ensembler and resnet18, 16 digits probes; CPU, one thread; the ResNet-18 part
 takes the longest). ``plugin`` runs the whole plugin through the runner on the digits TinyCNN of
 ``tests/plugins/output_attacks/_digits.py`` with ``--data`` and prints its wall and CPU time,
@@ -35,7 +36,7 @@ import torch
 import torchvision
 from auditor_split_inversion.config import BUDGETS, Budget, EnsemblerConfig, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
-from auditor_split_inversion.engine import Clock, Inputs, audit
+from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit
 from auditor_split_inversion.ensembler import cut, evaluate
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
@@ -126,58 +127,59 @@ def resnet_target(steps: int = 150) -> tuple[nn.Module, float]:
     return net, acc
 
 
-def bench(name: str, net: nn.Module, shape: tuple[int, int, int], probes: torch.Tensor, budget: Budget) -> dict:
+def bench(name: str, net: nn.Module, shape: tuple[int, int, int], probes: torch.Tensor, budget: Budget
+          ) -> SplitAuditResult:
     """Run DCI and rMLE at the default splits through the plugin's engine and return the audit result."""
     profile = profile_model(net, shape)
     return audit(net, profile, Inputs(probes, None, name), SplitInversionConfig(), budget, seed=0,
                  device=torch.device("cpu"), clock=Clock(None, lambda: None, lambda: None))
 
 
-def rmle_curve(res: dict, grid: tuple[int, ...]) -> list[list[tuple[int, float, float]]]:
+def rmle_curve(res: SplitAuditResult, grid: tuple[int, ...]) -> list[list[tuple[int, float, float]]]:
     """Return, per split, ``(steps, PSNR, CPU seconds)`` of rMLE runs with every step count in ``grid``."""
-    probes, shape = res["probes"], tuple(res["probes"].shape[1:])
+    probes, shape = res.probes, tuple(res.probes.shape[1:])
     curves = []
-    for k in range(len(res["blocks"])):
-        head = nn.Sequential(*res["blocks"][:k + 1])
+    for k in range(len(res.blocks)):
+        head = nn.Sequential(*res.blocks[:k + 1])
         points = []
         for steps in grid:
             c0 = time.process_time()
-            recon, _ = rmle(head, res["feats"][k], shape, steps=steps, tv=0.05, tick=lambda: True)
+            recon, _ = rmle(head, res.feats[k], shape, steps=steps, tv=0.05, tick=lambda: True)
             cpu = time.process_time() - c0
             points.append((steps, summarise(per_image(probes, recon))["psnr_mean"], cpu))
         curves.append(points)
     return curves
 
 
-def table(name: str, res: dict, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
+def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
     """Print the per-split table, the cost at matched PSNR and the amortisation of one target."""
-    fl, rec = res["floor"], res["records"]
+    fl, rec = res.floor, res.records
     syn, dci = rec["synthesis"], rec["dci"]
     dci_fixed = syn["cpu_seconds"] + dci["cpu_seconds"]
-    dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res["probes"])
+    dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res.probes)
     rmle_full = rec["rmle"]["cpu_seconds_all_splits"]
     print(f"\n### {name}\n\n{extra}\n")
     print(f"Floor ({fl['kind']}): PSNR {fl['psnr_mean']:.2f} dB, SSIM {fl['ssim_mean']:.3f} (mean image alone: "
           f"{fl['mean_image_only']['psnr_mean']:.2f} dB, {fl['mean_image_only']['ssim_mean']:.3f}); rMLE settings per "
-          f"split: {[r['attacks']['rmle'].get('settings') for r in res['rows']]}\n")
+          f"split: {[r.attacks['rmle'].get('settings') for r in res.rows]}\n")
     print("| split | shape | numel ratio | DCI PSNR | DCI SSIM | rMLE PSNR | rMLE SSIM | max PSNR − floor "
           "| rMLE steps to reach DCI's PSNR (CPU s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     matched, unmatched = 0.0, []
-    for r, points in zip(res["rows"], curves):
-        d, m = r["attacks"]["dci"], r["attacks"]["rmle"]
+    for r, points in zip(res.rows, curves):
+        d, m = r.attacks["dci"], r.attacks["rmle"]
         hit = next((p for p in points if p[1] >= d["psnr_mean"]), None)
         if hit is None:
-            unmatched.append(r["split"])
+            unmatched.append(r.split)
             matched += points[-1][2]
             reach = f"not within {points[-1][0]} ({points[-1][1]:.2f} dB)"
         else:
             matched += hit[2]
             reach = f"{hit[0]} ({hit[2]:.2f} s)"
-        print(f"| {r['split']} | {'×'.join(map(str, r['shape']))} | {r['numel_ratio']:g} | "
+        print(f"| {r.split} | {'×'.join(map(str, r.shape))} | {r.numel_ratio:g} | "
               f"{d['psnr_mean']:.2f} ± {d['psnr_sd']:.2f} | {d['ssim_mean']:.3f} | "
-              f"{m['psnr_mean']:.2f} ± {m['psnr_sd']:.2f} | {m['ssim_mean']:.3f} | {r['psnr_margin']:+.2f} | {reach} |")
-    k, n = len(res["rows"]), len(res["probes"])
+              f"{m['psnr_mean']:.2f} ± {m['psnr_sd']:.2f} | {m['ssim_mean']:.3f} | {r.psnr_margin:+.2f} | {reach} |")
+    k, n = len(res.rows), len(res.probes)
     print(f"\nCPU seconds (one thread). DCI, all {k} splits: {dci_fixed + n * dci_per_probe:.1f} s = synthesis "
           f"{syn['cpu_seconds']:.1f} s ({syn['images']} images × {syn['steps_planned']} steps, "
           f"{syn['half_resolution_steps']} of them at half resolution) + training {dci['cpu_seconds']:.1f} s "
@@ -190,20 +192,21 @@ def table(name: str, res: dict, curves: list[list[tuple[int, float, float]]], ex
           f"{unmatched or 'none'}): rMLE {matched:.2f} s for {n} probes; ratio DCI / rMLE = "
           f"{(dci_fixed + n * dci_per_probe) / matched:.2f}. At the full rMLE budget: ratio "
           f"{(dci_fixed + n * dci_per_probe) / rmle_full:.2f}.")
-    for label, per_probe in (("matched PSNR", matched / n), (f"{rec['rmle']['steps_planned']} rMLE steps", rmle_full / n)):
+    planned = f"{rec['rmle']['steps_planned']} rMLE steps"
+    for label, per_probe in (("matched PSNR", matched / n), (planned, rmle_full / n)):
         gain = per_probe - dci_per_probe
         print(f"- Break-even ({label}): rMLE costs {per_probe:.3f} s per probe image for all {k} splits, DCI "
               f"{dci_per_probe:.4f} s after its fixed {dci_fixed:.1f} s, so DCI is cheaper from "
               f"{math.ceil(dci_fixed / gain) if gain > 0 else 'never'} probe images on.")
 
 
-def noise_table(res: dict, labels: torch.Tensor) -> None:
+def noise_table(res: SplitAuditResult, labels: torch.Tensor) -> None:
     """Print the noise-at-the-first-split curve of the digits CNN."""
-    blocks, server = res["blocks"], res["server"]
-    rows = noise_sweep(blocks[0], nn.Sequential(*blocks[1:], server), res["probes"], labels,
-                       snapshot=res["snapshots"]["dci"][0], sigmas=[0.0, 0.1, 0.3, 1.0, 3.0],
+    blocks, server = res.blocks, res.server
+    rows = noise_sweep(blocks[0], nn.Sequential(*blocks[1:], server), res.probes, labels,
+                       snapshot=res.snapshots["dci"][0], sigmas=[0.0, 0.1, 0.3, 1.0, 3.0],
                        kinds=["gaussian", "laplacian"], rmle_steps=150, tv=0.05, seed=0, tick=lambda: True)
-    print(f"\nNoise at {res['rows'][0]['split']} (σ × feature std; attackers not retrained):\n")
+    print(f"\nNoise at {res.rows[0].split} (σ × feature std; attackers not retrained):\n")
     print("| noise | σ | accuracy on probe labels | best PSNR | best SSIM | best attack |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['kind']} | {r['sigma']:g} | {r['utility']:.3f} | {r['psnr']:.2f} | {r['ssim']:.3f} | "

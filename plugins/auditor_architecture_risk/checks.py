@@ -145,7 +145,8 @@ def check_linear_stem_learnable_posemb(
         "embed_dim": dim,
         "closed_form_rank_condition": rank_ok,
     }
-    return [LINEAR_STEM_LEARNABLE_POSEMB.finding(message=message, location=f"{pos.param} ({pos.node})", evidence=evidence)]
+    return [LINEAR_STEM_LEARNABLE_POSEMB.finding(message=message, location=f"{pos.param} ({pos.node})",
+                                                 evidence=evidence)]
 
 
 def check_residual_add_without_post_activation(
@@ -228,7 +229,8 @@ def check_per_sample_norm(profile: ArchitectureProfile, config: ArchitectureRisk
     }
     bn_note = (
         "BatchNorm is recorded in eval mode, where it is a per-sample affine map; in this project's "
-        "own pilot run (not in the paper) the same network leaked 19.2 dB with BatchNorm in eval mode and 6.3 dB in train mode."
+        "own pilot run (not in the paper) the same network leaked 19.2 dB with BatchNorm in eval mode and 6.3 dB in "
+        "train mode."
     )
     if kinds:
         message = (

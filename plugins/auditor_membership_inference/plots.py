@@ -11,8 +11,9 @@ from auditor.plugin import CHART_COLOURS, chart, figure_svg
 def roc_chart(results: Mapping[str, Mapping[str, Any]], n_nonmembers: int, fprs: Sequence[float]) -> str:
     """Return an SVG of each attack's ROC on log axes (from ``results[name]["roc"]``).
 
-    The legend (outside the axes, best attack first) gives each attack's AUC; dotted verticals mark each FPR in ``fprs`` and the best
-    attack's TPR there (the exact ``tpr_at_*`` metric when present) is marked and written. The x axis starts at 1/``n_nonmembers``, the
+    The legend (outside the axes, best attack first) gives each attack's AUC; dotted verticals mark each FPR
+    in ``fprs`` and the best attack's TPR there (the exact ``tpr_at_*`` metric when present) is marked and
+    written. The x axis starts at 1/``n_nonmembers``, the
     smallest FPR the targets can resolve.
     """
     lo = max(1.0 / max(n_nonmembers, 1), 1e-4)

@@ -198,7 +198,7 @@ _VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def view_logits(model: nn.Module, x: torch.Tensor, names: Sequence[str], device: torch.device,
                 identity: torch.Tensor) -> list[torch.Tensor]:
-    """Return the model's logits on each query view of ``x``, reusing ``identity`` (its logits on ``x``) for the identity."""
+    """Return the model's logits on each query view of ``x``, reusing ``identity`` (its logits on ``x``) there."""
     return [logits(model, _VIEWS[name](x), device) if name in _VIEWS else identity for name in names]
 
 

@@ -91,7 +91,7 @@ def fit_eval(
     device: torch.device,
     tick: Callable[[], None],
 ) -> M:
-    """Train a classifier (the evaluation model, the control) with Adam and one-pixel random shifts; return it in eval mode."""
+    """Train a classifier (the evaluation model, the control) with Adam and one-pixel random shifts; eval mode."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-4)
     net.train()

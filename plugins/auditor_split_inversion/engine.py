@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from auditor.plugin import (
     ArchitectureProfile,
+    Measurement,
     PluginSkipped,
     UnsplittableModel,
     find_split,
@@ -139,8 +141,63 @@ class Inputs:
     aux_source: str = ""
 
 
+@dataclass
+class SplitRow:
+    """One split's scores: every attack's summary and, when any ran, the best attack against the floor."""
+
+    split: str
+    module: str
+    shape: list[int]
+    numel_ratio: float
+    depth: int
+    attacks: dict[str, dict[str, Any]]
+    best_attack: str | None = None
+    leaky: bool = False
+    best_attack_ssim: str | None = None
+    per_probe: dict[str, list[float]] | None = None
+    psnr: float | None = None
+    ssim: float | None = None
+    psnr_margin: float | None = None
+    ssim_margin: float | None = None
+    psnr_margin_ci: list[float] | None = None
+    ssim_margin_ci: list[float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the row as reported in ``metrics.per_split`` (the scores after ``leaky`` only when an attack ran)."""
+        base = {"split": self.split, "module": self.module, "shape": self.shape, "numel_ratio": self.numel_ratio,
+                "depth": self.depth, "attacks": self.attacks, "best_attack": self.best_attack, "leaky": self.leaky}
+        if not self.attacks:
+            return base
+        return {**base, "best_attack_ssim": self.best_attack_ssim, "per_probe": self.per_probe,
+                **{k: getattr(self, k) for m in METRICS for k in (m, f"{m}_margin", f"{m}_margin_ci")}}
+
+
+@dataclass
+class SplitAuditResult:
+    """What :func:`audit` found: per-split rows and margins, the floor, and the pieces later stages reuse."""
+
+    splits: list
+    split_note: str
+    notes: list[str]
+    records: dict[str, dict[str, Any]]
+    probes: torch.Tensor
+    blocks: list[nn.Module]
+    server: nn.Module
+    feats: list[torch.Tensor]
+    snapshots: dict[str, list]
+    recons: dict[str, list[torch.Tensor | None]]
+    predicted: torch.Tensor | None
+    classes: int
+    floor: dict[str, Any]
+    lpips: str
+    rows: list[SplitRow] = field(default_factory=list)
+    measures: list[dict[str, Measurement]] = field(default_factory=list)
+    settings: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
+    evaluator_clean_acc: float | None = None
+
+
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-          budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> dict:
+          budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> SplitAuditResult:
     """Run every attack at every chosen split and return per-split scores, reconstructions and records."""
     torch.manual_seed(seed)
     model = model.to(device).eval().requires_grad_(False)
@@ -157,12 +214,12 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     blocks, server = pieces[:-1], pieces[-1]
     shape = tuple(profile.input_shape)
     probes = inputs.probes.to(device)
-    out: dict = {"splits": splits, "split_note": split_note, "notes": dropped, "records": {}}
+    notes, records = dropped, {}
 
     train_sets: dict[str, torch.Tensor] = {}
     tokens = [p.id for p in splits[:-1] if len(p.shape) != 4] if len(splits) > 1 else []
     if "dci" in cfg.attacks and tokens:
-        out["notes"].append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
+        notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
                             f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
     elif "dci" in cfg.attacks:
         has_bn = bool(bn_layers(model))
@@ -171,11 +228,12 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             t0, c0 = time.monotonic(), time.process_time()
             syn, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps, batch=budget.batch,
                                   use_ce=cfg.synth_ce, seed=seed, device=device, tick=clock.tick)
-            out["records"]["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+            records["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
                                            "cpu_seconds": round(time.process_time() - c0, 2)}
             if not has_bn:
-                out["notes"].append("the model has no BatchNorm statistics and no --data was given: the inverters "
-                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
+                notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
+                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower "
+                                    "bound)")
             if len(syn):
                 train_sets["dci" if has_bn else "dci-prior-only"] = syn
         if inputs.aux is not None:
@@ -196,7 +254,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                                batch=budget.batch, seed=seed, time_s=None if seconds is None else 0.9 * seconds,
                                tick=clock.tick)
         snapshots[name] = snaps
-        out["records"][name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+        records[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
                                 "cpu_seconds": round(time.process_time() - c0, 2)}
 
     with torch.no_grad():
@@ -209,28 +267,29 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         t0, c0 = time.monotonic(), time.process_time()
         for k, snap in enumerate(snaps):
             recons[name][k] = invert(snap, feats[k])
-        out["records"][name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
-        out["records"][name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
+        records[name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
+        records[name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
 
     labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
-    out["predicted"], out["classes"] = predictions(model, probes)
-    fl = floor_scores(probes, out["predicted"], labels, *_pool(model, inputs, device))
+    predicted, classes = predictions(model, probes)
+    fl = floor_scores(probes, predicted, labels, *_pool(model, inputs, device))
     fl["mean_image_only"] = floor(probes)
     thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+    settings_of: dict[str, list[dict[str, float] | None]] = {}
     if "rmle" in cfg.attacks:
         seconds = clock.stage(SHARES["rmle"])
         steps = rmle_steps(blocks, feats, shape, budget.rmle_steps, list(cfg.rmle_tvs), seconds, clock.tick)
         recons["rmle"] = [None] * len(blocks)
-        out["settings"] = {"rmle": [None] * len(blocks)}
+        settings_of["rmle"] = [None] * len(blocks)
         tried, t0, c0 = [], time.monotonic(), time.process_time()
         for k in range(len(blocks)):
             runs = search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
                           tick=clock.tick)
             scored = [(settings, recon, summarise(per_image(probes, recon))) for settings, recon in runs]
             settings, recons["rmle"][k], _ = max(scored, key=lambda r: closeness(r[2], fl, thresholds))
-            out["settings"]["rmle"][k] = settings
+            settings_of["rmle"][k] = settings
             tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
-        out["records"]["rmle"] = {"steps_per_run": steps, "steps_planned": budget.rmle_steps,
+        records["rmle"] = {"steps_per_run": steps, "steps_planned": budget.rmle_steps,
                                   "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
                                   "search": "one run per TV weight, scored at half and at all of the steps; "
                                             "per split the setting closest to the leak rule counts",
@@ -243,14 +302,16 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         clock.stage(SHARES["evaluator"])
         evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
                                        steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
-        out["records"]["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
+        records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
                                        "trained_on": "auxiliary data (never the probes)"}
-    lp_ok, out["lpips"] = lpips_status()
+    lp_ok, lpips_note = lpips_status()
+    out = SplitAuditResult(splits=splits, split_note=split_note, notes=notes, records=records, probes=probes,
+                           blocks=blocks, server=server, feats=feats, snapshots=snapshots, recons=recons,
+                           predicted=predicted, classes=classes, floor=fl, lpips=lpips_note,
+                           settings=settings_of)
     if evaluator is not None and labels is not None:
         fl["evaluator_acc"] = accuracy(evaluator, probes.mean(0, keepdim=True).expand_as(probes), labels)
-        out["evaluator_clean_acc"] = accuracy(evaluator, probes, labels)
-    out["floor"] = fl
-    rows, out["measures"] = [], []
+        out.evaluator_clean_acc = accuracy(evaluator, probes, labels)
     for k, sp in enumerate(splits):
         attacks, per_probe = {}, {}
         for name, rs in recons.items():
@@ -258,15 +319,15 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                 continue
             per_probe[name] = per_image(probes, rs[k])
             scores = summarise(per_probe[name])
-            if name in out.get("settings", {}):
-                scores["settings"] = out["settings"][name][k]
+            if name in out.settings:
+                scores["settings"] = out.settings[name][k]
             if evaluator is not None and labels is not None:
                 scores["evaluator_acc"] = accuracy(evaluator, rs[k], labels)
             if lp_ok:
                 scores["lpips_mean"] = round(sum(v := lpips_distances(probes, rs[k])) / len(v), 4)
             attacks[name] = scores
-        row = {"split": sp.id, "module": sp.module, "shape": list(sp.shape[1:]), "numel_ratio": sp.numel_ratio,
-               "depth": sp.depth, "attacks": attacks, "best_attack": None, "leaky": False}
+        row = SplitRow(split=sp.id, module=sp.module, shape=list(sp.shape[1:]), numel_ratio=sp.numel_ratio,
+                       depth=sp.depth, attacks=attacks)
         measures = {}
         if attacks:
             best = {m: max(attacks, key=lambda a, m=m: attacks[a][f"{m}_mean"]) for m in METRICS}
@@ -276,24 +337,20 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                    f"{cfg.budget}"
             measures = margins(best_pp, fl, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
                                seed=seed)
-            row.update({"best_attack": best["psnr"], "best_attack_ssim": best["ssim"], "leaky": leaks(measures),
-                        "per_probe": best_pp})
+            row.best_attack, row.best_attack_ssim, row.leaky = best["psnr"], best["ssim"], leaks(measures)
+            row.per_probe = best_pp
             for m in METRICS:
-                row[m] = attacks[best[m]][f"{m}_mean"]
-                row[f"{m}_margin"] = round(measures[m].margin or 0.0, 4)
-                row[f"{m}_margin_ci"] = [round(v, 4) for v in measures[m].ci or []]
-        rows.append(row)
-        out["measures"].append(measures)
-    out["rows"] = rows
-    out["recons"] = recons
-    out["probes"] = probes
-    out["blocks"], out["server"], out["snapshots"], out["feats"] = blocks, server, snapshots, feats
+                setattr(row, m, attacks[best[m]][f"{m}_mean"])
+                setattr(row, f"{m}_margin", round(measures[m].margin or 0.0, 4))
+                setattr(row, f"{m}_margin_ci", [round(v, 4) for v in measures[m].ci or []])
+        out.rows.append(row)
+        out.measures.append(measures)
     return out
 
 
 def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, tvs: list[float],
                seconds: float | None, tick: Callable[[], bool]) -> int:
-    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` cannot hold them."""
+    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` is short."""
     if seconds is None:
         return steps
     per = []

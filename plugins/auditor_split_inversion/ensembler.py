@@ -293,7 +293,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
 
 
 def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
-    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe data.
+    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe.
 
     Each defended row gets the verdict of its best attack against the ``none`` row's best attack
     (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop

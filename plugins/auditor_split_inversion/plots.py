@@ -12,7 +12,7 @@ from auditor.plugin import CHART_COLOURS, chart, figure_svg
 
 def leakage_chart(metric: str, unit: str, splits: list[str], series: dict[str, tuple[list[float], list[float]]],
                   floor: float, floor_sd: float | None = None) -> str:
-    """Return an SVG of mean ± SD per split for each attack, with the floor (strongest no-information guess) as a dashed line.
+    """Return an SVG of mean ± SD per split for each attack, the floor (strongest no-information guess) dashed.
 
     ``series`` maps an attack to its per-split means and SDs; NaN means the attack did not run there.
     """

@@ -27,7 +27,7 @@ from auditor.plugin import (
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
 from auditor_split_inversion.control import power_check
 from auditor_split_inversion.defences import noise_sweep
-from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, audit
+from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, SplitAuditResult, SplitRow, audit
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
 from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
@@ -96,12 +96,12 @@ class SplitInversionPlugin:
             raise PluginSkipped("fewer than two probe images: the floor and the margins' intervals are undefined")
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
         res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
-        rows, fl = res["rows"], res["floor"]
+        rows, fl = res.rows, res.floor
         thresholds = thresholds_of(cfg)
         power, control = [], None
-        if "rmle" in res["records"]:
+        if "rmle" in res.records:
             clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
-            check, control = power_check(res["probes"], fl, thresholds, steps=res["records"]["rmle"]["steps_per_run"],
+            check, control = power_check(res.probes, fl, thresholds, steps=res.records["rmle"]["steps_per_run"],
                                          tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
             power.append(check)
         findings = _findings(rows, res)
@@ -121,11 +121,11 @@ class SplitInversionPlugin:
                         + f"; query-free gate: {ensembler['query_free_gate']}",
                 location=ensembler["split"], evidence=ensembler))
         metrics = {
-            "floor": fl, "per_split": rows, "lpips": res["lpips"],
-            "leaky_splits": [r["split"] for r in rows if r["leaky"]], "positive_control": control,
+            "floor": fl, "per_split": [r.as_dict() for r in rows], "lpips": res.lpips,
+            "leaky_splits": [r.split for r in rows if r.leaky], "positive_control": control,
         }
-        if "evaluator_clean_acc" in res:
-            metrics["evaluator_clean_acc"] = res["evaluator_clean_acc"]
+        if res.evaluator_clean_acc is not None:
+            metrics["evaluator_clean_acc"] = res.evaluator_clean_acc
         if defence is not None:
             metrics["noise_defence"] = defence
         if ensembler is not None:
@@ -133,16 +133,16 @@ class SplitInversionPlugin:
         provenance = {
             "threat_model": THREAT_MODEL, "budget_preset": cfg.budget, "budget": budget.__dict__,
             "time_budget_s": ctx.budget_s, "seed": ctx.seed, "device": str(ctx.device),
-            "splits": res["split_note"], "probes": inputs.probe_source,
+            "splits": res.split_note, "probes": inputs.probe_source,
             "auxiliary_data": None if inputs.aux is None else f"{len(inputs.aux)} images from {inputs.aux_source}",
-            "attacks": sorted({a for r in rows for a in r["attacks"]}),
+            "attacks": sorted({a for r in rows for a in r.attacks}),
             "leakage": "maximum over the attacks run and, for rMLE, over its searched settings (TV weight, steps)",
             "metrics": "PSNR=10log10(1/MSE) per image on [0,1]; SSIM skimage 7x7 uniform window, data_range=1; "
                        f"floor per probe = {fl['kind']}; margins = best attack - floor, 95% bootstrap interval "
                        "over probes",
             "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin,
                            "rule": "a margin reaches its threshold and its interval lies above zero"},
-            "training": res["records"], "notes": res["notes"],
+            "training": res.records, "notes": res.notes,
         }
         artifacts = _artifacts(res, rows, fl, defence)
         if ensembler is not None and "rows" in ensembler:
@@ -150,46 +150,46 @@ class SplitInversionPlugin:
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts,
                             headline=_headline(res), power=power)
 
-    def _defence(self, res: dict, rows: list[dict], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
-                 ctx: RunContext, clock: Clock) -> dict | None:
+    def _defence(self, res: SplitAuditResult, rows: list[SplitRow], inputs: Inputs, cfg: SplitInversionConfig,
+                 budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
         """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
-        k = next((i for i, r in enumerate(rows) if r["leaky"]), 0)
-        blocks = res["blocks"]
+        k = next((i for i, r in enumerate(rows) if r.leaky), 0)
+        blocks = res.blocks
         head = nn.Sequential(*blocks[:k + 1])
-        tail = nn.Sequential(*blocks[k + 1:], res["server"])
-        snaps = [s[k] for s in res["snapshots"].values() if len(s) > k]
-        rmle_settings = rows[k]["attacks"].get("rmle", {}).get("settings")
+        tail = nn.Sequential(*blocks[k + 1:], res.server)
+        snaps = [s[k] for s in res.snapshots.values() if len(s) > k]
+        rmle_settings = rows[k].attacks.get("rmle", {}).get("settings")
         clock.stage(SHARES["defence"])
-        rows_d = noise_sweep(head, tail, res["probes"], inputs.probe_labels, snapshot=snaps[0] if snaps else None,
+        rows_d = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
                              sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
                              rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
                              tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed, tick=clock.tick)
-        chance = 1 / res["classes"] if res["classes"] else 0.0
+        chance = 1 / res.classes if res.classes else 0.0
         for kind in cfg.noise_kinds:
             mine = [r for r in rows_d if r["kind"] == kind]
             base = next((r for r in mine if r["sigma"] == 0), None)
             for r in mine if base is not None else []:
-                r.update(judge_defence(r["per_probe"], base["per_probe"], res["floor"], thresholds_of(cfg),
-                                       utility=r["utility"], n_utility=len(res["probes"]), chance=chance,
-                                       how=f"{r['best_attack']} at {rows[k]['split']}, σ={r['sigma']:g}",
+                r.update(judge_defence(r["per_probe"], base["per_probe"], res.floor, thresholds_of(cfg),
+                                       utility=r["utility"], n_utility=len(res.probes), chance=chance,
+                                       how=f"{r['best_attack']} at {rows[k].split}, σ={r['sigma']:g}",
                                        seed=ctx.seed))
         for r in rows_d:
             r.pop("per_probe")
         rows_d = [r for r in rows_d if "verdict" in r]
-        return {"split": rows[k]["split"], "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
+        return {"split": rows[k].split, "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
                 "attackers": "not retrained on noisy features (lower bound)",
                 "baseline": "the σ = 0 row: the same attacks and budget on the undefended feature",
                 "rmle_settings": rmle_settings} if rows_d else None
 
-    def _ensembler(self, res: dict, rows: list[dict], defence: dict | None, inputs: Inputs,
+    def _ensembler(self, res: SplitAuditResult, rows: list[SplitRow], defence: dict | None, inputs: Inputs,
                    cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
         """Retrain the model as Ensembler at the defence split, attack it, and return the table (or why not)."""
         ens = cfg.ensembler
         if ens is None or not rows:
             return None
-        split = ens.split or (defence["split"] if defence else rows[0]["split"])
+        split = ens.split or (defence["split"] if defence else rows[0].split)
         if inputs.aux is None or inputs.aux_labels is None or len(inputs.aux) < 50:
             return {"skipped": "Ensembler retrains the model, so it needs labelled --data with at least 50 "
                                "training images besides the probes (the synthetic set has no true labels)"}
@@ -204,14 +204,14 @@ class SplitInversionPlugin:
         a, b = int(0.4 * len(perm)), int(0.8 * len(perm))
         x, y = inputs.aux.to(ctx.device), inputs.aux_labels.to(ctx.device)
         data = {"client": x[perm[:a]], "client_y": y[perm[:a]], "aux": x[perm[a:b]], "aux_y": y[perm[a:b]],
-                "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res["probes"]}
-        settings = next((r["attacks"]["rmle"]["settings"] for r in rows if r["split"] == split
-                         and "rmle" in r["attacks"]), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
+                "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res.probes}
+        settings = next((r.attacks["rmle"]["settings"] for r in rows if r.split == split
+                         and "rmle" in r.attacks), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
         clock.stage(SHARES["ensembler"])
         try:
             out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
                                  rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
-                        res["floor"], thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
+                        res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
         except OutOfTime:
             return {"skipped": f"the time budget ran out while training Ensembler ({ens.n_bodies} bodies, "
                                f"{ens.epochs} epochs); give the plugin a larger --budget"}
@@ -238,48 +238,48 @@ def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
 
 
-def _headline(res: dict) -> list[Measurement]:
+def _headline(res: SplitAuditResult) -> list[Measurement]:
     """Return the worst split's PSNR margin and the worst split's SSIM margin (each the largest over splits)."""
-    measured = [m for m in res["measures"] if m]
+    measured = [m for m in res.measures if m]
     return [max((m[metric] for m in measured), key=lambda x: x.margin or 0.0)
             for metric in METRICS] if measured else []
 
 
-def _findings(rows: list[dict], res: dict) -> list:
+def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
     """Return the leaky-split, no-safe-split and weak-attacker findings."""
     findings = []
-    fl = res["floor"]
-    leaky = [r for r in rows if r["leaky"]]
+    fl = res.floor
+    leaky = [r for r in rows if r.leaky]
     for r in leaky:
         findings.append(LEAKY_SPLIT.finding(
-            message=(f"{r['best_attack']} reconstructs the input from {r['split']} ({'x'.join(map(str, r['shape']))}, "
-                     f"numel ratio {r['numel_ratio']:g}): PSNR {r['psnr']:.1f} dB vs floor {fl['psnr_mean']:.1f} "
-                     f"({r['psnr_margin']:+.1f} dB, 95% CI {_ci(r['psnr_margin_ci'])}), SSIM {r['ssim']:.2f} vs floor "
-                     f"{fl['ssim_mean']:.2f} ({r['ssim_margin']:+.2f}, 95% CI {_ci(r['ssim_margin_ci'])}); floor: "
+            message=(f"{r.best_attack} reconstructs the input from {r.split} ({'x'.join(map(str, r.shape))}, "
+                     f"numel ratio {r.numel_ratio:g}): PSNR {r.psnr:.1f} dB vs floor {fl['psnr_mean']:.1f} "
+                     f"({r.psnr_margin:+.1f} dB, 95% CI {_ci(r.psnr_margin_ci)}), SSIM {r.ssim:.2f} vs floor "
+                     f"{fl['ssim_mean']:.2f} ({r.ssim_margin:+.2f}, 95% CI {_ci(r.ssim_margin_ci)}); floor: "
                      f"the strongest no-information guess per probe (mean image, class-conditional mean of the "
                      f"predicted class)"),
-            location=r["split"], evidence={k: r[k] for k in ("psnr", "ssim", "psnr_margin", "ssim_margin",
+            location=r.split, evidence={k: getattr(r, k) for k in ("psnr", "ssim", "psnr_margin", "ssim_margin",
                                                              "psnr_margin_ci", "ssim_margin_ci", "best_attack",
                                                              "best_attack_ssim", "numel_ratio", "depth")}))
-    before_head = [r for r in rows if len(r["shape"]) != 1] or rows[:-1]
-    if before_head and all(r["leaky"] for r in before_head):
+    before_head = [r for r in rows if len(r.shape) != 1] or rows[:-1]
+    if before_head and all(r.leaky for r in before_head):
         findings.append(NO_SAFE_SPLIT.finding(
-            message=f"every evaluated split before the head leaks ({', '.join(r['split'] for r in before_head)})",
-            location=before_head[-1]["split"], evidence={"splits": [r["split"] for r in before_head]}))
-    synth = res["records"].get("synthesis", {})
+            message=f"every evaluated split before the head leaks ({', '.join(r.split for r in before_head)})",
+            location=before_head[-1].split, evidence={"splits": [r.split for r in before_head]}))
+    synth = res.records.get("synthesis", {})
     if synth.get("source") == "image-prior-only":
-        findings.append(WEAK_ATTACKER.finding(message=res["notes"][0], evidence={"synthesis": synth}))
+        findings.append(WEAK_ATTACKER.finding(message=res.notes[0], evidence={"synthesis": synth}))
     return findings
 
 
-def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> list[Artifact]:
+def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: dict | None) -> list[Artifact]:
     """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
-    labels = [r["split"] for r in rows]
-    attacks = sorted({a for r in rows for a in r["attacks"]})
+    labels = [r.split for r in rows]
+    attacks = sorted({a for r in rows for a in r.attacks})
     arts = []
     for metric, unit in (("psnr", "dB"), ("ssim", "")):
-        series = {a: ([r["attacks"].get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
-                      [r["attacks"].get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
+        series = {a: ([r.attacks.get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
+                      [r.attacks.get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
         svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
         arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
@@ -287,16 +287,16 @@ def _artifacts(res: dict, rows: list[dict], fl: dict, defence: dict | None) -> l
                                  "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
-        f"{r['split']},{'x'.join(map(str, r['shape']))},{r['numel_ratio']:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
-        f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r['leaky'] and a == r['best_attack']}"
-        for r in rows for a, v in r["attacks"].items()]
+        f"{r.split},{'x'.join(map(str, r.shape))},{r.numel_ratio:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
+        f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r.leaky and a == r.best_attack}"
+        for r in rows for a, v in r.attacks.items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
                          description="per split and attack, next to the floor (settings: provenance)"))
-    probes = res["probes"][:8]
+    probes = res.probes[:8]
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
-        if r["best_attack"]:
-            grid_rows.append((f"{r['split']} ({r['best_attack']})", res["recons"][r["best_attack"]][k][:8]))
+        if r.best_attack:
+            grid_rows.append((f"{r.split} ({r.best_attack})", res.recons[r.best_attack][k][:8]))
     arts.append(Artifact(name="split-grid.png", media_type="image/png",
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))

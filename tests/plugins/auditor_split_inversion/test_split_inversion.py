@@ -33,7 +33,7 @@ from auditor_split_inversion import plugin
 from auditor_split_inversion.config import BUDGETS, EnsemblerConfig, SplitInversionConfig
 from auditor_split_inversion.control import power_check
 from auditor_split_inversion.defences import add_noise, noise_sweep
-from auditor_split_inversion.engine import Clock, Inputs, audit, choose_splits
+from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit, choose_splits
 from auditor_split_inversion.ensembler import cut, evaluate, judge
 from auditor_split_inversion.metrics import per_image
 from auditor_split_inversion.plugin import _ensembler_csv
@@ -111,12 +111,12 @@ def test_dci_beats_the_floor_at_the_first_split_and_not_at_the_logits(digits: di
     res = audit(digits["net"], digits["profile"], Inputs(probes, None, "digits held-out"),
                 SplitInversionConfig(attacks=["dci"]), budget, seed=0, device=torch.device("cpu"),
                 clock=Clock(None, lambda: None, lambda: None))
-    floor, rows = res["floor"], res["rows"]
-    first, logits = rows[0]["attacks"]["dci"], rows[-1]
-    assert res["records"]["synthesis"]["source"] == "bn-statistics"
+    floor, rows = res.floor, res.rows
+    first, logits = rows[0].attacks["dci"], rows[-1]
+    assert res.records["synthesis"]["source"] == "bn-statistics"
     assert first["psnr_mean"] - floor["psnr_mean"] >= 4.0, (first, floor)
     assert first["ssim_mean"] - floor["ssim_mean"] >= 0.15, (first, floor)
-    assert logits["split"] == "fc" and logits["psnr_margin"] <= 1.0 and logits["ssim_margin"] <= 0.05, logits
+    assert logits.split == "fc" and logits.psnr_margin <= 1.0 and logits.ssim_margin <= 0.05, logits
 
 
 def _write_digits(root: Path, digits: dict) -> None:
@@ -259,16 +259,17 @@ def test_a_vit_is_attacked_at_token_split_points() -> None:
     inputs = Inputs(probes=torch.rand(3, 3, 16, 16), probe_labels=None, probe_source="random")
     clock = Clock(None, lambda: None, lambda: None)
     res = audit(vit, profile, inputs, cfg, budget, seed=0, device=torch.device("cpu"), clock=clock)
-    assert [r["split"] for r in res["rows"]] == [chosen[0].id, chosen[1].id]
-    assert any("'conv_proj' skipped" in n for n in res["notes"])
-    assert any(n.startswith("DCI not run") for n in res["notes"]) and "synthesis" not in res["records"]
-    assert all(list(r["attacks"]) == ["rmle"] and r["attacks"]["rmle"]["psnr_mean"] > 0 for r in res["rows"])
+    assert [r.split for r in res.rows] == [chosen[0].id, chosen[1].id]
+    assert any("'conv_proj' skipped" in n for n in res.notes)
+    assert any(n.startswith("DCI not run") for n in res.notes) and "synthesis" not in res.records
+    assert all(list(r.attacks) == ["rmle"] and r.attacks["rmle"]["psnr_mean"] > 0 for r in res.rows)
 
 
 THRESHOLDS = {"psnr": 3.0, "ssim": 0.1}
 
 
-def _rmle_audit(net: nn.Module, digits: dict, *, steps: int = 40, splits: tuple[str, ...] = ("stem_2", "fc")) -> dict:
+def _rmle_audit(net: nn.Module, digits: dict, *, steps: int = 40, splits: tuple[str, ...] = ("stem_2", "fc")
+                ) -> SplitAuditResult:
     """rMLE alone (3 TV weights × ``steps``) at two splits, 8 labelled probes, 400 labelled auxiliary digits."""
     x, y, tr, te = digits["x"], digits["y"], digits["tr"], digits["te"]
     inputs = Inputs(x[te[:8]], y[te[:8]], "digits held-out", x[tr[:400]], y[tr[:400]], 10, "digits train")
@@ -296,12 +297,12 @@ def test_the_floor_holds_the_predicted_class_so_a_label_only_leak_is_quiet(digit
 
 def test_negative_controls_stay_quiet_and_the_trained_first_split_fires(digits: dict) -> None:
     trained = _rmle_audit(digits["net"], digits)
-    assert [r["leaky"] for r in trained["rows"]] == [True, False]  # logits with labels: at the floor
-    first = trained["rows"][0]
-    assert first["psnr_margin_ci"][0] > 3.0 and first["attacks"]["rmle"]["settings"]["tv_weight"] == 0.0
+    assert [r.leaky for r in trained.rows] == [True, False]  # logits with labels: at the floor
+    first = trained.rows[0]
+    assert first.psnr_margin_ci[0] > 3.0 and first.attacks["rmle"]["settings"]["tv_weight"] == 0.0
     torch.manual_seed(1)
     random_init = _rmle_audit(DigitsNet().eval(), digits)
-    assert not random_init["rows"][-1]["leaky"]  # its first conv is invertible (a real leak); its logits are not
+    assert not random_init.rows[-1].leaky  # its first conv is invertible (a real leak); its logits are not
 
     class ZeroedInput(nn.Module):
         def __init__(self, net: nn.Module) -> None:
@@ -312,7 +313,7 @@ def test_negative_controls_stay_quiet_and_the_trained_first_split_fires(digits: 
             return self.net(x * 0)
 
     zeroed = _rmle_audit(ZeroedInput(digits["net"]), digits, splits=("net_stem_2", "net_fc"))
-    assert not any(r["leaky"] for r in zeroed["rows"]), [(r["psnr_margin"], r["ssim_margin"]) for r in zeroed["rows"]]
+    assert not any(r.leaky for r in zeroed.rows), [(r.psnr_margin, r.ssim_margin) for r in zeroed.rows]
 
 
 def test_the_positive_control_passes_at_the_budget_and_fails_without_one(digits: dict) -> None:

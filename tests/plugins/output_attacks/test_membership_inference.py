@@ -1,4 +1,4 @@
-"""membership-inference on load_digits: held-out statistics stay quiet on null models, leaks and the positive control fire."""
+"""membership-inference on load_digits: held-out statistics stay quiet on null models; leaks and the control fire."""
 
 from __future__ import annotations
 
