@@ -39,10 +39,10 @@ def ray_local():  # type: ignore[no-untyped-def]
 
 def test_each_task_is_its_own_outcome(ray_local: object) -> None:
     seen: list[int] = []
-    outcomes = ray_map(_square, [3, -1, 99], timeout_s=45, on_done=lambda i, _: seen.append(i))
+    outcomes = ray_map(_square, [3, -1, 99], timeout_s=20, on_done=lambda i, _: seen.append(i))
     assert outcomes[0] == Outcome(value=1009, duration_s=outcomes[0].duration_s)  # one thread per 1-CPU task
     assert not outcomes[1].ok and outcomes[1].error == "ValueError: negative input -1"
-    assert not outcomes[2].ok and outcomes[2].error == "timed out after 45 s"
+    assert not outcomes[2].ok and outcomes[2].error == "timed out after 20 s"
     assert sorted(seen) == [0, 1, 2]
 
 
