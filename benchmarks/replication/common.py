@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import torch
 
 Outcome = Literal["holds", "does not hold", "cannot tell"]
 REPO = Path(__file__).resolve().parents[2]
@@ -78,3 +82,28 @@ def auditor(*args: str, check: bool = False) -> tuple[int, str]:
 def command_line(*args: str) -> str:
     """The shell form of ``auditor ARGS`` as a user would type it (for the document)."""
     return shlex.join(["auditor", *args])
+
+
+def digits_target(name: str, build: Callable[[], torch.nn.Module], *, size: int, epochs: int, seed: int,
+                  work: Path) -> tuple[Path, Path, float]:
+    """Write the digits (split by ``seed``) and train ``build()`` on them (init by ``seed``), cached under ``work``.
+
+    Returns ``(model.pt, data dir, held-out accuracy)``, kept under ``work/NAME/`` for reruns.
+    """
+    sys.path.insert(0, str(REPO / "examples"))
+    from digits import accuracy, digits, train, write_manifest
+
+    root = work / name
+    model_path, data, meta = root / "model.pt", root / "digits", root / "target.json"
+    if meta.exists() and model_path.exists():
+        return model_path, data, json.loads(meta.read_text())["accuracy"]
+    root.mkdir(parents=True, exist_ok=True)
+    write_manifest(data, size, seed=seed)
+    (x, y), (xt, yt) = digits(size, seed=seed)
+    torch.manual_seed(seed)
+    model = build()
+    train(model, x, y, steps=epochs * len(y) // 64, seed=seed)
+    acc = accuracy(model, xt, yt)
+    torch.save(model, model_path)
+    meta.write_text(json.dumps({"accuracy": acc, "epochs": epochs, "seed": seed}))
+    return model_path, data, acc

@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from benchmarks.replication.common import REPO, Claim, Condition, auditor, command_line, separated
+from benchmarks.replication import common
+from benchmarks.replication.common import Claim, Condition, auditor, command_line, separated
 
 #: Input side: the digits are 8x8, so 16x16 loses nothing; at 32x32 the plugin's evaluation model
 #: needs about 4x the CPU to reach the same accuracy (measured: 0.69 after 14 epochs at 32, 0.96 after 9 at 16).
@@ -46,28 +45,12 @@ TARGET_NOTE = ("# $WORK/digits-target/{seed}/model.pt and digits/: benchmarks/re
 
 
 def digits_target(seed: int, quick: bool, work: Path) -> tuple[Path, Path, float]:
-    """Write the digits (split by ``seed``) and train ``test_resnet`` on it (init by ``seed``); cached under ``work``.
-
-    Returns ``(model.pt, data dir, held-out accuracy)``, kept under ``work/digits-target/`` for reruns.
-    """
-    sys.path.insert(0, str(REPO / "examples"))
+    """timm's ``test_resnet`` trained on the digits (see :func:`common.digits_target`)."""
     import timm
-    from digits import accuracy, digits, train, write_manifest
 
-    root = work / "digits-target" / f"{'quick-' if quick else ''}seed{seed}"
-    model_path, data, meta = root / "model.pt", root / "digits", root / "target.json"
-    if meta.exists() and model_path.exists():
-        return model_path, data, json.loads(meta.read_text())["accuracy"]
-    root.mkdir(parents=True, exist_ok=True)
-    write_manifest(data, SIZE, seed=seed)
-    (x, y), (xt, yt) = digits(SIZE, seed=seed)
-    torch.manual_seed(seed)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=10)
-    train(model, x, y, steps=EPOCHS[quick] * len(y) // 64, seed=seed)
-    acc = accuracy(model, xt, yt)
-    torch.save(model, model_path)
-    meta.write_text(json.dumps({"accuracy": acc, "epochs": EPOCHS[quick], "seed": seed}))
-    return model_path, data, acc
+    return common.digits_target(f"digits-target/{'quick-' if quick else ''}seed{seed}",
+                                lambda: timm.create_model("test_resnet", pretrained=False, num_classes=10),
+                                size=SIZE, epochs=EPOCHS[quick], seed=seed, work=work)
 
 
 def harden(model: Path, data: Path, rewrite: str, extra: list[str], plugin: str, config: Path, seed: int,

@@ -11,14 +11,12 @@ image), plus the same model with its noise held at 0.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import torch
 from torch import nn
 
-from benchmarks.replication.common import REPO, Claim, Condition, separated
+from benchmarks.replication import common
+from benchmarks.replication.common import Claim, Condition, separated
 from benchmarks.replication.seed000 import harden, shown, unmeasured
 
 SIZE = 32
@@ -54,24 +52,9 @@ def cnn() -> nn.Sequential:
 
 
 def cnn_target(seed: int, quick: bool, work: Path) -> tuple[Path, Path, float]:
-    """Write the digits (split by ``seed``) and train the CNN on them (init by ``seed``); cached under ``work``."""
-    sys.path.insert(0, str(REPO / "examples"))
-    from digits import accuracy, digits, train, write_manifest
-
-    root = work / "cnn-target" / f"{'quick-' if quick else ''}seed{seed}"
-    model_path, data, meta = root / "model.pt", root / "digits", root / "target.json"
-    if meta.exists() and model_path.exists():
-        return model_path, data, json.loads(meta.read_text())["accuracy"]
-    root.mkdir(parents=True, exist_ok=True)
-    write_manifest(data, SIZE, seed=seed)
-    (x, y), (xt, yt) = digits(SIZE, seed=seed)
-    torch.manual_seed(seed)
-    model = cnn()
-    train(model, x, y, steps=EPOCHS[quick] * len(y) // 64, seed=seed)
-    acc = accuracy(model, xt, yt)
-    torch.save(model, model_path)
-    meta.write_text(json.dumps({"accuracy": acc, "epochs": EPOCHS[quick], "seed": seed}))
-    return model_path, data, acc
+    """Seed 004's CNN trained on the digits (see :func:`common.digits_target`)."""
+    return common.digits_target(f"cnn-target/{'quick-' if quick else ''}seed{seed}", cnn, size=SIZE,
+                                epochs=EPOCHS[quick], seed=seed, work=work)
 
 
 def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
