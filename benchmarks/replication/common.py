@@ -67,6 +67,15 @@ def separated(lower: Condition, higher: Condition) -> bool:
     return higher.ci95[0] > lower.ci95[1]
 
 
+def compare(lower: Condition, higher: Condition) -> Outcome:
+    """"holds" when ``higher``'s 95 % interval lies wholly above ``lower``'s, "does not hold" when wholly below."""
+    if separated(lower, higher):
+        return "holds"
+    if separated(higher, lower):
+        return "does not hold"
+    return "cannot tell"
+
+
 def auditor(*args: str, check: bool = False) -> tuple[int, str]:
     """Run ``auditor ARGS`` with the venv's interpreter; return its exit code and combined output.
 

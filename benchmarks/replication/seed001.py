@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.replication.common import Claim, Condition, auditor, command_line, separated
+from benchmarks.replication.common import Claim, Condition, auditor, command_line, compare, separated
 from examples.digits import digits, write_manifest
 
 #: Split ids of :func:`digits_cnn` (from ``auditor split MODEL --input-shape 1,8,8``), shallow to deep.
@@ -222,12 +222,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     above = [s for s in SPLITS if separated(floor_p, Condition("", "", dci[(s, "psnr")]))]
     below = [s for s in SPLITS if separated(Condition("", "", dci[(s, "psnr")]), floor_p)]
     first_dci = Condition("", "", dci[("_0_2", "psnr")])
-    if separated(floor_p, first_dci):
-        outcome2 = "holds"
-    elif separated(first_dci, floor_p):
-        outcome2 = "does not hold"
-    else:
-        outcome2 = "cannot tell"
+    outcome2 = compare(floor_p, first_dci)
     reading2 = (f"Rule: holds when data-free DCI's PSNR interval at block 1 lies wholly above the floor's. DCI's "
                 f"PSNR interval is above the floor at: {', '.join(above) or 'no split'}; below it at: "
                 f"{', '.join(below) or 'no split'} (the floor here includes the class-conditional mean of the "
@@ -252,12 +247,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     s2b = Condition("DCI: block 3 → block 4 (stride 2, 4×4 → 2×2)", "PSNR drop (dB)", drop("_2_2", "_3_2", dci))
     b2 = Condition("best attack: block 1 → block 2 (stride 2)", "PSNR-margin drop (dB)", drop("_0_2", "_1_2", margin))
     b1 = Condition("best attack: block 2 → block 3 (stride 1)", "PSNR-margin drop (dB)", drop("_1_2", "_2_2", margin))
-    if separated(s1, s2):
-        outcome3 = "holds"
-    elif separated(s2, s1):
-        outcome3 = "does not hold"
-    else:
-        outcome3 = "cannot tell"
+    outcome3 = compare(s1, s2)
     reading3 = (f"Rule (on DCI, the paper's attack): holds when the PSNR drop across the first stride-2 block lies "
                 f"wholly above the drop across the following stride-1 block. DCI loses {s2.mean:.2f} dB across the "
                 f"stride-2 block and {s1.mean:.2f} dB across the stride-1 block. With the plugin's leakage (the "
