@@ -338,7 +338,8 @@ def threat_rows(report: Report) -> list[ThreatRow]:
     """
     load = [f for f in report.findings if f.rule_id.startswith("load.")]
     safety = report.model.load_safety
-    rows = [ThreatRow("Loading the file", "a pickle that runs code when unpickled", "ok",
+    rows = [ThreatRow("Loading the file", "a pickle that runs code when unpickled",
+                      "refused" if safety.verdict == "unsafe" else "ok",
                       f"{len(safety.issues)} disallowed import(s)" if safety.issues else "static pickle check: safe",
                       None, len(load), _worst(load), "model")]
     runs = {run.name: run for run in report.plugins}

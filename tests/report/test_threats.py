@@ -25,6 +25,15 @@ def test_one_row_per_threat_in_reading_order(full_report: Report) -> None:
     assert mi.status == "error" and mi.headline is None
 
 
+def test_a_refused_file_is_not_shown_as_ok(unsafe_report: Report) -> None:
+    load = threat_rows(unsafe_report)[0]
+    assert (load.threat, load.status, load.reason) == ("Loading the file", "refused", "1 disallowed import(s)")
+    html = render_html(unsafe_report)
+    row = html[html.index(">Loading the file<"):]
+    row = row[: row.index("</tr>")]
+    assert '<span class="badge st-refused">refused</span>' in row and "st-ok" not in row
+
+
 def test_headline_is_the_first_measurement_else_a_documented_pick(full_report: Report) -> None:
     mia = PluginRun(name="membership-inference", status="inconclusive", headline=[AUC], reason="control failed",
                     power=[PowerCheck(control="reference CNN", metric="auc", value=0.52, required=0.6, passed=False)])
