@@ -94,14 +94,16 @@ def audit_one(
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
-    from auditor.refused import refused_report
+    from auditor.refused import check_before_loading
 
     try:
-        report = refused_report(path, config)  # no torch import for a file the pickle check refuses
-        if report is None:
+        early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
+        if isinstance(early, Report):
+            report = early
+        else:
             from auditor.scan import scan
 
-            report = scan(path, config, progress=progress)
+            report = scan(path, config, progress=progress, checked=early)
     except ConfigError:
         raise
     except AuditorError as exc:

@@ -14,7 +14,7 @@ from auditor.assemble import assemble_report
 from auditor.config import ScanConfig
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
-from auditor.load.static_check import check_statically
+from auditor.load.static_check import StaticCheck, check_statically
 from auditor.report.model import CATEGORY_NO_MODEL, PluginRun, Report
 
 #: The entry-point group plugins register in (:data:`auditor.plugin.registry.GROUP`, read without importing it).
@@ -22,11 +22,13 @@ PLUGIN_GROUP = "auditor.plugins"
 REASON = "the checkpoint was refused before loading"
 
 
-def refused_report(path: str | Path, config: ScanConfig) -> Report | None:
-    """Return the refusal report when the static check refuses ``path``; None when it must be loaded.
+def check_before_loading(path: str | Path, config: ScanConfig) -> Report | StaticCheck | None:
+    """Run the static check of ``path`` before anything imports torch.
 
-    The plugins are named from their entry points (none is imported; every one is skipped), and the
-    device is recorded as configured, since nothing ran on it.
+    Returns the refusal report when the check refuses the file; the passed check otherwise (hand it
+    to :func:`auditor.scan.scan` so the pickles are not checked nor the file hashed twice); None for
+    an ONNX file, which has no pickles. The refusal report names the plugins from their entry points
+    (none is imported; every one is skipped) and records the device as asked, since nothing ran.
 
     Raises:
         InputError: the file cannot be read as a checkpoint.
@@ -37,7 +39,7 @@ def refused_report(path: str | Path, config: ScanConfig) -> Report | None:
     cap = {"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}
     checked = check_statically(path, imports=config.imports, trust=config.trust, sniffed=sniffed, **cap)
     if not checked.refused:
-        return None
+        return checked
     names = sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)} - set(config.disable_plugins))
     plugins = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in names]
     return assemble_report(config, config.device, model=checked.refused_info(config.arch), architecture=None,

@@ -16,6 +16,7 @@ from auditor.inputs import resolve_example_input
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
+from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
 from auditor.refused import REASON
@@ -34,8 +35,12 @@ def scan(
     *,
     entries: list[PluginEntry] | None = None,
     progress: Callable[[str], None] | None = None,
+    checked: StaticCheck | None = None,
 ) -> Report:
     """Audit the checkpoint at ``path`` and return the report.
+
+    ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
+    (:func:`auditor.refused.check_before_loading`), when the caller already ran it.
 
     Example:
         >>> report = scan("resnet18.pt")
@@ -71,7 +76,7 @@ def scan(
 
     say("checking pickles and loading the checkpoint")
     loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape,
+                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape, checked=checked,
                              **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
     info = loaded.info
     notes = list(loaded.notes)

@@ -117,3 +117,17 @@ def test_report_names_do_not_collide() -> None:
     assert len({n.lower() for n in names}) == 5
     assert names[:2] == ["a_model.pt", "b_model.pt"] and names[2] == "a_model.pt-2"
     assert all("/" not in n and " " not in n for n in names)
+
+
+def test_a_loadable_file_is_checked_and_hashed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch-free pre-check hands its result to scan(): the pickles are not scanned twice."""
+    import auditor.load.static_check as static_check
+
+    calls: list[object] = []
+    real = static_check.scan_checkpoint
+    monkeypatch.setattr(static_check, "scan_checkpoint", lambda *a, **k: calls.append(a) or real(*a, **k))
+    path = tmp_path / "m.pt"
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), path)
+    row = audit_one(path, ScanConfig(input_shape=(3, 8, 8)))
+    assert row.verdict == "pass" and len(calls) == 1
+    assert row.report is not None and len(row.report.model.sha256) == 64

@@ -36,6 +36,7 @@ from auditor.load.static_check import (
     FORMAT_SAFETENSORS,
     FORMAT_TORCH_EXPORT,
     FORMAT_TORCHSCRIPT,
+    StaticCheck,
     check_statically,
 )
 from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
@@ -95,6 +96,7 @@ def load_checkpoint(
     probe_shape: Sequence[int] | None = None,
     sandbox: bool = True,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    checked: StaticCheck | None = None,
 ) -> LoadedModel:
     """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
 
@@ -115,12 +117,15 @@ def load_checkpoint(
             (:mod:`auditor.load.sandbox`); a child that exceeds its limits refuses the file.
         max_tensor_bytes: the most bytes a ``.pt2`` tensor may declare when its member stores none
             (torch would allocate them as zeros); more refuses the file.
+        checked: the static check of ``path`` under the same policy, when the caller already ran it
+            (:func:`auditor.load.static_check.check_statically`); it is not run again.
 
     Raises:
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
             raises :class:`NotAPyTorchModel`.
     """
-    checked = check_statically(path, imports=imports, trust=trust, sniffed=sniffed, max_tensor_bytes=max_tensor_bytes)
+    checked = checked or check_statically(path, imports=imports, trust=trust, sniffed=sniffed,
+                                          max_tensor_bytes=max_tensor_bytes)
     path, sniffed, safety, allowed, notes, hashing = (checked.path, checked.sniffed, checked.safety, checked.allowed,
                                                       checked.notes, checked.hashing)
     if checked.refused:
