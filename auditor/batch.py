@@ -108,7 +108,7 @@ def audit_one(
         raise
     except AuditorError as exc:
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
-    except Exception as exc:
+    except Exception as exc:  # a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
                        error=f"internal error: {type(exc).__name__}: {exc}")
     report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress,

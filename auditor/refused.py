@@ -7,15 +7,20 @@ that only a loadable model needs. Everything else goes through :func:`auditor.sc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from auditor.assemble import assemble_report
 from auditor.config import ScanConfig
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
 from auditor.load.static_check import StaticCheck, check_statically
-from auditor.report.model import CATEGORY_NO_MODEL, PluginRun, Report
+from auditor.report.model import CATEGORY_NO_MODEL, ModelInfo, PluginRun, Report
+
+if TYPE_CHECKING:
+    import torch
 
 #: The entry-point group plugins register in (:data:`auditor.plugin.registry.GROUP`, read without importing it).
 PLUGIN_GROUP = "auditor.plugins"
@@ -41,7 +46,14 @@ def check_before_loading(path: str | Path, config: ScanConfig) -> Report | Stati
     if not checked.refused:
         return checked
     names = sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)} - set(config.disable_plugins))
-    plugins = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in names]
-    return assemble_report(config, config.device, model=checked.refused_info(config.arch), architecture=None,
-                           findings=load_findings(checked.safety, config), plugins=plugins, notes=checked.notes,
-                           unsafe=True)
+    return refusal_report(config, config.device, model=checked.refused_info(config.arch), notes=checked.notes,
+                          plugins=names)
+
+
+def refusal_report(config: ScanConfig, device: torch.device | str, *, model: ModelInfo, notes: list[str],
+                   plugins: Iterable[str]) -> Report:
+    """The report of a refused checkpoint: its load findings, every plugin skipped, the verdict unsafe."""
+    findings = load_findings(model.load_safety, config)
+    runs = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in plugins]
+    return assemble_report(config, device, model=model, architecture=None, findings=findings, plugins=runs,
+                           notes=notes, unsafe=True)

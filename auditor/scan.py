@@ -19,11 +19,9 @@ from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
-from auditor.refused import REASON
+from auditor.refused import refusal_report
 from auditor.report.model import (
-    CATEGORY_NO_MODEL,
     Finding,
-    PluginRun,
     Report,
     Severity,
 )
@@ -60,7 +58,7 @@ def scan(
     entries = [e for e in entries if e.name not in config.disable_plugins]
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
-    sniffed = sniff(Path(path))
+    sniffed = checked.sniffed if checked is not None else sniff(Path(path))
     if sniffed.container is Container.ONNX:
         if config.input_spec is not None:
             raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
@@ -80,13 +78,10 @@ def scan(
                              **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
     info = loaded.info
     notes = list(loaded.notes)
-    findings = load_findings(loaded.info.load_safety, config)
-
     if loaded.model is None:
-        plugins = [PluginRun(name=e.name, status="skipped", category=CATEGORY_NO_MODEL,
-                             reason=REASON) for e in entries]
-        return assemble_report(config, device, model=loaded.with_sha256(info), architecture=None, findings=findings,
-                               plugins=plugins, notes=notes, unsafe=True)
+        return refusal_report(config, device, model=loaded.with_sha256(info), notes=notes,
+                              plugins=[e.name for e in entries])
+    findings = load_findings(info.load_safety, config)
 
     example = resolve_example_input(loaded, input_shape=config.input_shape, input_spec=config.input_spec)
     shape = example.shape

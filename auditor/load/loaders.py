@@ -126,8 +126,7 @@ def load_checkpoint(
     """
     checked = checked or check_statically(path, imports=imports, trust=trust, sniffed=sniffed,
                                           max_tensor_bytes=max_tensor_bytes)
-    path, sniffed, safety, allowed, notes, hashing = (checked.path, checked.sniffed, checked.safety, checked.allowed,
-                                                      checked.notes, checked.hashing)
+    path, sniffed, safety, notes = checked.path, checked.sniffed, checked.safety, checked.notes
     if checked.refused:
         logger.warning(
             "%s: refused, %d disallowed import(s); nothing was unpickled", path, len(safety.issues)
@@ -137,7 +136,7 @@ def load_checkpoint(
     try:
         if sandbox and sniffed.container in _SANDBOXED:
             notes.append(_probe(sniffed, probe_shape or _PROBE_SHAPE))
-        done = _materialise(sniffed, arch, allowed, notes)
+        done = _materialise(sniffed, arch, checked.allowed, notes)
     except RefusedWhileLoading as exc:
         logger.warning("%s: refused while loading: %s", path, exc.reason)
         safety.verdict = "unsafe"
@@ -156,11 +155,11 @@ def load_checkpoint(
         input_shape=input_shape,
         input_shape_source=shape_source,
         load_safety=safety,
-        sha256=hashing.result() if wait_for_sha256 else "",
+        sha256=checked.hashing.result() if wait_for_sha256 else "",
         path=str(path),
         size_bytes=sniffed.size_bytes,
     )
-    return LoadedModel(model, info, notes, None if wait_for_sha256 else hashing)
+    return LoadedModel(model, info, notes, None if wait_for_sha256 else checked.hashing)
 
 
 def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
@@ -176,8 +175,6 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
                 else "network and file system not isolated: user namespaces are unavailable")
     return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
             f"time and file-size limits; {confined})")
-
-
 
 
 def _materialise(
@@ -321,10 +318,6 @@ def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
     model.eval()
 
 
-
-
-
-
 def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
     for attr in ("pretrained_cfg", "default_cfg"):
         cfg = getattr(model, attr, None)
@@ -360,8 +353,6 @@ def _class_name(model: torch.nn.Module) -> str:
         return "torch.fx.GraphModule"
     cls = type(model)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
 
 
 def _one_line(exc: BaseException) -> str:
