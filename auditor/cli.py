@@ -324,9 +324,8 @@ def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
 
 def _html_text(report: Report) -> str:
     from auditor.report.render_html import render_html
-    from auditor.rewrite.options import REWRITE_OPTIONS
 
-    if not any(set(f.remediation) & set(REWRITE_OPTIONS) for f in report.findings):
+    if not any(set(f.remediation) & set(REWRITE_IDS) for f in report.findings):
         return render_html(report)  # no rewrite to propose: the rewrites (and torch) stay unloaded
     from auditor.rewrite import proposals
 
