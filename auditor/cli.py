@@ -900,7 +900,7 @@ def run_cli(argv: list[str] | None = None) -> int:
             _err.print_exception()
         _err.print(f"auditor: error: {plain(exc)}", markup=False)
         return ExitCode.ERROR
-    except Exception as exc:
+    except Exception as exc:  # a bug: one line unless --debug
         if debug:
             _err.print_exception()
         _err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} "

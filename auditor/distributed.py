@@ -78,7 +78,7 @@ def _call(fn: Callable[[T], R], item: T, threads: int) -> Outcome[R]:
     started = time.monotonic()
     try:
         return Outcome(value=fn(item), duration_s=time.monotonic() - started)
-    except BaseException as exc:
+    except BaseException as exc:  # one task's failure is its row, not the run's
         text = str(exc).strip().splitlines()
         return Outcome(error=f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__,
                        duration_s=time.monotonic() - started)
@@ -119,7 +119,7 @@ def ray_map(
         for ref in done:
             try:
                 outcome = ray.get(ref)
-            except Exception as exc:
+            except Exception as exc:  # a worker that died is that task's outcome
                 outcome = Outcome(error=f"task failed: {type(exc).__name__}: {str(exc).strip()[:300]}")
             results[index[ref]] = outcome
             if on_done is not None:

@@ -160,7 +160,7 @@ def _meta_params(name: str) -> int | None:
     try:
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False)
-    except Exception:
+    except Exception:  # some builders compute on tensors; their size stays unknown
         return None
     return sum(p.numel() for p in model.parameters())
 
@@ -195,7 +195,7 @@ def profile_entry(entry: Entry) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         model, inputs = build(entry)
-    except Exception as exc:
+    except Exception as exc:  # third-party builders can raise anything
         return {**record, "reason": f"build failed: {_one_line(exc)}"}
     record["build_s"] = round(time.perf_counter() - start, 2)
     record["params"] = sum(p.numel() for p in model.parameters())
@@ -210,7 +210,7 @@ def profile_entry(entry: Entry) -> dict[str, Any]:
             continue
         except AuditorError as exc:
             return {**record, "input": shown, "reason": f"auditor refused the input: {_one_line(exc)}"}
-        except Exception as exc:
+        except Exception as exc:  # an auditor bug: recorded, never raised
             return {**record, "input": shown, "reason": f"auditor crashed: {_one_line(exc)}",
                     "traceback": traceback.format_exc(limit=-4)}
         skips = Counter(s.kind for s in profile.skip_connections)

@@ -81,7 +81,7 @@ def propagate_shapes(
         try:
             MetaRuleProp(gm, graph=graph).propagate(example.to("meta"))
             return ShapePropagation("meta")
-        except Exception as exc:
+        except Exception as exc:  # any failure means: try the next, more literal pass
             log.debug("the meta pass stopped (%s); running the real cheap ops", _reason(exc))
     if not (isinstance(gm, torch.fx.GraphModule) and gm.graph is graph):
         gm = torch.fx.GraphModule(gm, graph)
@@ -89,7 +89,7 @@ def propagate_shapes(
         with mha_fastpath_disabled(), _HeavyOpsOnMeta():
             _ShapeOnlyProp(gm).propagate(example.clone())
         return ShapePropagation("shape-only")
-    except Exception as exc:
+    except Exception as exc:  # any failure means: run the real forward instead
         reason = _reason(exc)
     log.info("shapes from a real forward pass; the shape-only pass stopped (%s)", reason)
     ShapeProp(gm).propagate(example.clone())

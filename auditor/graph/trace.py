@@ -81,7 +81,7 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
             try:
                 with _quiet_torch():
                     return TraceResult(_fx_graph(model, example), "fx", notes)
-            except Exception as exc:
+            except Exception as exc:  # any tracing failure means: try the next method
                 notes.append(f"torch.fx could not trace the model ({type(exc).__name__}: {_first_line(exc)})")
                 log.debug("fx trace failed", exc_info=True)
         else:
@@ -330,7 +330,7 @@ def _hook_profile(
             ))
     try:
         model(example)
-    except Exception as exc:
+    except Exception as exc:  # translated at this boundary
         raise TraceError(
             f"the model does not run on an input of shape {tuple(example.shape)}: "
             f"{type(exc).__name__}: {_first_line(exc)} "

@@ -385,7 +385,7 @@ def _zoo_reason(module: str, name: str) -> str | None:
         obj = getattr(importlib.import_module(module), name)
     except AttributeError:
         return f"{module}.{name} does not exist in the installed {module.split('.')[0]}"
-    except Exception as exc:
+    except Exception as exc:  # a broken optional package can raise anything on import
         logger.debug("%s not importable for the check (%s); the loader will report it", module, exc)
         return None
     if isinstance(obj, type) and issubclass(obj, (_torch().nn.Module, enum.Enum)):

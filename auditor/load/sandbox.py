@@ -148,7 +148,7 @@ def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> 
     except MemoryError as exc:
         print(f"MemoryError: {exc}", file=sys.stderr)
         return _EXIT_MEMORY
-    except Exception as exc:
+    except Exception as exc:  # any failure is reported to the parent by its status
         lines = str(exc).strip().splitlines()
         print(f"{type(exc).__name__}: {lines[-1] if lines else ''}", file=sys.stderr)
         if any(marker in str(exc) for marker in _MEMORY_MARKERS):

@@ -67,7 +67,7 @@ def export_head(
                 head, (example,), str(out), dynamo=False, opset_version=OPSET, input_names=[INPUT_NAME],
                 output_names=[OUTPUT_NAME], dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
             )
-    except Exception as exc:
+    except Exception as exc:  # the exporter raises many types; translated here
         text = str(exc).strip().splitlines()
         raise InputError(f"torch.onnx.export could not export the head up to {split.id!r}: "
                          f"{type(exc).__name__}: {text[0][:300] if text else ''}") from exc

@@ -55,7 +55,7 @@ def read_model(path: Path) -> onnx.ModelProto:
     """
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:
+    except Exception as exc:  # protobuf DecodeError and friends, translated here
         raise TruncatedArchive(path, f"onnx.load failed: {_one_line(exc)}") from exc
     try:
         onnx.checker.check_model(skeleton(model))

@@ -69,7 +69,7 @@ def run_onnx(model: Path | bytes, feeds: Mapping[str, np.ndarray]) -> list[np.nd
         session = ort.InferenceSession(str(model) if isinstance(model, Path) else model, options,
                                        providers=[PROVIDER])
         outputs = session.run(None, dict(feeds))
-    except Exception as exc:
+    except Exception as exc:  # onnxruntime raises its own untyped errors; translated here
         text = str(exc).strip().splitlines()
         raise OnnxRuntimeFailed(f"onnxruntime could not run the graph: {text[0][:300] if text else type(exc).__name__}"
                                 ) from exc

@@ -134,7 +134,7 @@ def _run_reference(reference: Path, config: ScanConfig, x: torch.Tensor) -> tupl
     try:
         with torch.no_grad():
             out = net.cpu().eval()(x)
-    except Exception as exc:
+    except Exception as exc:  # any failure of the user's model, translated here
         text = str(exc).strip().splitlines()
         raise TraceError(f"--reference model does not run on an input of shape {tuple(x.shape)}: "
                          f"{type(exc).__name__}: {text[0][:200] if text else ''}") from exc

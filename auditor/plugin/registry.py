@@ -75,7 +75,7 @@ def _load(found: Iterable[EntryPoint]) -> list[PluginEntry]:
             validate_plugin(ep.name, obj)
         except PluginValidationError as exc:
             entries.append(PluginEntry(ep.name, None, dist, version, str(exc)))
-        except Exception as exc:
+        except Exception as exc:  # a plugin that fails to import is report data
             log.debug("plugin %s failed to load", ep.name, exc_info=True)
             entries.append(PluginEntry(ep.name, None, dist, version, f"import failed: {type(exc).__name__}: {exc}"))
         else:

@@ -100,7 +100,7 @@ def _run_one(
                          **base), []
     try:
         verdict = plugin.applicable(profile)
-    except Exception as exc:
+    except Exception as exc:  # isolation: a plugin bug is report data
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
     if not verdict.applicable:
@@ -178,7 +178,7 @@ def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:
     def target() -> None:
         try:
             box["value"] = fn()
-        except BaseException as exc:
+        except BaseException as exc:  # handed back to the runner
             box["value"] = exc
 
     worker = threading.Thread(target=target, name="auditor-plugin", daemon=True)
@@ -205,7 +205,7 @@ def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:
     """Give each plugin its own copy so that no plugin can change what the next one sees."""
     try:
         return copy.deepcopy(model)
-    except Exception:
+    except Exception:  # some ScriptModules cannot be copied; share them read-only
         log.debug("model could not be deep-copied; sharing it", exc_info=True)
         return model
 

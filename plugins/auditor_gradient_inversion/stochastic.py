@@ -98,7 +98,7 @@ def split_parameters(model: nn.Module) -> StochasticSplit:
     """Trace ``model`` with fx and classify every parameter as upstream or downstream of sampling."""
     try:
         gm = fx.symbolic_trace(model)
-    except Exception as exc:
+    except Exception as exc:  # any tracing failure is reported, not raised
         return StochasticSplit(
             traced=False,
             note=f"fx tracing failed ({type(exc).__name__}: {exc}); "

@@ -136,6 +136,6 @@ def _runs_at_half_size(model: torch.nn.Module, shape: tuple[int, ...], device: t
     try:
         with torch.no_grad():
             model(torch.zeros((1, shape[0], shape[1] // 2, shape[2] // 2), device=device))
-    except Exception:
+    except Exception:  # any failure means: this model only takes its own size
         return False
     return True
