@@ -13,7 +13,7 @@ All four run interleaved in one process, one thread, ``--repeat`` rounds of ``--
 table gives the median process-CPU and wall seconds per step, each variant's loss and the largest
 difference of its input gradient from the float64 reference. On CUDA (``--device cuda``) read wall.
 
-Run: ``python benchmarks/ig_step.py [--repeat 5] [--steps 5] [--profile]``
+Run: ``python benchmarks/ig_step.py [--repeat 5] [--steps 5] [--profile] [--variants closed-form ...]``
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of each step")
+    parser.add_argument("--variants", nargs="+", help="time only these steps (names as in the table)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -95,6 +96,7 @@ def main() -> None:
     ref_grad = torch.autograd.grad(ref_loss, x64)[0]
     model.float()
     variants = steps(oracle, y, target)
+    variants = {k: v for k, v in variants.items() if not args.variants or k in args.variants}
     cpu: dict[str, list[float]] = {k: [] for k in variants}
     wall: dict[str, list[float]] = {k: [] for k in variants}
     for fn in variants.values():
