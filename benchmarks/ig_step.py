@@ -1,13 +1,15 @@
-"""Profile one Inverting-Gradients step on ResNet-18 32x32: the three ways auditor has computed it.
+"""Profile one Inverting-Gradients step on ResNet-18 32x32: the four ways auditor has computed it.
 
 - ``functorch``: ``torch.func.grad`` of the objective around ``torch.func.grad`` of the loss (the
   sequential step before issue 17), cosine over the gradient list with ``_foreach`` norms;
 - ``autograd``: plain autograd, ``create_graph=True``, the same ``_foreach``-norm cosine differentiated
   by autograd;
 - ``closed-form``: plain autograd with the cosine's gradient written in closed form and passed as
-  ``grad_outputs`` (the step auditor runs now, :mod:`auditor_gradient_inversion.attacks.ig`).
+  ``grad_outputs``, stock convolutions;
+- ``closed-form + lean conv``: the same with :class:`~auditor_gradient_inversion.conv.LeanConv2d`, whose double
+  backward skips the unused weight term (the step auditor runs now, :mod:`auditor_gradient_inversion.attacks.ig`).
 
-All three run interleaved in one process, one thread, ``--repeat`` rounds of ``--steps`` steps; the
+All four run interleaved in one process, one thread, ``--repeat`` rounds of ``--steps`` steps; the
 table gives the median process-CPU and wall seconds per step, each variant's loss and the largest
 difference of its input gradient from the float64 reference. On CUDA (``--device cuda``) read wall.
 
@@ -24,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 import torchvision
-from auditor_gradient_inversion.attacks.ig import cosine_distance, cosine_distance_lists, total_variation
+from auditor_gradient_inversion.attacks.ig import cosine_distance, cosine_distance_lists, list_norm, total_variation
 from auditor_gradient_inversion.oracle import GradientOracle
 
 Step = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -40,8 +42,9 @@ def _foreach_cosine(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tenso
 
 
 def steps(oracle: GradientOracle, y: torch.Tensor, target: torch.Tensor) -> dict[str, Step]:
-    """Return the three step implementations, each mapping x to (input gradient, loss)."""
+    """Return the four step implementations, each mapping x to (input gradient, loss)."""
     parts = [t.detach() for t in oracle.unflatten(target)]
+    norm = list_norm(parts)
 
     def functorch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         def cost(xt: torch.Tensor) -> torch.Tensor:
@@ -53,18 +56,25 @@ def steps(oracle: GradientOracle, y: torch.Tensor, target: torch.Tensor) -> dict
         loss = _foreach_cosine(oracle.grads_graph(xt, y), parts) + TV * total_variation(xt)
         return torch.autograd.grad(loss, xt)[0], loss.detach()
 
-    def closed_form(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def closed_form(x: torch.Tensor, lean: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         xt = x.detach().requires_grad_(True)
-        g = oracle.grads_graph(xt, y)
-        cos, dcos = cosine_distance_lists(g, parts)
+        if lean:
+            g = oracle.grads_graph(xt, y)
+        else:
+            selected = {n: oracle.params[n].detach().requires_grad_(True) for n in oracle.names}
+            g = list(torch.autograd.grad(oracle.loss(selected, xt, y, None), list(selected.values()),
+                                         create_graph=True))
+        cos, direction, scale = cosine_distance_lists(g, parts, norm)
         tv = TV * total_variation(xt)
-        return torch.autograd.grad([*g, tv], [xt], [*dcos, torch.ones_like(tv)])[0], cos + tv.detach()
+        return torch.autograd.grad([*g, tv], [xt], [*direction, torch.ones_like(tv) / scale])[0] * scale, \
+            cos + tv.detach()
 
-    return {"functorch": functorch, "autograd": autograd, "closed-form": closed_form}
+    return {"functorch": functorch, "autograd": autograd, "closed-form": closed_form,
+            "closed-form + lean conv": lambda x: closed_form(x, lean=True)}
 
 
 def main() -> None:
-    """Time the three steps interleaved and print a markdown table."""
+    """Time the four steps interleaved and print a markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)

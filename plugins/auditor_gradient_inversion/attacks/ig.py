@@ -23,7 +23,9 @@ Differences from the reference code:
   concatenated copy, write its gradient in closed form (no autograd graph through the norms), and
   differentiate the parameter gradient with plain autograd (``create_graph=True``) rather than
   nested ``torch.func.grad``: same objective, about 1.45× less CPU per step on ResNet-18 at 32×32
-  (benchmarks/ig_step.py, docs/speed.md).
+  (benchmarks/ig_step.py, docs/speed.md). Their convolutions run as
+  :class:`~auditor_gradient_inversion.conv.LeanConv2d`, whose double backward skips a weight term
+  PyTorch computes and no attack uses: about 1.5× less again.
 * Joint-ε (seed 004 §3.7 (1), pilot §6.3; DIA-style, not in either paper): the victim's unknown
   Gaussian noise is an extra variable ε' initialised N(0, I) and optimised by plain Adam at the
   same learning rate while x' takes signed steps; all gradients are matched.
@@ -95,23 +97,31 @@ def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 1 - (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1) + 1e-8)
 
 
-def cosine_distance_lists(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def cosine_distance_lists(
+    a: list[torch.Tensor], b: list[torch.Tensor], b_norm: torch.Tensor | None = None
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
     """Return the cosine distance of two tensor lists as if concatenated, and its gradient with respect to ``a``.
 
     Neither the concatenated gradient nor an autograd graph of the cosine is built: on ResNet-18 the
     backward of the norms alone (``x / ‖x‖`` and a zero-norm mask per tensor) cost 40 % of an IG step.
     With ``D = ‖a‖‖b‖ + 1e-8`` the distance is ``1 − ⟨a, b⟩ / D`` and its gradient is
-    ``−(b − t·a) / D`` with ``t = ⟨a, b⟩ ‖b‖ / (‖a‖ D)`` (one fused add, one in-place scale); callers
-    feed it to ``torch.autograd.grad`` as ``grad_outputs``.
+    ``scale · direction`` with ``direction = b − t·a``, ``t = ⟨a, b⟩ ‖b‖ / (‖a‖ D)`` (one fused add) and
+    ``scale = −1 / D``: callers feed ``direction`` to ``torch.autograd.grad`` as ``grad_outputs`` and
+    multiply the input-sized result by ``scale``, which saves a pass over the gradient. ``b_norm``
+    (``‖b‖``, fixed per target) saves another.
     """
     with torch.no_grad():
-        na = torch.stack(torch._foreach_norm(a)).square().sum().sqrt()
-        nb = torch.stack(torch._foreach_norm(b)).square().sum().sqrt()
+        na = list_norm(a)
+        nb = list_norm(b) if b_norm is None else b_norm
         ab = sum(torch.vdot(u.reshape(-1), v.reshape(-1)) for u, v in zip(a, b))
         d = na * nb + 1e-8
-        grads = torch._foreach_add(b, a, alpha=-float(ab * nb / (na * d)))
-        torch._foreach_mul_(grads, -1 / d)
-    return 1 - ab / d, grads
+        direction = torch._foreach_add(b, a, alpha=-float(ab * nb / (na * d)))
+    return 1 - ab / d, direction, -1 / d
+
+
+def list_norm(ts: list[torch.Tensor]) -> torch.Tensor:
+    """Return the 2-norm of tensors as if concatenated (per-tensor norms: closer to float64 than one flat norm)."""
+    return torch.stack(torch._foreach_norm(ts)).square().sum().sqrt()
 
 
 def trial_generator(*keys: int) -> torch.Generator:
@@ -194,6 +204,7 @@ def _invert(
     order = [(i, s, r) for i in range(n) for s in range(s_count) for r in range(group[s].restarts)]
     trials = len(order)
     tgt = targets[[i for i, _, _ in order]]
+    tgt_norm = torch.stack([list_norm(oracle.unflatten(t)) for t in targets])[[i for i, _, _ in order]]
     ys = labels.to(device)[[i for i, _, _ in order]]
     low, high = (b.to(device) for b in box)
     gens = [trial_generator(seed, i, r) for i, _, r in order]
@@ -212,15 +223,16 @@ def _invert(
         g = oracle.flat_grad(xt, yt, list(et) if shapes else None)
         return cosine_distance(g, gt) + tvt * total_variation(xt)
 
-    def step(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, tvt) -> tuple[object, torch.Tensor]:
+    def step(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, nt, tvt) -> tuple[object, torch.Tensor]:
         """One trial's (gradient, loss) with plain autograd: the double backward without functorch wrappers."""
         xt = xt.detach().requires_grad_(True)
         et = tuple(e.detach().requires_grad_(joint) for e in et)
         g = oracle.grads_graph(xt, yt, list(et) if shapes else None)
-        cos, dcos = cosine_distance_lists(g, oracle.unflatten(gt))
+        cos, direction, scale = cosine_distance_lists(g, oracle.unflatten(gt), nt)
         tv_term = tvt * total_variation(xt)
-        grads = torch.autograd.grad([*g, tv_term], [xt, *et] if joint else [xt], [*dcos, torch.ones_like(tv_term)],
-                                    materialize_grads=True)
+        grads = torch.autograd.grad([*g, tv_term], [xt, *et] if joint else [xt],
+                                    [*direction, torch.ones_like(tv_term) / scale], materialize_grads=True)
+        grads = [gr * scale for gr in grads]
         return ((grads[0], tuple(grads[1:])) if joint else grads[0]), cos + tv_term.detach()
 
     argnums = (0, 1) if joint else 0
@@ -230,7 +242,7 @@ def _invert(
         if batched:
             grads, loss = batched_step(x[idx], tuple(e[idx] for e in eps), ys[idx], tgt[idx], tv[idx])
         else:  # views per trial: gathering the (trials, P) targets copied 90 MB a step on ResNet-18
-            outs = [step(x[k], tuple(e[k] for e in eps), ys[k], tgt[k], tv[k]) for k in idx.tolist()]
+            outs = [step(x[k], tuple(e[k] for e in eps), ys[k], tgt[k], tgt_norm[k], tv[k]) for k in idx.tolist()]
             grads = _stack_grads([o[0] for o in outs], joint)
             loss = torch.stack([o[1] for o in outs])
         gx, ge = (grads[0], list(grads[1])) if joint else (grads, [])

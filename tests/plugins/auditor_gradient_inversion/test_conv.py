@@ -1,0 +1,63 @@
+"""LeanConv2d: same forward, parameter gradients and input gradient of a gradient-matching objective as stock conv2d."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from auditor_gradient_inversion.conv import LeanConv2d
+from torch import nn
+from torch.profiler import profile
+
+CASES = {
+    "strided 5x5 with bias": (nn.Conv2d(3, 4, 5, stride=2, padding=2), (2, 3, 11, 11)),
+    "stride 3, odd size (extra rows)": (nn.Conv2d(3, 4, 4, stride=3, padding=1, bias=False), (1, 3, 13, 13)),
+    "dilated, grouped": (nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2), (2, 4, 9, 9)),
+    "depthwise, strided": (nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), (1, 4, 8, 8)),
+    "reflect padding, 1x1 head": (nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), (1, 3, 6, 6)),
+    "padding='same' (stock path)": (nn.Conv2d(3, 4, 3, padding="same"), (1, 3, 6, 6)),
+}
+
+
+def _double_backward(conv: nn.Module, shape: tuple[int, ...], lean: bool) -> tuple[torch.Tensor, ...]:
+    """Return the output, the parameter gradients and d<param grads, v>/dx (what an IG step computes)."""
+    torch.manual_seed(1)
+    x = torch.rand(*shape, dtype=torch.float64, requires_grad=True)
+    net = nn.Sequential(conv, nn.Tanh(), nn.Conv2d(conv.out_channels, 2, 3, padding=1)).double()
+    params = list(net.parameters())
+    with LeanConv2d() if lean else torch.enable_grad():
+        out = net(x)
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum() + out.square().sum()
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    v = [torch.randn_like(g) for g in grads]
+    (gx,) = torch.autograd.grad(grads, x, v)
+    return out.detach(), *(g.detach() for g in grads), gx
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lean_conv_matches_stock_conv(case: str) -> None:
+    conv, shape = CASES[case]
+    stock = _double_backward(conv, shape, lean=False)
+    lean = _double_backward(conv, shape, lean=True)
+    for a, b in zip(stock, lean, strict=True):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10)
+
+
+def test_lean_conv_skips_the_weight_term_of_the_double_backward() -> None:
+    """Stock autograd runs a batch/channel-swapped convolution for a weight gradient nobody asked for."""
+    torch.manual_seed(0)
+    x = torch.rand(1, 8, 5, 5, requires_grad=True)
+    w1, w2 = torch.randn(8, 8, 3, 3, requires_grad=True), torch.randn(8, 8, 3, 3, requires_grad=True)
+
+    def swapped_convolutions(lean: bool) -> int:
+        with LeanConv2d() if lean else torch.enable_grad():
+            out = F.conv2d(F.conv2d(x, w1, padding=1), w2, padding=1)
+        grads = torch.autograd.grad(out.square().sum(), [w1, w2], create_graph=True)
+        with profile(record_shapes=True) as prof:
+            torch.autograd.grad(grads, x, [torch.ones_like(g) for g in grads])
+        # the weight term convolves the transposed grad-input (8, 1, 5, 5) with the transposed grad-output
+        return sum(e.count for e in prof.key_averages(group_by_input_shape=True)
+                   if "convolution" in e.key and e.input_shapes and e.input_shapes[0] == [8, 1, 5, 5])
+
+    assert swapped_convolutions(lean=False) > 0
+    assert swapped_convolutions(lean=True) == 0
