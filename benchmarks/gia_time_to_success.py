@@ -98,7 +98,7 @@ def build_model(name: str, train_steps: int) -> nn.Module:
 
 @dataclass
 class Clock:
-    """Process-CPU and wall seconds since ``start``, less the time spent taking snapshots."""
+    """Process-CPU and wall seconds since ``cpu0``/``wall0``, less the time spent taking snapshots."""
 
     cuda: bool
     cpu0: float = field(default_factory=time.process_time)
@@ -106,14 +106,25 @@ class Clock:
     excluded_cpu: float = 0.0
     excluded_wall: float = 0.0
 
-    def now(self) -> tuple[float, float]:
-        """Return (CPU s, wall s) of the measured work so far (synchronising CUDA first)."""
+    def start(self) -> None:
+        """Start measuring now (after the queued CUDA work)."""
         if self.cuda:
             torch.cuda.synchronize()
-        return (time.process_time() - self.cpu0 - self.excluded_cpu, time.monotonic() - self.wall0 - self.excluded_wall)
+        self.cpu0, self.wall0 = time.process_time(), time.monotonic()
+
+    def now(self, sync: bool = True) -> tuple[float, float, float, float]:
+        """Return (measured CPU s, measured wall s, raw ``process_time``, raw ``monotonic``).
+
+        On CUDA it first waits for the queued kernels (``sync``): that wait is the tool's own work and is
+        counted; pass the raw stamps to :meth:`exclude` to drop what follows.
+        """
+        if self.cuda and sync:
+            torch.cuda.synchronize()
+        cpu, wall = time.process_time(), time.monotonic()
+        return cpu - self.cpu0 - self.excluded_cpu, wall - self.wall0 - self.excluded_wall, cpu, wall
 
     def exclude(self, cpu: float, wall: float) -> None:
-        """Remove time measured since (cpu, wall) (absolute ``process_time``/``monotonic``) from the clock."""
+        """Remove the time since the raw stamps (cpu, wall) from the measured time."""
         self.excluded_cpu += time.process_time() - cpu
         self.excluded_wall += time.monotonic() - wall
 
@@ -171,9 +182,9 @@ def run_auditor(
                 if it == 0:
                     calls.append({"order": list(loc["order"]), "settings": [s.describe() for s in loc["group"]]})
                 if it % every == 0:
-                    t_cpu, t_wall = clock.now()
-                    pix = loc["best_x"].detach().clone()
-                    snaps.append(Snap(len(calls) - 1, it, t_cpu, t_wall, pix))
+                    clock.exclude(cpu, wall)
+                    t_cpu, t_wall, cpu, wall = clock.now()
+                    snaps.append(Snap(len(calls) - 1, it, t_cpu, t_wall, loc["best_x"].detach().clone()))
                 clock.exclude(cpu, wall)
             super().check_budget()
 
@@ -193,15 +204,15 @@ def run_auditor(
     gi_plugin._search, gi_plugin._private_inputs = search_then_stop, load_untimed
     ctx = Ctx(model=model, profile=profile_model(model, shape), config=config, device=device, seed=0,
               budget_s=None, plugin_name=plugin.name)
-    clock.cpu0, clock.wall0 = time.process_time(), time.monotonic()
+    clock.start()
     try:
         plugin.run(ctx)
         raise RuntimeError("the plugin returned without running its search")
     except _SearchDone as done:
         search = done.search
+        end_cpu, end_wall, _, _ = clock.now()
     finally:
         gi_plugin._search, gi_plugin._private_inputs = original, load
-    end_cpu, end_wall = clock.now()
     winner = search["winner"]
     return {
         "snaps": snaps,
@@ -255,12 +266,14 @@ def run_breaching(
             cpu, wall = time.process_time(), time.monotonic()
             loc = _frame_locals("_run_trial")
             j = loc["iteration"]
-            t_cpu, t_wall = clock.now()
             if j % every == 0:
+                clock.exclude(cpu, wall)
+                t_cpu, t_wall, cpu, wall = clock.now()
                 snaps.append(Snap(i, j, t_cpu, t_wall, loc["best_candidate"].detach()[0].clone()))
+                if (t_wall if clock.cuda else t_cpu) >= per_probe:
+                    clock.exclude(cpu, wall)
+                    raise _Stop
             clock.exclude(cpu, wall)
-            if (t_wall if clock.cuda else t_cpu) >= per_probe:
-                raise _Stop
 
         model.zero_grad()
         grads = torch.autograd.grad(loss(model(images[i : i + 1]), labels[i : i + 1]), list(model.parameters()))
@@ -268,10 +281,11 @@ def run_breaching(
                    "metadata": {"num_data_points": 1, "labels": labels[i : i + 1], "local_hyperparams": None}}]
         handle = register_optimizer_step_pre_hook(hook)
         torch.manual_seed(0)
-        clock.cpu0, clock.wall0 = time.process_time(), time.monotonic()
+        clock.start()
         try:
             rec, _ = attacker.reconstruct(payload, shared, {}, dryrun=False)
-            snaps.append(Snap(i, cfg.optim.max_iterations, *clock.now(), rec["data"][0].detach().clone()))
+            t_cpu, t_wall, _, _ = clock.now()
+            snaps.append(Snap(i, cfg.optim.max_iterations, t_cpu, t_wall, rec["data"][0].detach().clone()))
             stopped.append("max_iterations")
         except _Stop:
             stopped.append("cap")
@@ -466,6 +480,9 @@ def _table(rows: list[dict[str, Any]], device: torch.device) -> None:
         if r["tool"] == "auditor" and its is not None:
             its = f"stage {r['stage_to_success']}, it {its}"
         at = f"{r['ssim_at_success']} / {r['psnr_at_success']}" if r["success"] else "not reached"
+        if r["tool"] == "auditor":
+            at += (f" (setting 1 alone: {r['first_setting_cpu_s_to_success']} CPU s, "
+                   f"it {r['first_setting_iteration_to_success']})")
         end = (f"{r['search_cpu_s']} (search: {r['search_stopped']})" if r["tool"] == "auditor"
                else f"{r['cap_s']} (cap, it {r['iterations_run']})")
         print(f"| {r['model']} ({r['floor_ssim']}) | {r['tool']} | {r['cpu_s_to_success']} | {r['wall_s_to_success']} "
