@@ -53,6 +53,8 @@ from auditor.plugin.api import (
 from auditor.plugin.api import (
     RunContext as RunContext,
 )
+from auditor.plugin.cache import content_hash as content_hash
+from auditor.plugin.cache import fit_cached as fit_cached
 from auditor.plugin.images import (
     PSNR_CAP_DB as PSNR_CAP_DB,
 )
@@ -143,10 +145,12 @@ __all__ = [
     "UnsplittableModel",
     "chart",
     "cite",
+    "content_hash",
     "default_probe_images",
     "load_image",
     "figure_svg",
     "find_split",
+    "fit_cached",
     "floor_images",
     "image_floor_scores",
     "image_grid",

@@ -29,7 +29,7 @@ from auditor.report.model import ArchitectureProfile, Artifact, Finding, Measure
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
-PLUGIN_API_VERSION = 3  # 3: PluginResult.headline/power/undecided; 2: Requirements.torch_model
+PLUGIN_API_VERSION = 4  # 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
 
 
 class NoConfig(BaseModel):

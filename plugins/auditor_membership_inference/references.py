@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import parallel_map, ray_active
+from auditor.plugin import fit_cached, parallel_map, ray_active
 from auditor_membership_inference.config import Recipe
 
 
@@ -109,36 +108,13 @@ def train_cached(
     tick: Callable[[], None],
     stop_loss: float | None = None,
 ) -> tuple[nn.Module, bool]:
-    """Train ``model`` as :func:`train` does, or load it from ``cache_dir``; return it and whether it was cached."""
+    """Train ``model`` as :func:`train` does, or load it from ``cache_dir``; return it and whether it was cached.
+
+    The key is the architecture, the initial weights, the data, the recipe, the seed (and the stop rule).
+    """
     tag = "" if stop_loss is None else f"stop_loss={stop_loss}"
-    path = cache_dir / f"{content_hash(model, x, y, recipe, seed, tag)}.pt" if cache_dir else None
-    device = next(model.parameters()).device
-    if path is not None and path.is_file():
-        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
-        return model.eval(), True
-    train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
-    return model, False
-
-
-def content_hash(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, seed: int, tag: str = ""
-) -> str:
-    """Hash what determines a trained model: architecture, initial weights, data, recipe, seed (and ``tag``)."""
-    h = hashlib.sha256()
-    h.update(repr(model).encode())
-    for key, value in model.state_dict().items():  # the initial weights, before training
-        h.update(key.encode())
-        h.update(value.detach().cpu().contiguous().numpy().tobytes())
-    h.update(x.detach().cpu().numpy().tobytes())
-    h.update(y.detach().cpu().numpy().tobytes())
-    h.update(recipe.model_dump_json().encode())
-    h.update(str(seed).encode())
-    h.update(tag.encode())
-    return h.hexdigest()
+    return fit_cached(model, (x, y, recipe, seed, tag),
+                      lambda m: train(m, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss), cache_dir)
 
 
 def train_references(

@@ -31,6 +31,11 @@ class ModelInversionConfig(BaseModel):
     prior_epochs: int = Field(default=60, ge=1, description="VAE prior: training epochs on public/.")
     eval_epochs: int = Field(default=40, ge=1, description="Evaluation model: training epochs on train/.")
     eval_width: int = Field(default=32, ge=4)
+    cache_dir: str | None = Field(
+        default="~/.cache/auditor/mi-evaluators",
+        description="The evaluation model and the softmax-regression control depend only on train/ and these "
+        "settings, so they are cached here by content hash; null disables the cache.",
+    )
     max_private: int = Field(
         default=5000, ge=10, description="Most train/ images used (evaluation model, KNN)."
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,13 +22,14 @@ from auditor.plugin import (
     Rule,
     RunContext,
     Severity,
+    fit_cached,
     image_grid,
     measure,
     png_base64,
 )
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
-from auditor_model_inversion.nets import VAE, EvalNet, fit_eval, fit_vae, linear_control
+from auditor_model_inversion.nets import VAE, EvalNet, M, fit_eval, fit_vae, linear_control
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
 
@@ -82,15 +84,8 @@ class ModelInversionPlugin:
         xt, yt = test.tensors(shape, limit=cfg.max_private, seed=ctx.seed) if test is not None else (xp, yp)
         natural = _accuracy(target, xt, yt, dev)
         torch.manual_seed(ctx.seed)
-        evaluator = fit_eval(
-            EvalNet(shape[0], n_classes, cfg.eval_width).to(dev),
-            xp,
-            yp,
-            epochs=cfg.eval_epochs,
-            seed=ctx.seed,
-            device=dev,
-            tick=ctx.check_budget,
-        )
+        evaluator, eval_cached = _fit(EvalNet(shape[0], n_classes, cfg.eval_width).to(dev), xp, yp, cfg,
+                                      ctx.seed, ctx)
         eval_acc = _accuracy(evaluator, xt, yt, dev) if test is not None else None
         vae = None
         if prior == "vae":
@@ -189,6 +184,8 @@ class ModelInversionPlugin:
                 f"EvalNet (3 conv + BatchNorm, no skips, width {cfg.eval_width}), trained by the "
                 f"plugin {cfg.eval_epochs} epochs on {len(xp)} train/ images, independent of the "
                 "target; accuracy on test/" + ("" if test is not None else " not measured (no test/)")
+                + (" (loaded from the cache: the same training on the same train/ in an earlier scan)"
+                   if eval_cached else "")
             ),
             "knn_distance": "mean over reconstructions of the l2 distance (not squared) to the nearest train/ image "
             "of the target class in the evaluation model's penultimate features; "
@@ -223,10 +220,7 @@ class ModelInversionPlugin:
     ) -> tuple[dict[str, Any], PowerCheck]:
         """Invert softmax regression trained on train/ with the same attack and budget; return it and the check."""
         torch.manual_seed(ctx.seed + 1)
-        control = fit_eval(
-            linear_control(run.shape, run.n_classes).to(ctx.device), xp, yp, epochs=cfg.eval_epochs,
-            seed=ctx.seed + 1, device=ctx.device, tick=ctx.check_budget,
-        )
+        control, _ = _fit(linear_control(run.shape, run.n_classes).to(ctx.device), xp, yp, cfg, ctx.seed + 1, ctx)
         for p in control.parameters():
             p.requires_grad_(False)
         _, _, hits, starts_hits = run.attack(control)
@@ -299,6 +293,15 @@ class ModelInversionPlugin:
                 )
             )
         return findings
+
+
+def _fit(net: M, x: torch.Tensor, y: torch.Tensor, cfg: ModelInversionConfig, seed: int, ctx: RunContext
+         ) -> tuple[M, bool]:
+    """Train a judge or control on train/ (:func:`fit_eval`), or load it from the cache; return it, whether cached."""
+    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else None
+    return fit_cached(net, (x, y, cfg.eval_epochs, seed, "fit_eval: Adam 2e-3, wd 1e-4, batch 64, shift 1"),
+                      lambda m: fit_eval(m, x, y, epochs=cfg.eval_epochs, seed=seed, device=ctx.device,
+                                         tick=ctx.check_budget), cache)
 
 
 def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -216,46 +219,77 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     probes = inputs.probes.to(device)
     notes, records = dropped, {}
 
-    train_sets: dict[str, torch.Tensor] = {}
     tokens = [p.id for p in splits[:-1] if len(p.shape) != 4] if len(splits) > 1 else []
+    snapshots: dict[str, list] = {}
     if "dci" in cfg.attacks and tokens:
         notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
-                            f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
+                     f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
     elif "dci" in cfg.attacks:
-        has_bn = bool(bn_layers(model))
-        if has_bn or inputs.aux is None:
-            clock.stage(SHARES["synth"])
-            t0, c0 = time.monotonic(), time.process_time()
-            syn, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps, batch=budget.batch,
-                                  use_ce=cfg.synth_ce, seed=seed, device=device, tick=clock.tick)
-            records["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                                           "cpu_seconds": round(time.process_time() - c0, 2)}
-            if not has_bn:
-                notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
-                                    "were trained on an image-prior-only synthetic set (weak attacker; loose lower "
-                                    "bound)")
-            if len(syn):
-                train_sets["dci" if has_bn else "dci-prior-only"] = syn
-        if inputs.aux is not None:
-            train_sets["dci-aux"] = inputs.aux.to(device)
-
-    snapshots: dict[str, list] = {}
-    for name, data in train_sets.items():
-        seconds = clock.stage(SHARES["dci"] / len(train_sets))
         with torch.no_grad():
             shapes = [tuple(shape)]
             x = probes[:1]
             for b in blocks:
                 x = b(x)
                 shapes.append(tuple(x.shape[1:]))
-        inverses = nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
-        t0, c0 = time.monotonic(), time.process_time()
-        snaps, rec = train_dci(blocks, inverses, data, layer_steps=budget.layer_steps, joint_steps=budget.dci_steps,
-                               batch=budget.batch, seed=seed, time_s=None if seconds is None else 0.9 * seconds,
-                               tick=clock.tick)
-        snapshots[name] = snaps
-        records[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                                "cpu_seconds": round(time.process_time() - c0, 2)}
+
+        def inverses() -> nn.ModuleList:
+            return nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
+
+        has_bn = bool(bn_layers(model))
+        synthetic = has_bn or inputs.aux is None
+        n_sets = int(synthetic) + int(inputs.aux is not None)
+        jobs = []  # (name, its inverse modules, how to get its training set, the stage clock it runs on)
+        if synthetic:
+            name = "dci" if has_bn else "dci-prior-only"
+            jobs.append((name, inverses(), "synthetic", replace(clock)))
+            if not has_bn:
+                notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
+                             "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
+        if inputs.aux is not None:
+            jobs.append(("dci-aux", inverses(), inputs.aux.to(device), replace(clock)))
+        concurrent = len(jobs) > 1 and 2 * torch.get_num_threads() <= (os.cpu_count() or 1)
+        cpu = time.thread_time if concurrent else time.process_time  # a thread's own CPU when two run at once
+
+        def pipeline(job: tuple) -> tuple[str, list, dict[str, dict[str, Any]]]:
+            """Make the training set (synthesis runs on its own copy of the model: its BN hooks), train DCI."""
+            name, inv, data, own = job
+            recs: dict[str, dict[str, Any]] = {}
+            if isinstance(data, str):
+                own.stage(SHARES["synth"])
+                t0, c0 = time.monotonic(), cpu()
+                data, rec = synthesize(copy.deepcopy(model) if concurrent else model, shape, n=budget.n_synth,
+                                       steps=budget.synth_steps, batch=budget.batch, use_ce=cfg.synth_ce,
+                                       seed=seed, device=device, tick=own.tick)
+                recs["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+                                     "cpu_seconds": round(cpu() - c0, 2)}
+                if not len(data):
+                    return name, [], recs
+            seconds = own.stage(SHARES["dci"] / n_sets)
+            t0, c0 = time.monotonic(), cpu()
+            snaps, rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps, joint_steps=budget.dci_steps,
+                                   batch=budget.batch, seed=seed, time_s=None if seconds is None else 0.9 * seconds,
+                                   tick=own.tick)
+            recs[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+                          "cpu_seconds": round(cpu() - c0, 2)}
+            return name, snaps, recs
+
+        if concurrent:  # a spare core: the synthetic pipeline runs beside the auxiliary one
+            with ThreadPoolExecutor(1, thread_name_prefix="split-dci") as pool:
+                first = pool.submit(pipeline, jobs[0])
+                outs = [pipeline(jobs[1]), first.result()][::-1]
+        else:
+            outs = [pipeline(job) for job in jobs]
+        for name, snaps, recs in outs:
+            records.update(recs)
+            if snaps or name in recs:
+                snapshots[name] = snaps
+        if len(jobs) > 1:
+            records["dci_pipelines"] = {
+                "concurrent": concurrent,
+                "why": (f"one thread each: torch uses {torch.get_num_threads()} of {os.cpu_count()} cores"
+                        if concurrent else f"one after the other: torch already uses {torch.get_num_threads()} "
+                        f"of {os.cpu_count()} cores"),
+                "budget": "each pipeline keeps its own shares of the time budget (synthesis, DCI)"}
 
     with torch.no_grad():
         feats, x = [], probes

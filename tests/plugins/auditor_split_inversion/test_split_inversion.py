@@ -119,6 +119,29 @@ def test_dci_beats_the_floor_at_the_first_split_and_not_at_the_logits(digits: di
     assert logits.split == "fc" and logits.psnr_margin <= 1.0 and logits.ssim_margin <= 0.05, logits
 
 
+def test_the_synthetic_and_auxiliary_pipelines_give_the_same_numbers_side_by_side_or_in_turn(
+        digits: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a spare core the two DCI pipelines run in two threads; every number matches the sequential run."""
+    budget = dataclasses.replace(BUDGETS["fast"], n_synth=32, synth_steps=8, layer_steps=12, dci_steps=3, batch=16,
+                                 max_splits=2, classifier_steps=5)
+    x, y, tr, te = digits["x"], digits["y"], digits["tr"], digits["te"]
+    inputs = Inputs(x[te[:8]], y[te[:8]], "digits held-out", x[tr[:64]], y[tr[:64]], 10, "digits train")
+
+    def run() -> SplitAuditResult:
+        return audit(digits["net"], digits["profile"], inputs, SplitInversionConfig(attacks=["dci"]), budget, seed=0,
+                     device=torch.device("cpu"), clock=Clock(None, lambda: None, lambda: None))
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr("auditor_split_inversion.engine.os.cpu_count", lambda: 2)
+    side_by_side = run()
+    monkeypatch.setattr("auditor_split_inversion.engine.os.cpu_count", lambda: 1)
+    in_turn = run()
+    assert side_by_side.records["dci_pipelines"]["concurrent"] and not in_turn.records["dci_pipelines"]["concurrent"]
+    assert list(side_by_side.records) == list(in_turn.records)
+    for a, b in zip(side_by_side.rows, in_turn.rows, strict=True):
+        assert set(a.attacks) == {"dci", "dci-aux"} and a.attacks == b.attacks
+
+
 def _write_digits(root: Path, digits: dict) -> None:
     for split, idx in (("train", digits["tr"][:300]), ("test", digits["te"][:40])):
         for i in idx.tolist():

@@ -50,7 +50,7 @@ class TinyResNet(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
-_FAST = {"restarts": 3, "steps": 60, "eval_epochs": 15, "eval_width": 16, "max_classes": 10}
+_FAST = {"restarts": 3, "steps": 60, "eval_epochs": 15, "eval_width": 16, "max_classes": 10, "cache_dir": None}
 
 
 def test_pixel_inversion_is_judged_by_the_evaluation_model(tmp_path: Path) -> None:
@@ -91,10 +91,18 @@ def test_vae_prior_from_public_data_succeeds_and_links_skip_remedies(tmp_path: P
 def test_random_init_target_stays_quiet_with_shown_power(tmp_path: Path) -> None:
     data = write_manifest(tmp_path, {"train": ORDER[:600], "test": ORDER[600:900]})
     torch.manual_seed(0)
-    res = plugin.run(context(TinyResNet().eval(), data, ModelInversionConfig(prior="pixel", **_FAST)))
+    cfg = ModelInversionConfig(prior="pixel", **{**_FAST, "cache_dir": str(tmp_path / "cache")})
+    res = plugin.run(context(TinyResNet().eval(), data, cfg))
     m = res.metrics
     assert res.findings == [] and m["p_value_permutation"] >= 0.01
     assert res.headline[0].ci[0] <= 0 and res.power[0].passed
+    # The judge and the control depend on train/ only: a scan of other weights loads both from the cache.
+    assert "loaded from the cache" not in res.provenance["evaluation_model"]
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 2
+    again = plugin.run(context(TinyResNet().eval(), data, cfg))
+    assert "loaded from the cache" in again.provenance["evaluation_model"]
+    assert again.metrics["evaluation_model_accuracy"] == m["evaluation_model_accuracy"]
+    assert again.metrics["positive_control"] == m["positive_control"]
 
 
 def test_one_step_lacks_power_and_is_inconclusive(tmp_path: Path) -> None:
