@@ -9,24 +9,28 @@ from auditor_gradient_inversion.conv import LeanConv2d
 from torch import nn
 from torch.profiler import profile
 
-CASES = {
+CASES = {  # every case but the stock ones has at most as many output positions as weights per output channel: lean
     "strided 5x5 with bias": (nn.Conv2d(3, 4, 5, stride=2, padding=2), (2, 3, 11, 11)),
     "stride 3, odd size (extra rows)": (nn.Conv2d(3, 4, 4, stride=3, padding=1, bias=False), (1, 3, 13, 13)),
-    "dilated, grouped": (nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2), (2, 4, 9, 9)),
-    "depthwise, strided": (nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), (1, 4, 8, 8)),
-    "reflect padding, 1x1 head": (nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), (1, 3, 6, 6)),
+    "dilated, grouped": (nn.Conv2d(8, 6, 3, padding=2, dilation=2, groups=2), (2, 8, 4, 4)),
+    "depthwise, strided": (nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), (1, 4, 5, 5)),
+    "reflect padding": (nn.Conv2d(6, 4, 3, padding=1, padding_mode="reflect"), (1, 6, 6, 6)),
     "padding='same' (stock path)": (nn.Conv2d(3, 4, 3, padding="same"), (1, 3, 6, 6)),
+    "more positions than weights per channel (stock path)": (nn.Conv2d(3, 4, 3, padding=1), (1, 3, 12, 12)),
 }
 
 
-def _double_backward(conv: nn.Module, shape: tuple[int, ...], lean: bool) -> tuple[torch.Tensor, ...]:
+def _double_backward(case: str, lean: bool) -> tuple[torch.Tensor, ...]:
     """Return the output, the parameter gradients and d<param grads, v>/dx (what an IG step computes)."""
+    conv, shape = CASES[case]
     torch.manual_seed(1)
     x = torch.rand(*shape, dtype=torch.float64, requires_grad=True)
     net = nn.Sequential(conv, nn.Tanh(), nn.Conv2d(conv.out_channels, 2, 3, padding=1)).double()
     params = list(net.parameters())
     with LeanConv2d() if lean else torch.enable_grad():
         out = net(x)
+        first = net[0](x)
+    assert (type(first.grad_fn).__name__ == "_Conv2dBackward") == (lean and "stock" not in case)
     loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum() + out.square().sum()
     grads = torch.autograd.grad(loss, params, create_graph=True)
     v = [torch.randn_like(g) for g in grads]
@@ -36,9 +40,8 @@ def _double_backward(conv: nn.Module, shape: tuple[int, ...], lean: bool) -> tup
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lean_conv_matches_stock_conv(case: str) -> None:
-    conv, shape = CASES[case]
-    stock = _double_backward(conv, shape, lean=False)
-    lean = _double_backward(conv, shape, lean=True)
+    stock = _double_backward(case, lean=False)
+    lean = _double_backward(case, lean=True)
     for a, b in zip(stock, lean, strict=True):
         assert torch.allclose(a, b, atol=1e-12, rtol=1e-10)
 
