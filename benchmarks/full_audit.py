@@ -8,7 +8,7 @@ excluded), one thread. Prints wall and process-CPU seconds of the whole scan, ea
 ``duration_s`` from the JSON report, every plugin's status and headline numbers (so a speed-up
 can be checked against the leakage it reports), the peak RSS and the load average.
 
-Run: ``python benchmarks/full_audit.py [--out /tmp/full-audit] [--device cpu]``
+Run: ``python benchmarks/full_audit.py [--out /tmp/full-audit] [--device cpu] [--plugins all] [--budget S]``
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/full-audit"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--plugins", default="all")
+    parser.add_argument("--budget", type=float, help="per-plugin time budget in seconds (default: each plugin's own)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
     argv_ = ["scan", str(model), "--plugins", args.plugins, "--data", str(args.out / "digits"), "--input-shape",
              f"3,{SIZE},{SIZE}", "--device", args.device, "--seed", str(SEED), "--json", str(args.out / "report.json"),
-             "--quiet"]
+             "--quiet", *(["--budget", str(args.budget)] if args.budget else [])]
     print("$ auditor " + " ".join(argv_), flush=True)
     wall, cpu = time.perf_counter(), time.process_time()
     code = run_cli(argv_)
