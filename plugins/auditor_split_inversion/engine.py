@@ -115,13 +115,18 @@ class Clock:
     check: Callable[[], None]
     deadline: float | None = None
 
-    def stage(self, share: float) -> float | None:
-        """Open a stage of ``share`` of the total budget (at most 95 % of what is left); return its seconds."""
+    def stage(self, share: float, since: float | None = None) -> float | None:
+        """Open a stage of ``share`` of the total budget (at most 95 % of what is left); return its seconds.
+
+        With ``since`` (a ``time.monotonic()`` value) the share is a window opened then: what earlier
+        stages in it left unused carries over to this one.
+        """
         left = self.remaining()
         if self.total is None or left is None:
             self.deadline = None
             return None
-        seconds = max(0.0, min(share * self.total, 0.95 * left))
+        used = 0.0 if since is None else time.monotonic() - since
+        seconds = max(0.0, min(share * self.total - used, 0.95 * left))
         self.deadline = time.monotonic() + seconds
         return seconds
 
@@ -251,8 +256,15 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         cpu = time.thread_time if concurrent else time.process_time  # a thread's own CPU when two run at once
 
         def pipeline(job: tuple) -> tuple[str, list, dict[str, dict[str, Any]]]:
-            """Make the training set (synthesis runs on its own copy of the model: its BN hooks), train DCI."""
+            """Make the training set (synthesis runs on its own copy of the model: its BN hooks), train DCI.
+
+            A pipeline's DCI stage gets what its window has left: the synthetic one's window is the
+            synthesis and DCI shares (time synthesis did not use goes to DCI), the auxiliary one's its
+            DCI share, plus the synthesis share when it runs beside the synthetic pipeline.
+            """
             name, inv, data, own = job
+            start = time.monotonic()
+            window = SHARES["dci"] / n_sets + (SHARES["synth"] if isinstance(data, str) or concurrent else 0.0)
             recs: dict[str, dict[str, Any]] = {}
             if isinstance(data, str):
                 own.stage(SHARES["synth"])
@@ -264,7 +276,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                                      "cpu_seconds": round(cpu() - c0, 2)}
                 if not len(data):
                     return name, [], recs
-            seconds = own.stage(SHARES["dci"] / n_sets)
+            seconds = own.stage(window, since=start)
             t0, c0 = time.monotonic(), cpu()
             snaps, rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps, joint_steps=budget.dci_steps,
                                    batch=budget.batch, seed=seed, time_s=None if seconds is None else 0.9 * seconds,
@@ -289,7 +301,9 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                 "why": (f"one thread each: torch uses {torch.get_num_threads()} of {os.cpu_count()} cores"
                         if concurrent else f"one after the other: torch already uses {torch.get_num_threads()} "
                         f"of {os.cpu_count()} cores"),
-                "budget": "each pipeline keeps its own shares of the time budget (synthesis, DCI)"}
+                "budget": "each pipeline has its own window of the time budget: synthesis + DCI shares for the "
+                          "synthetic one, the DCI share (plus the synthesis share when side by side) for the "
+                          "auxiliary one"}
 
     with torch.no_grad():
         feats, x = [], probes

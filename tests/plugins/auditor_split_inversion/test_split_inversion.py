@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import time
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,14 @@ def test_the_synthetic_and_auxiliary_pipelines_give_the_same_numbers_side_by_sid
     assert list(side_by_side.records) == list(in_turn.records)
     for a, b in zip(side_by_side.rows, in_turn.rows, strict=True):
         assert set(a.attacks) == {"dci", "dci-aux"} and a.attacks == b.attacks
+
+
+def test_a_stage_window_hands_what_earlier_stages_left_to_the_next() -> None:
+    clock = Clock(100.0, lambda: 90.0, lambda: None)
+    assert clock.stage(0.5) == pytest.approx(50.0)
+    assert clock.stage(0.5, since=time.monotonic() - 10.0) == pytest.approx(40.0, abs=0.5)
+    assert clock.stage(0.5, since=time.monotonic() - 60.0) == 0.0
+    assert clock.stage(1.0) == pytest.approx(85.5)  # never past 95 % of what the plugin has left
 
 
 def _write_digits(root: Path, digits: dict) -> None:
