@@ -109,7 +109,7 @@ class GradientOracle:
         Same values as :meth:`grads`; differentiable in ``x`` and ``eps`` when they require grad, and
         its backward accepts ``grad_outputs`` (the IG step's closed-form cosine gradient). Convolutions
         run as :class:`~auditor_gradient_inversion.conv.LeanConv2d`, whose double backward skips the
-        weight term no attack asks for (about 1.5× less CPU per ResNet-18 step); not vmappable.
+        weight term no attack asks for (10–20 % less CPU per ResNet-18 step); not vmappable.
         """
         selected = {n: self.params[n].detach().requires_grad_(True) for n in self.names}
         with LeanConv2d():

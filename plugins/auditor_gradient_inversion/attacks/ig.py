@@ -25,7 +25,8 @@ Differences from the reference code:
   nested ``torch.func.grad``: same objective, about 1.45× less CPU per step on ResNet-18 at 32×32
   (benchmarks/ig_step.py, docs/speed.md). Their convolutions run as
   :class:`~auditor_gradient_inversion.conv.LeanConv2d`, whose double backward skips a weight term
-  PyTorch computes and no attack uses: about 1.5× less again.
+  PyTorch computes and no attack uses (10–20 % of the step; against breaching 1.33× → 1.7–1.8× per
+  CPU-second).
 * Joint-ε (seed 004 §3.7 (1), pilot §6.3; DIA-style, not in either paper): the victim's unknown
   Gaussian noise is an extra variable ε' initialised N(0, I) and optimised by plain Adam at the
   same learning rate while x' takes signed steps; all gradients are matched.
