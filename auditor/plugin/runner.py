@@ -125,7 +125,7 @@ def _run_one(
     if on_start is not None:
         on_start(entry.name)
     started = time.monotonic()
-    outcome = _call_with_budget(lambda: plugin.run(ctx), budget)
+    outcome = _call_with_budget(lambda: _on_one_blas_thread(plugin.run, ctx), budget)
     duration = round(time.monotonic() - started, 3)
     if outcome is _TIMED_OUT or isinstance(outcome, PluginTimeout):
         reason = str(PluginTimeout(entry.name, budget or 0.0))
@@ -169,6 +169,19 @@ def _judged(family: str, outcome: PluginResult, applicable_reason: str) -> tuple
         text = "; ".join(f"{p.control}: {p.metric} = {p.value:.3g}, required {p.required:.3g}, not met" for p in failed)
         return "inconclusive", CATEGORY_NO_POWER, f"positive control failed, the attack lacked power: {text}"
     return "ok", None, applicable_reason
+
+
+def _on_one_blas_thread(run: Callable[[RunContext], PluginResult], ctx: RunContext) -> PluginResult:
+    """Return ``run(ctx)`` with numpy's and scipy's BLAS on one thread (torch's own threads are untouched).
+
+    What plugins hand to BLAS is small (scikit-learn's attack MLPs on a few hundred rows); a threaded
+    BLAS shares nothing there and, on a busy machine, spins: the membership shadow MLP took 30 CPU-s
+    (46 s wall) at load 4 on two cores against 1.6 s on one thread, and 3.0 against 1.7 CPU-s at rest.
+    """
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return run(ctx)
 
 
 def _call_with_budget(fn: Callable[[], Any], budget_s: float | None) -> Any:

@@ -154,3 +154,23 @@ def test_declared_labels_and_split_points_are_enforced() -> None:
     assert (run.status, run.category) == ("skipped", "not-applicable")
     (run,), _ = _run(wants_split)
     assert run.status == "ok" and _PROFILE.split_points
+
+
+class _BlasRecorder(FakePlugin):
+    """Records how many threads numpy's BLAS had during its run."""
+
+    def run(self, ctx: RunContext) -> PluginResult:
+        from threadpoolctl import threadpool_info
+
+        self.blas = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        return super().run(ctx)
+
+
+def test_plugins_run_with_one_blas_thread_and_leave_the_setting_as_it_was() -> None:
+    from threadpoolctl import threadpool_info
+
+    before = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    plugin = _BlasRecorder("blas")
+    runs, _ = _run(plugin)
+    assert runs[0].status == "ok" and plugin.blas and set(plugin.blas.values()) == {1}
+    assert {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == before
