@@ -84,9 +84,9 @@ class LeanConv2d(TorchFunctionMode):
         x, w, padding = bound["input"], bound["weight"], bound.get("padding", 0)
         if x.dim() != 4 or isinstance(padding, str):
             return func(*args, **kwargs)
-        stride, dilation = _pair(bound.get("stride", 1)), _pair(bound.get("dilation", 1))
-        out = [(x.shape[2 + d] + 2 * _pair(padding)[d] - dilation[d] * (w.shape[2 + d] - 1) - 1) // stride[d] + 1
+        stride, padding, dilation = _pair(bound.get("stride", 1)), _pair(padding), _pair(bound.get("dilation", 1))
+        out = [(x.shape[2 + d] + 2 * padding[d] - dilation[d] * (w.shape[2 + d] - 1) - 1) // stride[d] + 1
                for d in range(2)]
         if x.shape[0] * out[0] * out[1] > w[0].numel():  # more positions than a column holds: stock is faster
             return func(*args, **kwargs)
-        return _Conv2d.apply(x, w, bound.get("bias"), stride, _pair(padding), dilation, int(bound.get("groups", 1)))
+        return _Conv2d.apply(x, w, bound.get("bias"), stride, padding, dilation, int(bound.get("groups", 1)))

@@ -243,10 +243,10 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
         has_bn = bool(bn_layers(model))
         synthetic = has_bn or inputs.aux is None
         n_sets = int(synthetic) + int(inputs.aux is not None)
-        jobs = []  # (name, its inverse modules, how to get its training set, the stage clock it runs on)
+        jobs = []  # (name, its inverse modules, its training set or None to synthesise one, its stage clock)
         if synthetic:
             name = "dci" if has_bn else "dci-prior-only"
-            jobs.append((name, inverses(), "synthetic", replace(clock)))
+            jobs.append((name, inverses(), None, replace(clock)))
             if not has_bn:
                 notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
                              "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
@@ -264,9 +264,9 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             """
             name, inv, data, own = job
             start = time.monotonic()
-            window = SHARES["dci"] / n_sets + (SHARES["synth"] if isinstance(data, str) or concurrent else 0.0)
+            window = SHARES["dci"] / n_sets + (SHARES["synth"] if data is None or concurrent else 0.0)
             recs: dict[str, dict[str, Any]] = {}
-            if isinstance(data, str):
+            if data is None:
                 own.stage(SHARES["synth"])
                 t0, c0 = time.monotonic(), cpu()
                 data, rec = synthesize(copy.deepcopy(model) if concurrent else model, shape, n=budget.n_synth,

@@ -204,9 +204,10 @@ def _invert(
     n, s_count = targets.shape[0], len(group)
     order = [(i, s, r) for i in range(n) for s in range(s_count) for r in range(group[s].restarts)]
     trials = len(order)
-    tgt = targets[[i for i, _, _ in order]]
-    tgt_norm = torch.stack([list_norm(oracle.unflatten(t)) for t in targets])[[i for i, _, _ in order]]
-    ys = labels.to(device)[[i for i, _, _ in order]]
+    rows = [i for i, _, _ in order]  # the target each trial attacks
+    tgt = targets[rows]
+    tgt_norm = torch.stack([list_norm(oracle.unflatten(t)) for t in targets])[rows]
+    ys = labels.to(device)[rows]
     low, high = (b.to(device) for b in box)
     gens = [trial_generator(seed, i, r) for i, _, r in order]
     x = torch.stack([_init(group[s].init, shape, low, high, g) for (_, s, _), g in zip(order, gens)])
