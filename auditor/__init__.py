@@ -12,7 +12,6 @@ The public names load on first use (PEP 562), so ``auditor version`` and ``--hel
 from __future__ import annotations
 
 import importlib
-import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ import auditor.load  # noqa: F401 - cheap, and it puts the Hugging Face librarie
 from auditor._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from auditor.audit.pipeline import scan as scan
     from auditor.config import ScanConfig as ScanConfig
     from auditor.errors import (
         ArchitectureMismatch as ArchitectureMismatch,
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from auditor.report.model import (
         Severity as Severity,
     )
-    from auditor.scan import scan as scan
 
 #: Public name -> the module that defines it.
 _HOMES = {
@@ -76,7 +75,7 @@ _HOMES = {
     "UnsafeCheckpoint": "auditor.errors",
     "load_checkpoint": "auditor.load.loaders",
     "profile_model": "auditor.graph.profile",
-    "scan": "auditor.scan",
+    "scan": "auditor.audit.pipeline",
 }
 
 __all__ = sorted([*_HOMES, "__version__"])
@@ -89,22 +88,6 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
-
-
-class _Package(ModuleType):
-    """The ``auditor`` module object: importing the submodule ``auditor.scan`` must not hide ``auditor.scan()``.
-
-    The import system binds a loaded submodule as an attribute of its package; the eager imports this
-    package used to do rebound ``scan`` to the function afterwards. Lazily, the binding is refused instead.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOMES and isinstance(value, ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

@@ -2,7 +2,7 @@
 
 Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
 or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
-judged); 4 usage error. With several models, the worst (see :func:`auditor.batch.worst_exit_code`).
+judged); 4 usage error. With several models, the worst (see :func:`auditor.audit.batch.worst_exit_code`).
 
 Imports stay lazy: ``auditor version`` and ``--help`` must not pay for torch.
 """
@@ -41,7 +41,7 @@ from auditor.report.model import PluginRun, Report, Severity
 from auditor.rewrite.options import REWRITE_OPTIONS, harden_flags
 
 if TYPE_CHECKING:
-    from auditor.batch import ScanRow
+    from auditor.audit.batch import ScanRow
     from auditor.config import ScanConfig
 
 
@@ -265,7 +265,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
                    json_path: Path | None, html_path: Path | None, sarif_path: Path | None,
                    out_dir: Path | None) -> list[Path]:
     """Write every requested output; return the files written (stdout is not one)."""
-    from auditor.batch import report_names
+    from auditor.audit.batch import report_names
 
     reports = [r.report for r in rows if r.report is not None]
     written: list[Path] = []
@@ -295,7 +295,7 @@ def _write_outputs(rows: Sequence[ScanRow], code: int, *, fmt: OutputFormat, out
 
 
 def _row_of(report: Report) -> ScanRow:
-    from auditor.batch import ScanRow
+    from auditor.audit.batch import ScanRow
 
     return ScanRow(path=report.model.path, verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    report=report)
@@ -607,8 +607,7 @@ def harden(
     """
     from rich.progress import Progress
 
-    from auditor.commands.harden import HardenCommand, run_harden
-    from auditor.harden import HardenOptions
+    from auditor.commands.harden import HardenCommand, HardenOptions, run_harden
 
     config = build_config(load_config_file(config_file) if config_file else {}, {
         "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,

@@ -1,6 +1,6 @@
 """Compare two audits of a model: new, fixed and changed findings, and metrics that left their CI.
 
-Findings are matched on (rule id, location, ordinal) (:func:`auditor.baseline.finding_keys`), not
+Findings are matched on (rule id, location, ordinal) (:func:`auditor.report.fingerprints.finding_keys`), not
 on the model path, so a retrained checkpoint saved under another name still lines up. A metric
 ``m`` moved when its new value falls outside the old run's ``m_ci95`` interval (the plugins' naming
 convention for a 95 % confidence interval beside a metric).
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from auditor.baseline import finding_keys
+from auditor.report.fingerprints import finding_keys
 from auditor.report.model import Finding, Report, Severity
 from auditor.report.render_markdown import findings_table, md_cell
 

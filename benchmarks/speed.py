@@ -41,8 +41,8 @@ PHASES = {
     "fx trace": ("auditor.graph.trace:_Tracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
-    "plugin discovery": ("auditor.scan", "discover_plugins"),
-    "plugins": ("auditor.scan", "run_plugins"),
+    "plugin discovery": ("auditor.audit.pipeline", "discover_plugins"),
+    "plugins": ("auditor.audit.pipeline", "run_plugins"),
     "JSON": ("auditor.report.render_json", "write_json"),
     "HTML": ("auditor.report.render_html", "write_html"),
 }

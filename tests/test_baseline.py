@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from auditor.baseline import (
-    SuppressRule,
-    apply_acceptances,
-    fingerprint,
-    load_baseline,
-    model_identity,
-    with_fingerprints,
-    write_baseline,
-)
+from auditor.baseline import SuppressRule, apply_acceptances, load_baseline, write_baseline
 from auditor.errors import ConfigError
+from auditor.report.fingerprints import fingerprint, model_identity, with_fingerprints
 from auditor.report.model import Finding, Severity
 from tests.report.conftest import make_full_report
 

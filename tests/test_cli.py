@@ -455,13 +455,12 @@ def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytes
     assert "auditor: [1/1]" not in shown and "auditor: [1/1]" not in capsys.readouterr().err
 
 
-def test_lazy_package_keeps_scan_the_function_after_its_module_loads() -> None:
+def test_package_scan_is_the_pipeline_function() -> None:
     import subprocess
     import sys
 
     code = ("import importlib, auditor\n"
-            "module = importlib.import_module('auditor.scan')\n"
-            "import auditor.batch\n"
+            "module = importlib.import_module('auditor.audit.pipeline')\n"
             "assert auditor.scan is module.scan, auditor.scan\n"
             "assert auditor.ScanConfig.__name__ == 'ScanConfig' and 'scan' in dir(auditor)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from torch import nn
 
 import auditor.plugin
-from auditor.assemble import assemble_report, run_settings
+from auditor.audit.assemble import assemble_report, run_settings
 from auditor.config import ScanConfig
 from auditor.graph.profile import profile_model
 from auditor.plugin import Applicability, Plugin, Requirements

@@ -112,7 +112,7 @@ def test_a_refused_checkpoint_lists_no_gaps() -> None:
 def test_the_tensor_size_cap_is_configurable(small_cnn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    scan_module = importlib.import_module("auditor.scan")  # the package attribute `scan` is the function
+    scan_module = importlib.import_module("auditor.audit.pipeline")  # the package attribute `scan` is the function
     seen: dict[str, object] = {}
     real = scan_module.load_checkpoint
 

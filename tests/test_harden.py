@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from auditor.audit.pipeline import scan
 from auditor.cli import run_cli
+from auditor.commands.harden import HardenOptions, _splits, accuracy, fine_tune, harden
 from auditor.config import ScanConfig
 from auditor.data import load_data_dir
-from auditor.harden import HardenOptions, _splits, accuracy, fine_tune, harden
 from auditor.load.loaders import load_checkpoint
-from auditor.scan import scan
 
 timm = pytest.importorskip("timm")
 SHAPE = (3, 32, 32)
@@ -139,7 +139,7 @@ def test_both_audits_get_the_same_data_seed_budget_and_plugins(digits: tuple[Pat
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    scan_module = importlib.import_module("auditor.scan")  # the package re-exports scan() under the same name
+    scan_module = importlib.import_module("auditor.audit.pipeline")  # the package re-exports scan() under the same name
     root, model_path, _ = digits
     seen: list[tuple[Path, ScanConfig]] = []
     real = scan_module.scan

@@ -39,7 +39,7 @@ def report_of(path: Path, config: ScanConfig) -> Report:
     """Read a JSON report, or audit a checkpoint (a file is a report when it parses as JSON)."""
     from pydantic import ValidationError
 
-    from auditor.batch import audit_one
+    from auditor.audit.batch import audit_one
     from auditor.report.model import Report
 
     data = None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-    from auditor.inputs import ExampleInput
+    from auditor.audit.inputs import ExampleInput
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def load_model(opts: ModelOptions, *, tokens: bool = True) -> tuple[nn.Module, E
     Raises:
         InputError: the checkpoint cannot be loaded or was refused by the static pickle check.
     """
-    from auditor.inputs import resolve_example_input
+    from auditor.audit.inputs import resolve_example_input
     from auditor.load.loaders import load_checkpoint
 
     loaded = load_checkpoint(opts.path, arch=opts.arch, imports=list(opts.imports))

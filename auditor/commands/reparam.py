@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from auditor.audit.inputs import image_shape
 from auditor.commands.model import ModelOptions, load_model
 from auditor.errors import InputError
 from auditor.graph.profile import profile_model
-from auditor.inputs import image_shape
 from auditor.reparam.check import EquivalenceResult, check_equivalence
 from auditor.reparam.fuse import fuse_model
 

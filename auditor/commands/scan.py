@@ -1,7 +1,7 @@
 """``auditor scan``: collect checkpoints, audit each (locally or as Ray tasks), apply the baseline, gate.
 
-Each checkpoint goes through :func:`auditor.scan.scan`, which hands ONNX files to
-:func:`auditor.onnx.scan.scan_onnx`; this driver adds what a run over many paths needs.
+Each checkpoint goes through :func:`auditor.audit.pipeline.scan`, which hands ONNX files to
+:func:`auditor.audit.onnx.scan_onnx`; this driver adds what a run over many paths needs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from auditor.errors import ConfigError, InputError
 from auditor.gate import ExitCode
 
 if TYPE_CHECKING:
-    from auditor.batch import ScanRow
+    from auditor.audit.batch import ScanRow
     from auditor.config import ScanConfig
 
 #: ``for_model(index, count, path)`` returns the progress callback of one model (or None).
@@ -64,8 +64,8 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         ConfigError: the flags contradict each other (``--html`` with several models, ``--workers``
             with ``--ray-address``).
     """
+    from auditor.audit.batch import audit_many, collect, worst_exit_code
     from auditor.baseline import apply_acceptances, load_baseline, write_baseline
-    from auditor.batch import audit_many, collect, worst_exit_code
 
     hooks = hooks or ScanHooks()
     config = opts.config
@@ -96,7 +96,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
 def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
                   address: str | None, hooks: ScanHooks) -> list[ScanRow]:
     """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
-    from auditor.batch import ScanRow, audit_many
+    from auditor.audit.batch import ScanRow, audit_many
     from auditor.config import resolve_device
     from auditor.distributed import ray_executor, ray_session
 

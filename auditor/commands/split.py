@@ -41,8 +41,8 @@ def run_split(opts: SplitOptions) -> SplitListing | HeadExport:
         InputError: the model cannot be loaded or fx-traced, ``at`` is no split point, or the
             ``auditor[onnx]`` extra is missing.
     """
+    from auditor.audit.inputs import image_shape
     from auditor.graph.profile import profile_model
-    from auditor.inputs import image_shape
 
     if (opts.at is None) != (opts.onnx is None):
         raise ConfigError("--at and --onnx go together: --at SPLIT_ID --onnx head.onnx (without both, split "

@@ -22,7 +22,7 @@ from auditor.plugin.api import PLUGIN_API_VERSION, Plugin, Requirements, Rule
 
 log = logging.getLogger(__name__)
 
-GROUP = "auditor.plugins"  # auditor.refused.PLUGIN_GROUP names it without importing this module
+GROUP = "auditor.plugins"  # auditor.audit.refused.PLUGIN_GROUP names it without importing this module
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RULE_ID = re.compile(r"^[a-z0-9]+(\.[a-z0-9-]+)+$")
 

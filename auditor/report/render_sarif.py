@@ -1,7 +1,7 @@
 """Render reports as SARIF 2.1.0 that GitHub code scanning reads well.
 
 One run holds every model's results: rules with ``security-severity`` and tags, results with
-``partialFingerprints`` (see :mod:`auditor.baseline`), a ``region`` and a repository-relative URI under
+``partialFingerprints`` (see :mod:`auditor.report.fingerprints`), a ``region`` and a repository-relative URI under
 ``%SRCROOT%``, declared in ``originalUriBaseIds``; a plugin or model that could not be audited makes
 the invocation unsuccessful and is listed in ``toolExecutionNotifications``.
 """
@@ -15,7 +15,7 @@ from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import quote
 
-from auditor.baseline import model_identity, with_fingerprints
+from auditor.report.fingerprints import model_identity, with_fingerprints
 from auditor.report.model import Finding, PluginRun, Report, Severity
 
 SARIF_VERSION = "2.1.0"

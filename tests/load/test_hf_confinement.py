@@ -111,7 +111,8 @@ def test_hub_cache_snapshot_symlinks_stay_allowed(tmp_path: Path) -> None:
 
 def test_importing_the_scan_forces_offline_mode() -> None:
     """Even after huggingface_hub was imported online, importing auditor's scan (auditor.load) turns it off."""
-    code = ("import os; os.environ['HF_HUB_OFFLINE'] = '0'; import huggingface_hub as h; import auditor.scan; "
+    code = ("import os; os.environ['HF_HUB_OFFLINE'] = '0'; import huggingface_hub as h; "
+            "import auditor.audit.pipeline; "
             "import transformers; print(h.is_offline_mode(), os.environ['TRANSFORMERS_OFFLINE'], "
             "os.environ['HF_HUB_OFFLINE'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from auditor.audit.pipeline import scan
 from auditor.config import ScanConfig
 from auditor.load.loaders import load_checkpoint
-from auditor.scan import scan
 from tests.fixtures.hostile import Reduce
 from tests.load._models import TINY_NET_SOURCE, small_model
 

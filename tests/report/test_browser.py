@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import torch
 
+from auditor.audit.pipeline import scan
 from auditor.config import ScanConfig
 from auditor.report.model import Report
 from auditor.report.render_html import write_html
-from auditor.scan import scan
 
 from .conftest import make_full_report, make_unsafe_report
 from .tiny_audit import write_tiny_audit

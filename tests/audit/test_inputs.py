@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
+from auditor.audit.inputs import DEFAULT_SOURCE, image_shape, resolve_example_input
 from auditor.config import DEFAULT_INPUT_SHAPE
 from auditor.graph.tokens import TokenSpec
-from auditor.inputs import DEFAULT_SOURCE, image_shape, resolve_example_input
 from auditor.load.loaders import LoadedModel
 from auditor.report.model import LoadSafety, ModelInfo
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 import torchvision
 
+from auditor.audit.pipeline import scan
 from auditor.config import ScanConfig
 from auditor.plugin.registry import PluginEntry, discover_plugins
-from auditor.scan import scan
 from tests.plugin._fakes import FakePlugin
 
 

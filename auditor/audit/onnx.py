@@ -17,7 +17,7 @@ import onnx
 import torch
 from pydantic import BaseModel
 
-from auditor.assemble import assemble_report, run_settings
+from auditor.audit.assemble import assemble_report, run_settings
 from auditor.config import ScanConfig
 from auditor.errors import TraceError
 from auditor.load.digest import sha256_file

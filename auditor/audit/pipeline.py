@@ -5,21 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from auditor.assemble import assemble_report, run_settings
+from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.inputs import resolve_example_input
+from auditor.audit.refused import refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
 from auditor.deps import require
 from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec
-from auditor.inputs import resolve_example_input
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
-from auditor.refused import refusal_report
 from auditor.report.model import (
     Finding,
     Report,
@@ -38,7 +38,7 @@ def scan(
     """Audit the checkpoint at ``path`` and return the report.
 
     ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
-    (:func:`auditor.refused.check_before_loading`), when the caller already ran it.
+    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it.
 
     Example:
         >>> report = scan("resnet18.pt")
@@ -65,7 +65,7 @@ def scan(
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
         require("onnx", "scanning an ONNX model")
         require("onnxruntime", "checking an ONNX model")
-        from auditor.onnx.scan import scan_onnx
+        from auditor.audit.onnx import scan_onnx
 
         return scan_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
                          data=data, progress=say)

@@ -2,7 +2,7 @@
 
 ``auditor scan`` asks here first: a poisoned file in a pre-commit hook or a CI gate is answered
 in about a second instead of paying torch's start-up, the plugin imports and the config checks
-that only a loadable model needs. Everything else goes through :func:`auditor.scan.scan`.
+that only a loadable model needs. Everything else goes through :func:`auditor.audit.pipeline.scan`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from auditor.assemble import assemble_report
+from auditor.audit.assemble import assemble_report
 from auditor.config import ScanConfig
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
@@ -31,7 +31,7 @@ def check_before_loading(path: str | Path, config: ScanConfig) -> Report | Stati
     """Run the static check of ``path`` before anything imports torch.
 
     Returns the refusal report when the check refuses the file; the passed check otherwise (hand it
-    to :func:`auditor.scan.scan` so the pickles are not checked nor the file hashed twice); None for
+    to :func:`auditor.audit.pipeline.scan` so the pickles are not checked nor the file hashed twice); None for
     an ONNX file, which has no pickles. The refusal report names the plugins from their entry points
     (none is imported; every one is skipped) and records the device as asked, since nothing ran.
 

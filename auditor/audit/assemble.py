@@ -1,6 +1,6 @@
 """How every audit ends, whatever the input format: the runner's settings, then the sorted, judged report.
 
-Shared by :mod:`auditor.scan` (PyTorch checkpoints) and :mod:`auditor.onnx.scan` (ONNX graphs), so
+Shared by :mod:`auditor.audit.pipeline` (PyTorch checkpoints) and :mod:`auditor.audit.onnx` (ONNX graphs), so
 neither driver imports the other.
 """
 

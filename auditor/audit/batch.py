@@ -17,10 +17,11 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from auditor.baseline import Baseline, apply_acceptances, model_identity
+from auditor.baseline import Baseline, apply_acceptances
 from auditor.config import ScanConfig
 from auditor.errors import AuditorError, ConfigError, TruncatedArchive
 from auditor.gate import ExitCode
+from auditor.report.fingerprints import model_identity
 from auditor.report.model import Report
 
 #: How bad an exit code is when several models are combined: error > fail > any other code > pass.
@@ -94,14 +95,14 @@ def audit_one(
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
-    from auditor.refused import check_before_loading
+    from auditor.audit.refused import check_before_loading
 
     try:
         early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
         if isinstance(early, Report):
             report = early
         else:
-            from auditor.scan import scan
+            from auditor.audit.pipeline import scan
 
             report = scan(path, config, progress=progress, checked=early)
     except ConfigError:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from auditor.batch import ScanRow, audit_many, audit_one, collect, report_names, worst_exit_code
+from auditor.audit.batch import ScanRow, audit_many, audit_one, collect, report_names, worst_exit_code
 from auditor.config import ScanConfig
 from auditor.errors import ConfigError
 
@@ -83,7 +83,7 @@ def test_a_bug_in_one_audit_is_an_error_row_and_config_errors_stop_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    scan_module = importlib.import_module("auditor.scan")  # the package attribute `scan` is the function
+    scan_module = importlib.import_module("auditor.audit.pipeline")  # the package attribute `scan` is the function
 
     def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("division by zero")
