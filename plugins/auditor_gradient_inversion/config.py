@@ -17,7 +17,7 @@ Group = Literal["stem", "attention", "mlp", "norm", "conv", "head"]  # "all" alw
 #: Preset values: (images, iterations, restarts, group_iterations, batch_sizes, dlg).
 PRESETS: dict[str, dict[str, object]] = {
     "fast": {
-        "images": 2,
+        "images": 8,
         "iterations": 300,
         "restarts": 1,
         "group_iterations": 40,

@@ -44,6 +44,7 @@ from auditor_gradient_inversion.attacks.analytic import fc_input, patch_embeddin
 from auditor_gradient_inversion.attacks.ig import IGSettings
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import NORMALISATIONS, GradientInversionConfig
+from auditor_gradient_inversion.control import build_control
 from auditor_gradient_inversion.groups import last_linear, parameter_groups
 from auditor_gradient_inversion.metrics import MARGIN_SSIM, SUCCESS_SSIM, image_measurements, leaks
 from auditor_gradient_inversion.oracle import GradientOracle, seeded_rng
@@ -73,9 +74,9 @@ class GradientInversionPlugin:
     rules: tuple[Rule, ...] = R.RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
-        """Apply to image classifiers with a (C, H, W) input."""
+        """Apply to every model trained by gradient descent (a non-image input is a tooling gap, said in run)."""
         if len(profile.input_shape) != 3:
-            return Applicability(False, f"needs an image input (C, H, W), got {profile.input_shape}")
+            return Applicability(True, "a FedSGD client's gradient leaks its inputs; these attacks need an image")
         return Applicability(True, "image model: a FedSGD client's gradient can be inverted")
 
     def run(self, ctx: RunContext) -> PluginResult:
@@ -83,7 +84,17 @@ class GradientInversionPlugin:
         cfg = ctx.config_as(GradientInversionConfig)
         model = ctx.model.to(ctx.device)
         shape = tuple(ctx.profile.input_shape)
+        if len(shape) != 3:
+            return PluginResult(undecided=[f"tooling gap: the attacks here reconstruct images (C, H, W); this "
+                                           f"model's input is {list(shape)}, so its gradient was not attacked"])
+        if not any(p.requires_grad for p in ctx.model.parameters()):
+            return PluginResult(undecided=["tooling gap: the model has no trainable parameter, so there is no "
+                                           "gradient to attack"])
         images, labels, data_desc, pool = _private_inputs(ctx.data, shape, cfg)
+        if images.shape[0] < 2 and pool is None:
+            return PluginResult(undecided=["one probe and no other image: the no-information floor would be "
+                                           "the probe itself, so no margin can be measured; give --data with "
+                                           "more images or images >= 2"])
         bn_note = _set_mode(model, cfg.bn_mode, images[:1].to(ctx.device))
         with torch.no_grad(), seeded_rng(ctx.seed, ctx.device):
             num_classes = int(model(images[:1].to(ctx.device)).shape[-1])
@@ -115,7 +126,7 @@ class GradientInversionPlugin:
         winner = search["winner"]
         headline: list[Measurement] = []
         power: list[PowerCheck] = []
-        verdict, ranking = None, []
+        verdict, ranking, control = None, [], None
         if winner is not None:
             best = search["settings"][winner["key"]]
             for batch in cfg.batch_sizes:
@@ -136,7 +147,7 @@ class GradientInversionPlugin:
             if verdict is not None and verdict.get("drop") is not None:
                 headline.append(Measurement.model_validate(verdict["drop"]))
             if cfg.control:
-                power = _control(camp, ctx, best, known, floors, floor_kind, skipped)
+                power, control = _control(camp, ctx, best, known, floors, floor_kind, skipped)
             else:
                 skipped.append("positive control: switched off (control = false), so power is not shown")
         if cfg.run_dlg:
@@ -146,6 +157,8 @@ class GradientInversionPlugin:
                 else:
                     skipped.append(f"{'iDLG' if idlg else 'DLG'}: predicted not to fit the remaining budget")
         findings += _findings(camp, floors, floor_kind, verdict, ranking, ctx.seed)
+        undecided += [f"cut short by the wall-clock budget, so the run cannot vouch for the model: {s}"
+                      for s in skipped if "predicted not to fit" in s and not s.startswith("IG search")]
         lp_ok, lp_reason = lpips_status()
         if lp_ok:
             for row in camp.rows:
@@ -163,6 +176,7 @@ class GradientInversionPlugin:
             "search": {k: v for k, v in search.items() if k != "settings"},
             "floors": {"kind": floor_kind, **{k: sum(v) / len(v) for k, v in floors.items()}},
             "group_ranking": ranking,
+            "positive_control": control,
             "stochastic_defence": verdict,
             "lpips": lp_reason,
             "skipped": skipped,
@@ -203,7 +217,7 @@ FLOOR_POOL = 200
 
 def _private_inputs(
     data: DataBundle | None, shape: tuple[int, ...], cfg: GradientInversionConfig
-) -> tuple[torch.Tensor, torch.Tensor, str, tuple[torch.Tensor, torch.Tensor] | None]:
+) -> tuple[torch.Tensor, torch.Tensor, str, tuple[torch.Tensor, torch.Tensor | None] | None]:
     """Return the probes to protect, their labels, a description and the floor pool.
 
     With ``--data`` the probes are a seeded sample of the ``train`` split (else the first split)
@@ -222,9 +236,12 @@ def _private_inputs(
             f"floors from {imgs.shape[0] - n if pool else 0} other images of it",
             pool,
         )
-    imgs, names = default_probe_images(shape, n)
+    imgs, names = default_probe_images(shape, max(n, 2))
     labels = torch.full((imgs.shape[0],), cfg.probe_label, dtype=torch.long)
-    return imgs, labels, f"scikit-image bundled images {names}, label {cfg.probe_label} (no --data)", None
+    desc = f"scikit-image bundled images {names[:n]}, label {cfg.probe_label} (no --data)"
+    if n == 1:  # a floor from the probe alone would be the probe itself: the next bundled image is the guess
+        return imgs[:1], labels[:1], f"{desc}; floor from the bundled image {names[1]!r}", (imgs[1:], None)
+    return imgs, labels, desc, None
 
 
 def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
@@ -245,7 +262,7 @@ def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
 
 
 def _floors(
-    camp: Campaign, known: bool, pool: tuple[torch.Tensor, torch.Tensor] | None
+    camp: Campaign, known: bool, pool: tuple[torch.Tensor, torch.Tensor | None] | None
 ) -> tuple[dict[str, list[float]], str]:
     """Score the strongest no-information guess per probe: the data mean, and the class mean.
 
@@ -258,13 +275,13 @@ def _floors(
     if not known and camp.head is not None:
         _, x, y = camp.batches(1)
         labels = camp.attacker_labels(x, y, camp.victim_noise(x), known=False)[0].flatten().cpu()
-    elif known and pool is not None:
+    elif known and pool is not None and pool[1] is not None:
         labels = camp.labels
     return image_floor_scores(
         camp.images,
         labels,
         pool=pool[0] if pool else None,
-        pool_labels=pool[1] if pool else None,
+        pool_labels=pool[1] if pool and labels is not None else None,
         scaling=camp.scaling,
     )
 
@@ -591,23 +608,6 @@ def _rank_groups(
     return sorted(ranking, key=lambda r: (-r["ssim_mean"], -r["psnr_mean"]))
 
 
-def reference_model(shape: tuple[int, ...], num_classes: int, seed: int) -> nn.Module:
-    """Return the positive control: an unprotected patchify CNN (conv k×k/k, ReLU, linear head).
-
-    Its stem gradient is a sum of per-patch outer products, so IG reconstructs its input well
-    at a modest budget; k is 4 (2 below 16 pixels). The weights are drawn from ``seed``.
-    """
-    c, h, w = shape
-    k = 4 if min(h, w) >= 16 else 2
-    with seeded_rng(seed, torch.device("cpu")):
-        return nn.Sequential(
-            nn.Conv2d(c, 32, k, stride=k),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(32 * (h // k) * (w // k), num_classes),
-        )
-
-
 def _control(
     camp: Campaign,
     ctx: RunContext,
@@ -616,13 +616,19 @@ def _control(
     floors: dict[str, list[float]],
     floor_kind: str,
     skipped: list[str],
-) -> list[PowerCheck]:
-    """Attack the positive control with the winning setting, budget and probes; return its power check."""
+) -> tuple[list[PowerCheck], dict[str, Any]]:
+    """Attack the positive control with the winning setting, budget and probes; return its power check and record."""
     n = camp.images.shape[0]
+    with seeded_rng(camp.seed, camp.device):
+        ctrl = build_control(camp.model, ctx.profile, camp.to_model(camp.images.to(camp.device)), camp.num_classes,
+                             camp.seed)
+    record: dict[str, Any] = {"kind": ctrl.kind, "model": ctrl.what, "why": ctrl.why}
     if not camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
         skipped.append("positive control: predicted not to fit the remaining budget")
-        return []
-    ref = reference_model(tuple(camp.images.shape[1:]), camp.num_classes, camp.seed).to(camp.device).train()
+        return [], record
+    ref = ctrl.model.to(camp.device)
+    if ctrl.kind == "reference":
+        ref.train()
     ref_camp = Campaign(
         model=ref,
         images=camp.images,
@@ -641,20 +647,18 @@ def _control(
     camp.recons["control"] = ref_camp.recons["control"]
     ssim = image_measurements(row, floors, floor_kind, "", ctx.seed)[0]
     ci = f", 95 % CI [{ssim.ci[0]:.2f}, {ssim.ci[1]:.2f}]" if ssim.ci else ""
-    return [
-        PowerCheck(
-            control=f"unprotected patchify reference of the same input size ({ref[0].kernel_size[0]}x"
-            f"{ref[0].kernel_size[0]}/{ref[0].stride[0]} conv, 32 channels, ReLU, linear head, "
-            f"seed {camp.seed})",
-            metric="mean SSIM (must also beat the floor by 0.1 with its CI above 0)",
-            value=ssim.value,
-            required=SUCCESS_SSIM,
-            passed=leaks(ssim),
-            how=f"IG at the model's setting and budget ({best.describe()}, at most {best.iterations} "
-            f"iterations, mean {row['steps_mean']:.0f} run), same {n} probes; margin over {floor_kind} "
-            f"{ssim.margin:.2f}{ci}",
-        )
-    ]
+    record.update(ssim_mean=ssim.value, margin=ssim.margin, margin_ci=ssim.ci, passed=leaks(ssim))
+    check = PowerCheck(
+        control=f"{ctrl.what} ({ctrl.kind})",
+        metric="mean SSIM (must also beat the floor by 0.1 with its CI above 0)",
+        value=ssim.value,
+        required=SUCCESS_SSIM,
+        passed=leaks(ssim),
+        how=f"IG at the model's setting and budget ({best.describe()}, at most {best.iterations} "
+        f"iterations, mean {row['steps_mean']:.0f} run), same {n} probes; margin over {floor_kind} "
+        f"{ssim.margin:.2f}{ci}; why this control: {ctrl.why}",
+    )
+    return [check], record
 
 
 def _findings(

@@ -14,13 +14,12 @@ Phase (i) is run for all blocks at once on the cached pairs (f_k → f_{k-1}) wi
 (no pass through the target, one optimiser for every module); phase (ii) then fine-tunes the
 chain 1..k with all three losses for each depth k in turn, and the chain is snapshotted after
 depth k, so one progressive run yields an attacker for every split. Every split gets the same
-phase (ii) step count; both step counts are shrunk alike when the time budget cannot hold them.
+phase (ii) step count; the step counts are the budget preset's, never shrunk to fit a time budget.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -80,14 +79,13 @@ def train_dci(
     joint_steps: int,
     batch: int,
     seed: int,
-    time_s: float | None,
     tick: Callable[[], bool],
 ) -> tuple[list[nn.ModuleList], dict]:
     """Train the chain and return one snapshot per depth with a training record.
 
     ``layer_steps`` is the number of phase (i) steps (all blocks at once), ``joint_steps`` the
-    number of phase (ii) steps per split. When ``time_s`` (seconds for the whole run) is too short,
-    both are shrunk by the same factor, from one timed step of each kind.
+    number of phase (ii) steps per split; ``tick()`` returning False (the wall-clock safety net)
+    stops the training, and the record says at which depth.
     """
     for block in blocks:
         block.eval().requires_grad_(False)
@@ -104,21 +102,6 @@ def train_dci(
         return features(blocks, data[idx.to(data.device)], n)
 
     inverses.train()
-    start = time.monotonic()
-    layer_loss(inverses, sample()).backward()
-    per_layer = time.monotonic() - start
-    per_joint = []
-    for k in range(1, depth + 1):
-        start = time.monotonic()
-        dci_loss(blocks, inverses, sample(), k).backward()
-        per_joint.append(time.monotonic() - start)
-    inverses.zero_grad()
-    planned = (layer_steps, joint_steps)
-    if time_s is not None:
-        need = layer_steps * per_layer + joint_steps * sum(per_joint)
-        if need > time_s:
-            scale = time_s / need
-            layer_steps, joint_steps = int(layer_steps * scale), int(joint_steps * scale)
     stopped_at: int | None = None
     phases = [(0, list(inverses.parameters()), layer_steps)] if layer_steps else []
     phases += [(k, list(inverses[:k].parameters()), joint_steps) for k in range(1, depth + 1)]
@@ -144,22 +127,14 @@ def train_dci(
             losses.append(None if loss is None else round(float(loss.detach()), 5))
             snapshots.append(copy.deepcopy(inverses[:k]).eval())
     record = {
-        "phase_i_steps_all_blocks": layer_steps, "phase_ii_steps_per_split": joint_steps,
-        "steps_planned": {"phase_i": planned[0], "phase_ii_per_split": planned[1]}, "batch": batch,
+        "phase_i_steps_all_blocks": layer_steps, "phase_ii_steps_per_split": joint_steps, "batch": batch,
         "optimiser": "Adam lr 1e-3",
         "loss": "phase (i): L_layer of every block at once; phase (ii): L_layer + L_img + L_cyc "
                 "(mean l1, unweighted)",
-        "final_loss_per_depth": losses, "feature_cache": cached is not None,
-        "seconds_per_step": {"phase_i": round(per_layer, 4), "phase_ii_per_depth": [round(t, 4) for t in per_joint]},
-        "training_images": len(data),
+        "final_loss_per_depth": losses, "feature_cache": cached is not None, "training_images": len(data),
     }
-    if (layer_steps, joint_steps) != planned:
-        record["budget_note"] = (f"steps cut from {planned[0]} + {planned[1]}/split to {layer_steps} + "
-                                 f"{joint_steps}/split to fit the time budget")
     if stopped_at is not None:
         record["stopped_early_at_depth"] = stopped_at
-    if not snapshots:
-        record["budget_note"] = "not trained: the time budget cannot hold the schedule; no DCI scores"
     return snapshots, record
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import copy
-import os
 import time
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -39,9 +38,9 @@ from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
 from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins
 
-#: Share of the time budget given to each stage (the rest is a reserve); the opt-in Ensembler stage
-#: runs last and gets at most its share of whatever the earlier stages left.
-SHARES = {"synth": 0.25, "dci": 0.35, "rmle": 0.2, "defence": 0.1, "evaluator": 0.03, "ensembler": 0.25}
+#: Stage numbers for :func:`seeded` (each stage draws from its own seeded stream).
+STAGES = {"synthesis": 1, "dci": 2, "dci-aux": 3, "probes": 4, "rmle": 5, "evaluator": 6, "control": 7,
+          "defence": 8, "ensembler": 9}
 
 
 def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_splits: int | None
@@ -108,32 +107,42 @@ class Normalize(nn.Module):
 
 @dataclass
 class Clock:
-    """Stage deadlines inside the plugin's budget; ``tick`` also enforces the hard budget."""
+    """The wall-clock safety net. Work budgets (steps, epochs, images) decide how much runs; the clock
+    only stops a stage once the plugin's whole budget is nearly spent, and records which stage it cut.
+    """
 
     total: float | None
     remaining: Callable[[], float | None]
     check: Callable[[], None]
-    deadline: float | None = None
+    reserve: float = 0.1
+    current: str = ""
+    cut: list[str] = field(default_factory=list)
 
-    def stage(self, share: float, since: float | None = None) -> float | None:
-        """Open a stage of ``share`` of the total budget (at most 95 % of what is left); return its seconds.
-
-        With ``since`` (a ``time.monotonic()`` value) the share is a window opened then: what earlier
-        stages in it left unused carries over to this one.
-        """
-        left = self.remaining()
-        if self.total is None or left is None:
-            self.deadline = None
-            return None
-        used = 0.0 if since is None else time.monotonic() - since
-        seconds = max(0.0, min(share * self.total - used, 0.95 * left))
-        self.deadline = time.monotonic() + seconds
-        return seconds
+    def stage(self, name: str) -> None:
+        """Name the stage the next ticks belong to."""
+        self.current = name
 
     def tick(self) -> bool:
-        """Return False once the stage deadline has passed."""
+        """Return False (and record the stage as cut) once less than ``reserve`` of the budget is left."""
         self.check()
-        return self.deadline is None or time.monotonic() < self.deadline
+        left = self.remaining()
+        if self.total is None or left is None or left > self.reserve * self.total:
+            return True
+        if self.current not in self.cut:
+            self.cut.append(self.current)
+        return False
+
+
+@contextmanager
+def seeded(seed: int, stage: int, device: torch.device) -> Iterator[None]:
+    """Run a stage on torch's global RNG forked and seeded from (``seed``, ``stage``).
+
+    Noise layers and any other draw a stage makes then come from its own stream, whatever ran before it.
+    """
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(np.random.SeedSequence([seed, stage]).generate_state(1)[0]))
+        yield
 
 
 @dataclass
@@ -202,12 +211,12 @@ class SplitAuditResult:
     measures: list[dict[str, Measurement]] = field(default_factory=list)
     settings: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
     evaluator_clean_acc: float | None = None
+    train_sets: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
           budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> SplitAuditResult:
     """Run every attack at every chosen split and return per-split scores, reconstructions and records."""
-    torch.manual_seed(seed)
     model = model.to(device).eval().requires_grad_(False)
     splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
     example = inputs.probes[:1].to(device)
@@ -226,118 +235,47 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
 
     tokens = [p.id for p in splits[:-1] if len(p.shape) != 4] if len(splits) > 1 else []
     snapshots: dict[str, list] = {}
+    train_sets: dict[str, torch.Tensor] = {}
     if "dci" in cfg.attacks and tokens:
         notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
                      f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
     elif "dci" in cfg.attacks:
-        with torch.no_grad():
-            shapes = [tuple(shape)]
-            x = probes[:1]
-            for b in blocks:
-                x = b(x)
-                shapes.append(tuple(x.shape[1:]))
+        snapshots, train_sets = run_dci(model, blocks, inputs, cfg, budget, records, notes, seed=seed,
+                                        device=device, clock=clock)
 
-        def inverses() -> nn.ModuleList:
-            return nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
-
-        has_bn = bool(bn_layers(model))
-        synthetic = has_bn or inputs.aux is None
-        n_sets = int(synthetic) + int(inputs.aux is not None)
-        jobs = []  # (name, its inverse modules, its training set or None to synthesise one, its stage clock)
-        if synthetic:
-            name = "dci" if has_bn else "dci-prior-only"
-            jobs.append((name, inverses(), None, replace(clock)))
-            if not has_bn:
-                notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
-                             "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
-        if inputs.aux is not None:
-            jobs.append(("dci-aux", inverses(), inputs.aux.to(device), replace(clock)))
-        concurrent = len(jobs) > 1 and 2 * torch.get_num_threads() <= (os.cpu_count() or 1)
-        cpu = time.thread_time if concurrent else time.process_time  # a thread's own CPU when two run at once
-
-        def pipeline(job: tuple) -> tuple[str, list, dict[str, dict[str, Any]]]:
-            """Make the training set (synthesis runs on its own copy of the model: its BN hooks), train DCI.
-
-            A pipeline's DCI stage gets what its window has left: the synthetic one's window is the
-            synthesis and DCI shares (time synthesis did not use goes to DCI), the auxiliary one's its
-            DCI share, plus the synthesis share when it runs beside the synthetic pipeline.
-            """
-            name, inv, data, own = job
-            start = time.monotonic()
-            window = SHARES["dci"] / n_sets + (SHARES["synth"] if data is None or concurrent else 0.0)
-            recs: dict[str, dict[str, Any]] = {}
-            if data is None:
-                own.stage(SHARES["synth"])
-                t0, c0 = time.monotonic(), cpu()
-                data, rec = synthesize(copy.deepcopy(model) if concurrent else model, shape, n=budget.n_synth,
-                                       steps=budget.synth_steps, batch=budget.batch, use_ce=cfg.synth_ce,
-                                       seed=seed, device=device, tick=own.tick)
-                recs["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                                     "cpu_seconds": round(cpu() - c0, 2)}
-                if not len(data):
-                    return name, [], recs
-            seconds = own.stage(window, since=start)
-            t0, c0 = time.monotonic(), cpu()
-            snaps, rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps, joint_steps=budget.dci_steps,
-                                   batch=budget.batch, seed=seed, time_s=None if seconds is None else 0.9 * seconds,
-                                   tick=own.tick)
-            recs[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                          "cpu_seconds": round(cpu() - c0, 2)}
-            return name, snaps, recs
-
-        if concurrent:  # a spare core: the synthetic pipeline runs beside the auxiliary one
-            with ThreadPoolExecutor(1, thread_name_prefix="split-dci") as pool:
-                first = pool.submit(pipeline, jobs[0])
-                outs = [pipeline(jobs[1]), first.result()][::-1]
-        else:
-            outs = [pipeline(job) for job in jobs]
-        for name, snaps, recs in outs:
-            records.update(recs)
-            if snaps or name in recs:
-                snapshots[name] = snaps
-        if len(jobs) > 1:
-            records["dci_pipelines"] = {
-                "concurrent": concurrent,
-                "why": (f"one thread each: torch uses {torch.get_num_threads()} of {os.cpu_count()} cores"
-                        if concurrent else f"one after the other: torch already uses {torch.get_num_threads()} "
-                        f"of {os.cpu_count()} cores"),
-                "budget": "each pipeline has its own window of the time budget: synthesis + DCI shares for the "
-                          "synthetic one, the DCI share (plus the synthesis share when side by side) for the "
-                          "auxiliary one"}
-
-    with torch.no_grad():
+    with seeded(seed, STAGES["probes"], device), torch.no_grad():
         feats, x = [], probes
         for b in blocks:
             x = b(x)
             feats.append(x)
-    recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(blocks) for a in snapshots}
-    for name, snaps in snapshots.items():
-        t0, c0 = time.monotonic(), time.process_time()
-        for k, snap in enumerate(snaps):
-            recons[name][k] = invert(snap, feats[k])
-        records[name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
-        records[name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
-
-    labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
-    predicted, classes = predictions(model, probes)
-    fl = floor_scores(probes, predicted, labels, *_pool(model, inputs, device))
+        recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(blocks) for a in snapshots}
+        for name, snaps in snapshots.items():
+            t0, c0 = time.monotonic(), time.process_time()
+            for k, snap in enumerate(snaps):
+                recons[name][k] = invert(snap, feats[k])
+            records[name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
+            records[name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
+        labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
+        predicted, classes = predictions(model, probes)
+        fl = floor_scores(probes, predicted, labels, *_pool(model, inputs, device))
     fl["mean_image_only"] = floor(probes)
     thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
     settings_of: dict[str, list[dict[str, float] | None]] = {}
     if "rmle" in cfg.attacks:
-        seconds = clock.stage(SHARES["rmle"])
-        steps = rmle_steps(blocks, feats, shape, budget.rmle_steps, list(cfg.rmle_tvs), seconds, clock.tick)
+        clock.stage("rmle")
+        steps = budget.rmle_steps
         recons["rmle"] = [None] * len(blocks)
         settings_of["rmle"] = [None] * len(blocks)
         tried, t0, c0 = [], time.monotonic(), time.process_time()
         for k in range(len(blocks)):
-            runs = search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
-                          tick=clock.tick)
+            with seeded(seed, STAGES["rmle"] * 100 + k, device):
+                runs = search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
+                              tick=clock.tick)
             scored = [(settings, recon, summarise(per_image(probes, recon))) for settings, recon in runs]
             settings, recons["rmle"][k], _ = max(scored, key=lambda r: closeness(r[2], fl, thresholds))
             settings_of["rmle"][k] = settings
             tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
-        records["rmle"] = {"steps_per_run": steps, "steps_planned": budget.rmle_steps,
+        records["rmle"] = {"steps_per_run": steps,
                                   "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
                                   "search": "one run per TV weight, scored at half and at all of the steps; "
                                             "per split the setting closest to the leak rule counts",
@@ -347,16 +285,17 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
 
     evaluator = None
     if inputs.aux is not None and inputs.aux_labels is not None and inputs.probe_labels is not None:
-        clock.stage(SHARES["evaluator"])
-        evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
-                                       steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
+        clock.stage("evaluator")
+        with seeded(seed, STAGES["evaluator"], device):
+            evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
+                                           steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
         records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
                                        "trained_on": "auxiliary data (never the probes)"}
     lp_ok, lpips_note = lpips_status()
     out = SplitAuditResult(splits=splits, split_note=split_note, notes=notes, records=records, probes=probes,
                            blocks=blocks, server=server, feats=feats, snapshots=snapshots, recons=recons,
                            predicted=predicted, classes=classes, floor=fl, lpips=lpips_note,
-                           settings=settings_of)
+                           settings=settings_of, train_sets=train_sets)
     if evaluator is not None and labels is not None:
         fl["evaluator_acc"] = accuracy(evaluator, probes.mean(0, keepdim=True).expand_as(probes), labels)
         out.evaluator_clean_acc = accuracy(evaluator, probes, labels)
@@ -396,17 +335,54 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     return out
 
 
-def rmle_steps(blocks: list, feats: list[torch.Tensor], shape: tuple[int, ...], steps: int, tvs: list[float],
-               seconds: float | None, tick: Callable[[], bool]) -> int:
-    """Return the rMLE steps per run: the preset's, or fewer (the same at every split) if ``seconds`` is short."""
-    if seconds is None:
-        return steps
-    per = []
-    for k in range(len(blocks)):
-        t0 = time.monotonic()
-        search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=1, tvs=tvs, tick=tick)
-        per.append(time.monotonic() - t0)
-    return max(1, min(steps, int(0.9 * seconds / sum(per))))
+def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
+            records: dict[str, dict[str, Any]], notes: list[str], *, seed: int, device: torch.device, clock: Clock
+            ) -> tuple[dict[str, list], dict[str, torch.Tensor]]:
+    """Train DCI on the synthetic set (BN statistics, else image priors) and on ``--data``, one after the other.
+
+    Each pipeline runs the preset's full step counts on its own seeded RNG stream; only the clock's
+    safety net can stop it (the plugin then reports the stage as cut). Returns the snapshots and
+    the training set of each pipeline.
+    """
+    shape = tuple(inputs.probes.shape[1:])
+    with torch.no_grad():
+        shapes, x = [shape], inputs.probes[:1].to(device)
+        for b in blocks:
+            x = b(x)
+            shapes.append(tuple(x.shape[1:]))
+    has_bn = bool(bn_layers(model))
+    jobs: list[tuple[str, torch.Tensor | None]] = []
+    if has_bn or inputs.aux is None:
+        jobs.append(("dci" if has_bn else "dci-prior-only", None))
+        if not has_bn:
+            notes.append("the model has no BatchNorm statistics and no --data was given: the inverters "
+                         "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
+    if inputs.aux is not None:
+        jobs.append(("dci-aux", inputs.aux.to(device)))
+    snapshots, train_sets = {}, {}
+    for name, data in jobs:
+        if data is None:
+            clock.stage("synthesis")
+            t0, c0 = time.monotonic(), time.process_time()
+            with seeded(seed, STAGES["synthesis"], device):
+                data, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps,
+                                       batch=budget.batch, use_ce=cfg.synth_ce, seed=seed, device=device,
+                                       tick=clock.tick)
+            records["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+                                    "cpu_seconds": round(time.process_time() - c0, 2)}
+            if not len(data):
+                continue
+        clock.stage(name)
+        t0, c0 = time.monotonic(), time.process_time()
+        with seeded(seed, STAGES.get(name, STAGES["dci"]), device):
+            inv = nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
+            snapshots[name], rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps,
+                                             joint_steps=budget.dci_steps, batch=budget.batch, seed=seed,
+                                             tick=clock.tick)
+        records[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
+                         "cpu_seconds": round(time.process_time() - c0, 2)}
+        train_sets[name] = data
+    return snapshots, train_sets
 
 
 def closeness(scores: dict[str, float], floor: dict, thresholds: dict[str, float]) -> float:

@@ -36,8 +36,9 @@ def summarise(values: dict[str, list[float]]) -> dict[str, float]:
 
 
 def floor(probes: torch.Tensor) -> dict[str, float]:
-    """Score the mean image of the probe set as a reconstruction of every probe."""
-    mean = probes.mean(0, keepdim=True).expand_as(probes)
+    """Score the mean image of the other probes (leave-one-out) as a reconstruction of each probe."""
+    n = probes.shape[0]
+    mean = (probes.sum(0, keepdim=True) - probes) / max(n - 1, 1)
     return summarise(per_image(probes, mean))
 
 

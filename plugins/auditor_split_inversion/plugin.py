@@ -16,6 +16,7 @@ from auditor.plugin import (
     Measurement,
     PluginResult,
     PluginSkipped,
+    PowerCheck,
     Requirements,
     Rule,
     RunContext,
@@ -25,9 +26,18 @@ from auditor.plugin import (
     svg_artifact,
 )
 from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
-from auditor_split_inversion.control import power_check
+from auditor_split_inversion.control import control_head, dci_power_check, power_check
 from auditor_split_inversion.defences import noise_sweep
-from auditor_split_inversion.engine import SHARES, Clock, Inputs, Normalize, SplitAuditResult, SplitRow, audit
+from auditor_split_inversion.engine import (
+    STAGES,
+    Clock,
+    Inputs,
+    Normalize,
+    SplitAuditResult,
+    SplitRow,
+    audit,
+    seeded,
+)
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
 from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
@@ -39,6 +49,9 @@ from auditor_split_inversion.rules import (
     WEAK_ATTACKER,
 )
 from auditor_split_inversion.verdict import METRICS, judge_defence
+
+#: The margins' 95 % bootstrap intervals are reported over at least this many probes (else undecided).
+MIN_PROBES = 8
 
 THREAT_MODEL = ("white-box server (honest-but-curious) or eavesdropper that knows the device-side weights and "
                 "sees the feature at the split; data-free (BN-statistics synthesis) unless --data is given, then "
@@ -78,32 +91,31 @@ class SplitInversionPlugin:
     rules: tuple[Rule, ...] = RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
-        """Apply to fx-traced image models with split points."""
-        if profile.traced_with != "fx":
-            return Applicability(False, f"split ids need the torch.fx graph; this model was traced with "
-                                        f"{profile.traced_with}")
-        if len(profile.input_shape) != 3 or not profile.split_points:
-            return Applicability(False, "needs a C×H×W image input and at least one split point")
-        return Applicability(True, f"{len(profile.split_points)} split points in the fx graph")
+        """Apply to models with a split point (a model without one has no split deployment to attack)."""
+        if not profile.split_points:
+            return Applicability(False, "the graph has no split point: no single tensor carries everything, so "
+                                        "there is no split-computing feature to intercept")
+        return Applicability(True, f"{len(profile.split_points)} split points in the {profile.traced_with} graph")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Attack the chosen splits, run the positive control, judge the defences; return findings and verdict data."""
+        """Attack the chosen splits, run the positive controls, judge the defences; return findings and verdict data."""
         cfg = ctx.config_as(SplitInversionConfig)
         budget = BUDGETS[cfg.budget]
         shape = tuple(ctx.profile.input_shape)
+        gap = tooling_gap(ctx.profile)
+        if gap:
+            return PluginResult(undecided=[gap])
         inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
         if len(inputs.probes) < 2:
-            raise PluginSkipped("fewer than two probe images: the floor and the margins' intervals are undefined")
+            return PluginResult(undecided=["fewer than two probe images: the floor (the other probes' mean) and "
+                                           "the margins' intervals are undefined"])
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
-        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        try:
+            res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        except PluginSkipped as exc:  # no chosen split point can be cut: a tooling gap
+            return PluginResult(undecided=[f"tooling gap: {exc.reason}"])
         rows, fl = res.rows, res.floor
-        thresholds = thresholds_of(cfg)
-        power, control = [], None
-        if "rmle" in res.records:
-            clock.stage(1.0)  # the control runs the audit's rMLE steps in full, in whatever budget is left
-            check, control = power_check(res.probes, fl, thresholds, steps=res.records["rmle"]["steps_per_run"],
-                                         tvs=list(cfg.rmle_tvs), seed=ctx.seed, tick=clock.tick)
-            power.append(check)
+        power, control = controls(ctx, res, inputs, cfg, budget, clock)
         findings = _findings(rows, res)
         defence = self._defence(res, rows, inputs, cfg, budget, ctx, clock)
         if defence:
@@ -120,6 +132,11 @@ class SplitInversionPlugin:
                                   + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler["rows"])
                         + f"; query-free gate: {ensembler['query_free_gate']}",
                 location=ensembler["split"], evidence=ensembler))
+        undecided = [f"{stage} was cut short by the wall-clock safety net (less than "
+                     f"{clock.reserve:.0%} of the {ctx.budget_s:g} s budget was left), so its numbers are not the "
+                     "preset's: give the plugin a larger --budget" for stage in clock.cut]
+        if len(res.probes) < MIN_PROBES:
+            undecided.append(f"only {len(res.probes)} probes: the margins' 95 % intervals need at least {MIN_PROBES}")
         metrics = {
             "floor": fl, "per_split": [r.as_dict() for r in rows], "lpips": res.lpips,
             "leaky_splits": [r.split for r in rows if r.leaky], "positive_control": control,
@@ -148,7 +165,7 @@ class SplitInversionPlugin:
         if ensembler is not None and "rows" in ensembler:
             artifacts.append(_ensembler_csv(ensembler, fl))
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts,
-                            headline=_headline(res), power=power)
+                            headline=_headline(res), power=power, undecided=undecided)
 
     def _defence(self, res: SplitAuditResult, rows: list[SplitRow], inputs: Inputs, cfg: SplitInversionConfig,
                  budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
@@ -161,11 +178,13 @@ class SplitInversionPlugin:
         tail = nn.Sequential(*blocks[k + 1:], res.server)
         snaps = [s[k] for s in res.snapshots.values() if len(s) > k]
         rmle_settings = rows[k].attacks.get("rmle", {}).get("settings")
-        clock.stage(SHARES["defence"])
-        rows_d = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
-                             sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
-                             rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
-                             tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed, tick=clock.tick)
+        clock.stage("noise defence")
+        with seeded(ctx.seed, STAGES["defence"], ctx.device):
+            rows_d = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
+                                 sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
+                                 rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
+                                 tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed,
+                                 tick=clock.tick)
         chance = 1 / res.classes if res.classes else 0.0
         for kind in cfg.noise_kinds:
             mine = [r for r in rows_d if r["kind"] == kind]
@@ -207,17 +226,55 @@ class SplitInversionPlugin:
                 "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res.probes}
         settings = next((r.attacks["rmle"]["settings"] for r in rows if r.split == split
                          and "rmle" in r.attacks), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
-        clock.stage(SHARES["ensembler"])
+        clock.stage("ensembler")
         try:
-            out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
-                                 rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
-                        res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
+            with seeded(ctx.seed, STAGES["ensembler"], ctx.device):
+                out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
+                                     rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
+                            res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
         except OutOfTime:
-            return {"skipped": f"the time budget ran out while training Ensembler ({ens.n_bodies} bodies, "
+            return {"skipped": f"the wall-clock safety net stopped Ensembler's training ({ens.n_bodies} bodies, "
                                f"{ens.epochs} epochs); give the plugin a larger --budget"}
         return {**out, "split": split, "settings": ens.model_dump(), "rmle_settings": settings,
                 "data": {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
                          "source": f"{inputs.aux_source}, seeded 40/40/20 split"}}
+
+
+def tooling_gap(profile: ArchitectureProfile) -> str | None:
+    """Say why the attacks cannot run on this model for a tooling reason (a gap, not "not applicable"), or None."""
+    if profile.traced_with != "fx":
+        return (f"tooling gap: split ids need the torch.fx graph; this model was traced with {profile.traced_with}, "
+                "so its split points cannot be cut")
+    if len(profile.input_shape) != 3:
+        return (f"tooling gap: the attacks reconstruct images (C, H, W); this model's input is "
+                f"{list(profile.input_shape)}")
+    return None
+
+
+def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
+             clock: Clock) -> tuple[list[PowerCheck], dict | None]:
+    """Run each attack's positive control (rMLE, and DCI when it trained) on the control head; return checks, record."""
+    if not res.rows:
+        return [], None
+    norm = Normalize(cfg.input_mean, cfg.input_std).to(ctx.device) if cfg.input_mean and cfg.input_std else None
+    ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm)
+    thresholds = thresholds_of(cfg)
+    power, records = [], []
+    clock.stage("positive control")
+    with seeded(ctx.seed, STAGES["control"], ctx.device):
+        if "rmle" in res.records:
+            check, rec = power_check(ctrl, res.probes, res.floor, thresholds, tvs=list(cfg.rmle_tvs),
+                                     steps=res.records["rmle"]["steps_per_run"], seed=ctx.seed, tick=clock.tick)
+            power.append(check)
+            records.append(rec)
+        for name, data in list(res.train_sets.items())[:1]:
+            check, rec = dci_power_check(ctrl, res.probes, data, res.floor, thresholds, layer_steps=budget.layer_steps,
+                                         joint_steps=budget.dci_steps, batch=budget.batch, seed=ctx.seed,
+                                         tick=clock.tick, source=name)
+            power.append(check)
+            records.append(rec)
+    return power, {"control": ctrl.what, "kind": ctrl.kind, "why": ctrl.why, "attacks": records,
+                   "passed": all(p.passed for p in power)} if records else None
 
 
 def _ensembler_csv(ens: dict, fl: dict) -> Artifact:

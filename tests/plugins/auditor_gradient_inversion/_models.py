@@ -1,4 +1,4 @@
-"""Test models of seed 004 §2: the paper's small CNN, PRECODE, CVB; plus a tiny ViT and an MLP.
+"""Test models of seed 004 §2: the paper's small CNN, PRECODE, CVB; plus a tiny ViT, an MLP and a tiny 8×8 CNN.
 
 The CNN is 3× [Conv 5×5, stride 2, valid padding, ReLU] with 16/32/64 channels and FC 64→10
 (65,962 parameters). The bottlenecks are bias-free, use the true KL of Eq. 3 and publish β·KL as
@@ -6,6 +6,11 @@ The CNN is 3× [Conv 5×5, stride 2, valid padding, ReLU] with 16/32/64 channels
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -125,3 +130,36 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class GaussianNoise(nn.Module):
+    """Add fresh Gaussian noise in every forward pass (a stochastic layer; train and eval alike)."""
+
+    def __init__(self, sigma: float = 0.1) -> None:
+        super().__init__()
+        self.sigma = sigma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.sigma * torch.randn_like(x)
+
+
+def tiny_cnn(noise: bool = False) -> nn.Sequential:
+    """Return a random-init 1×8×8 CNN (seed 0) that leaks under IG; with ``noise``, a Gaussian layer after conv1."""
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU(),
+              nn.Flatten(), nn.Linear(128, 10)]
+    if noise:
+        layers.insert(2, GaussianNoise())
+    return nn.Sequential(*layers)
+
+
+@contextmanager
+def busy_cpu(processes: int = 2) -> Iterator[None]:
+    """Keep ``processes`` busy-loop processes hogging the CPU while the block runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
