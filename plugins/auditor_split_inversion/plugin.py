@@ -70,7 +70,7 @@ class SplitInversionPlugin:
     """Attack every chosen split point with DCI and rMLE and report leakage over the no-information floor."""
 
     name = "split-inversion"
-    family = "model-inversion"
+    family = "split-inversion"
     summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
                "curve and an opt-in Ensembler evaluation.")
     requires = Requirements(budget_s=900, expensive=True)
