@@ -80,8 +80,8 @@ class SplitInversionPlugin:
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
         """Apply to fx-traced image models with split points."""
         if profile.traced_with != "fx":
-            return Applicability(False, f"split ids need the torch.fx graph; this model was traced with "
-                                        f"{profile.traced_with}")
+            return Applicability.gap(f"split ids need the torch.fx graph; this model was traced with "
+                                     f"{profile.traced_with}")
         if len(profile.input_shape) != 3 or not profile.split_points:
             return Applicability(False, "needs a C×H×W image input and at least one split point")
         return Applicability(True, f"{len(profile.split_points)} split points in the fx graph")
