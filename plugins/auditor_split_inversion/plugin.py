@@ -15,7 +15,6 @@ from auditor.plugin import (
     DataBundle,
     Measurement,
     PluginResult,
-    PluginSkipped,
     PowerCheck,
     Requirements,
     Rule,
@@ -83,7 +82,7 @@ class SplitInversionPlugin:
     """Attack every chosen split point with DCI and rMLE and report leakage over the no-information floor."""
 
     name = "split-inversion"
-    family = "model-inversion"
+    family = "split-inversion"
     summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
                "curve and an opt-in Ensembler evaluation.")
     requires = Requirements(budget_s=900, expensive=True)
@@ -91,29 +90,29 @@ class SplitInversionPlugin:
     rules: tuple[Rule, ...] = RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
-        """Apply to models with a split point (a model without one has no split deployment to attack)."""
+        """Apply to fx-traced image models with a split point; no fx graph or no image input is a tooling gap."""
+        if profile.traced_with != "fx":
+            return Applicability.gap(f"split ids need the torch.fx graph; this model was traced with "
+                                     f"{profile.traced_with}, so its split points cannot be cut")
+        if len(profile.input_shape) != 3:
+            return Applicability.gap(f"the attacks reconstruct images (C, H, W); this model's input is "
+                                     f"{list(profile.input_shape)}")
         if not profile.split_points:
-            return Applicability(False, "the graph has no split point: no single tensor carries everything, so "
-                                        "there is no split-computing feature to intercept")
-        return Applicability(True, f"{len(profile.split_points)} split points in the {profile.traced_with} graph")
+            return Applicability.no_threat("the graph has no split point: no single tensor carries everything, "
+                                           "so there is no split-computing feature to intercept")
+        return Applicability.yes(f"{len(profile.split_points)} split points in the fx graph")
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Attack the chosen splits, run the positive controls, judge the defences; return findings and verdict data."""
         cfg = ctx.config_as(SplitInversionConfig)
         budget = BUDGETS[cfg.budget]
         shape = tuple(ctx.profile.input_shape)
-        gap = tooling_gap(ctx.profile)
-        if gap:
-            return PluginResult(undecided=[gap])
         inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
         if len(inputs.probes) < 2:
             return PluginResult(undecided=["fewer than two probe images: the floor (the other probes' mean) and "
                                            "the margins' intervals are undefined"])
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
-        try:
-            res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
-        except PluginSkipped as exc:  # no chosen split point can be cut: a tooling gap
-            return PluginResult(undecided=[f"tooling gap: {exc.reason}"])
+        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
         rows, fl = res.rows, res.floor
         power, control = controls(ctx, res, inputs, cfg, budget, clock)
         findings = _findings(rows, res)
@@ -238,17 +237,6 @@ class SplitInversionPlugin:
         return {**out, "split": split, "settings": ens.model_dump(), "rmle_settings": settings,
                 "data": {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
                          "source": f"{inputs.aux_source}, seeded 40/40/20 split"}}
-
-
-def tooling_gap(profile: ArchitectureProfile) -> str | None:
-    """Say why the attacks cannot run on this model for a tooling reason (a gap, not "not applicable"), or None."""
-    if profile.traced_with != "fx":
-        return (f"tooling gap: split ids need the torch.fx graph; this model was traced with {profile.traced_with}, "
-                "so its split points cannot be cut")
-    if len(profile.input_shape) != 3:
-        return (f"tooling gap: the attacks reconstruct images (C, H, W); this model's input is "
-                f"{list(profile.input_shape)}")
-    return None
 
 
 def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
