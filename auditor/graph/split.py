@@ -51,6 +51,19 @@ def find_split(points: Sequence[SplitPoint], split_id: str) -> SplitPoint:
     raise UnknownSplitPoint(split_id, [p.id for p in points])
 
 
+#: Random draws: fx keeps them through dead-code elimination (they advance the RNG), so a noise layer on
+#: the other side of a cut would keep the input alive in the piece; unused, they are dropped.
+_RANDOM = frozenset({torch.randn, torch.randn_like, torch.rand, torch.rand_like, torch.randint, torch.randint_like,
+                     torch.normal, torch.bernoulli, torch.nn.functional.dropout})
+
+
+def _kept(node: torch.fx.Node) -> bool:
+    """Tell whether dead-code elimination must keep an unused ``node``: impure, unless it is only a random draw."""
+    if node.op == "call_function" and node.target in _RANDOM:
+        return False
+    return node.is_impure()
+
+
 def split_model(
     model: torch.nn.Module, split_id: str, *, example: torch.Tensor | None = None
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
@@ -115,10 +128,10 @@ def _segment(
             feature = graph.placeholder("feature")
         nodes[start].replace_all_uses_with(feature)
         _drop_input_asserts(graph, placeholders)
-        graph.eliminate_dead_code()
+        graph.eliminate_dead_code(is_impure_node=_kept)
         if placeholders:
             _redirect_batch_reads(placeholders[0], feature, start, batch_problem)
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=_kept)
     for ph in placeholders:
         if ph.users:
             optional = ph is not placeholders[0] and bool(ph.args)  # has a default: stays an optional input

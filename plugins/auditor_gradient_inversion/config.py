@@ -8,14 +8,16 @@ did not set explicitly; explicit fields always win and the report states the val
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from auditor.plugin import PresetConfig
 
 Group = Literal["stem", "attention", "mlp", "norm", "conv", "head"]  # "all" always runs
 
 #: Preset values: (images, iterations, restarts, group_iterations, batch_sizes, dlg).
-PRESETS: dict[str, dict[str, object]] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "fast": {
         "images": 8,
         "iterations": 300,
@@ -50,10 +52,10 @@ NORMALISATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 
-class GradientInversionConfig(BaseModel):
-    """Configure the threat model, the attacks and their budgets."""
+class GradientInversionConfig(PresetConfig):
+    """Configure the threat model, the attacks and their work (probes, iterations, restarts) per preset."""
 
-    model_config = ConfigDict(extra="forbid")
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = PRESETS
 
     preset: Literal["fast", "standard", "paper"] = Field(
         default="fast", description="Budget preset filling every field not set explicitly."
@@ -116,10 +118,7 @@ class GradientInversionConfig(BaseModel):
     noise_seed_offset: int = Field(default=1000, description="Victim noise seed = run seed + offset.")
 
     @model_validator(mode="after")
-    def _fill_preset(self) -> GradientInversionConfig:
-        for key, value in PRESETS[self.preset].items():
-            if getattr(self, key) is None:
-                object.__setattr__(self, key, value)
+    def _positive_batches(self) -> GradientInversionConfig:
         if any(b < 1 for b in self.batch_sizes or []):
             raise ValueError("batch_sizes must be positive")
         return self

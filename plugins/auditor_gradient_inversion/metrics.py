@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from auditor.plugin import Measurement, measure
+from auditor.plugin import Floor, LeakJudgement, Measurement, judge_leak, measure
 
 #: Seed 004's attack-success threshold on SSIM (§4.1, ASR).
 SUCCESS_SSIM = 0.5
@@ -31,12 +31,27 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
 
 #: A reconstruction is a leak only when its mean SSIM beats the strongest no-information floor by this much.
 MARGIN_SSIM = 0.1
+#: A leak is high when the low end of its margin's 95 % interval clears :data:`MARGIN_SSIM` by this much.
+HIGH_BY_SSIM = 0.1
+
+
+def judge(m: Measurement) -> LeakJudgement:
+    """Apply the one leak rule (:func:`auditor.plugin.judge_leak`) to an SSIM measurement, plus mean SSIM ≥ 0.5.
+
+    A leak's margin over the floor reaches 0.1 with its 95 % interval above 0 (high when the interval's
+    low end reaches 0.2), and its mean SSIM reaches seed 004's success threshold; a measurement
+    without an interval (one probe) is unresolved, never a leak nor its absence.
+    """
+    out = judge_leak(m, high_by=HIGH_BY_SSIM, threshold=MARGIN_SSIM)
+    if out.leak and m.value < SUCCESS_SSIM:
+        return LeakJudgement("no-leak", None, f"{out.reason}, but its mean SSIM {m.value:.2f} is below "
+                                              f"{SUCCESS_SSIM} (seed 004's success threshold)")
+    return out
 
 
 def leaks(m: Measurement) -> bool:
-    """Tell whether an SSIM measurement is a leak: mean ≥ 0.5, margin over the floor ≥ 0.1, CI above 0."""
-    margin = m.margin if m.margin is not None else m.value
-    return m.value >= SUCCESS_SSIM and margin >= MARGIN_SSIM and (m.ci is None or m.ci[0] > 0)
+    """Tell whether an SSIM measurement is a leak by :func:`judge`."""
+    return judge(m).leak
 
 
 def image_measurements(
@@ -55,8 +70,7 @@ def image_measurements(
                 metric,
                 label,
                 values,
-                floors[metric][: len(values)],
-                floor_kind=floor_kind,
+                Floor.per_probe(floor_kind, floors[metric][: len(values)]),
                 higher_is_worse=worse_high,
                 threshold=MARGIN_SSIM if metric == "ssim" else None,
                 unit=unit,

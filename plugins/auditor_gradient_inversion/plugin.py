@@ -26,6 +26,7 @@ from auditor.plugin import (
     DataBundle,
     Measurement,
     PluginResult,
+    PluginSkipped,
     PowerCheck,
     Requirements,
     Rule,
@@ -46,7 +47,7 @@ from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import NORMALISATIONS, GradientInversionConfig
 from auditor_gradient_inversion.control import build_control
 from auditor_gradient_inversion.groups import last_linear, parameter_groups
-from auditor_gradient_inversion.metrics import MARGIN_SSIM, SUCCESS_SSIM, image_measurements, leaks
+from auditor_gradient_inversion.metrics import MARGIN_SSIM, SUCCESS_SSIM, image_measurements, judge, leaks
 from auditor_gradient_inversion.oracle import GradientOracle, seeded_rng
 from auditor_gradient_inversion.stochastic import StochasticSplit, split_parameters
 
@@ -74,22 +75,19 @@ class GradientInversionPlugin:
     rules: tuple[Rule, ...] = R.RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
-        """Apply to every model trained by gradient descent (a non-image input is a tooling gap, said in run)."""
+        """Apply to image models; any other input is a tooling gap (its gradient may leak; the attacks need images)."""
         if len(profile.input_shape) != 3:
-            return Applicability(True, "a FedSGD client's gradient leaks its inputs; these attacks need an image")
-        return Applicability(True, "image model: a FedSGD client's gradient can be inverted")
+            return Applicability.gap(f"the attacks reconstruct images (C, H, W); this model's input is "
+                                     f"{list(profile.input_shape)}")
+        return Applicability.yes("image model: a FedSGD client's gradient can be inverted")
 
     def run(self, ctx: RunContext) -> PluginResult:
         """Run the attacks the budget allows; return findings, headline numbers, power and the grid."""
         cfg = ctx.config_as(GradientInversionConfig)
         model = ctx.model.to(ctx.device)
         shape = tuple(ctx.profile.input_shape)
-        if len(shape) != 3:
-            return PluginResult(undecided=[f"tooling gap: the attacks here reconstruct images (C, H, W); this "
-                                           f"model's input is {list(shape)}, so its gradient was not attacked"])
-        if not any(p.requires_grad for p in ctx.model.parameters()):
-            return PluginResult(undecided=["tooling gap: the model has no trainable parameter, so there is no "
-                                           "gradient to attack"])
+        if not any(True for _ in ctx.model.parameters()):
+            raise PluginSkipped("the model has no parameter, so there is no gradient path to attack", "tooling-gap")
         images, labels, data_desc, pool = _private_inputs(ctx.data, shape, cfg)
         if images.shape[0] < 2 and pool is None:
             return PluginResult(undecided=["one probe and no other image: the no-information floor would be "
@@ -157,8 +155,9 @@ class GradientInversionPlugin:
                 else:
                     skipped.append(f"{'iDLG' if idlg else 'DLG'}: predicted not to fit the remaining budget")
         findings += _findings(camp, floors, floor_kind, verdict, ranking, ctx.seed)
-        undecided += [f"cut short by the wall-clock budget, so the run cannot vouch for the model: {s}"
-                      for s in skipped if "predicted not to fit" in s and not s.startswith("IG search")]
+        for s in skipped:
+            if "predicted not to fit" in s and not s.startswith("IG search"):
+                ctx.cut_short(s)
         lp_ok, lp_reason = lpips_status()
         if lp_ok:
             for row in camp.rows:
@@ -196,6 +195,7 @@ class GradientInversionPlugin:
             "budget_s": ctx.budget_s,
             "bn_mode": bn_note,
             "config": cfg.model_dump(),
+            "preset_filled": cfg.filled(),
             "ssim": f"skimage.metrics.structural_similarity, scaling={cfg.ssim_scaling}, data_range=1",
             "attention_backend": "torch.nn.attention.sdpa_kernel(SDPBackend.MATH)",
             "stochastic_split": split.as_dict(),
@@ -555,7 +555,7 @@ def defence_verdict(
         return f"cannot tell: the undefended model did not leak at this budget either (SSIM {base:.2f})"
     if attack_leaks:
         return f"bypassed: {strongest} reconstructs through the defence"
-    if (drop.margin or 0) >= MARGIN_SSIM and (drop.ci is None or drop.ci[0] > 0):
+    if (drop.margin or 0) >= MARGIN_SSIM and drop.ci is not None and drop.ci[0] > 0:
         return (
             f"held at this budget: every attack stays below its leak threshold, at least {MARGIN_SSIM} "
             "SSIM below the undefended baseline"
@@ -688,9 +688,10 @@ def _findings(
         where = f"batch {row['batch_size']}, {row['setting']}, at most {row['iterations']} iterations"
         over = f"{m.margin:+.2f} over the {floor_kind} ({m.floor:.2f}){ci}"
         per_margin = [v - f for v, f in zip(row["per_image_ssim"], floors["ssim"])]
-        if leaks(m):
-            msg = f"IG mean SSIM {m.value:.2f}, {over} ({where})"
-            out.append(R.RECONSTRUCTION.finding(message=msg, evidence=ev))
+        call = judge(m)
+        if call.leak:
+            msg = f"IG mean SSIM {m.value:.2f}, {over} ({where}); {call.reason}"
+            out.append(R.RECONSTRUCTION.finding(message=msg, evidence=ev, severity=call.severity))
         elif any(v >= SUCCESS_SSIM and d >= MARGIN_SSIM for v, d in zip(row["per_image_ssim"], per_margin)):
             out.append(
                 R.PARTIAL.finding(
@@ -711,9 +712,11 @@ def _findings(
     for r in ranking:
         row = next(x for x in camp.rows if x["key"] == r["key"])
         m = image_measurements(row, floors, floor_kind, "", seed)[0]
-        if leaks(m):
+        call = judge(m)
+        if call.leak:
             out.append(
                 R.GROUP_LEAK.finding(
+                    severity=call.severity,
                     message=f"{r['group']} gradients alone: SSIM {m.value:.2f}, {m.margin:+.2f} over the "
                     f"{floor_kind}",
                     location=r["group"],

@@ -17,18 +17,19 @@ from auditor.plugin import (
     ArchitectureProfile,
     Measurement,
     PluginSkipped,
+    Severity,
     UnsplittableModel,
     find_split,
     lpips_distances,
     lpips_status,
     split_model,
     split_segments,
+    top1_accuracy,
 )
 from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import (
-    accuracy,
     floor,
     per_image,
     summarise,
@@ -36,7 +37,7 @@ from auditor_split_inversion.metrics import (
 )
 from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
-from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins
+from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins, severity
 
 #: Stage numbers for :func:`seeded` (each stage draws from its own seeded stream).
 STAGES = {"synthesis": 1, "dci": 2, "dci-aux": 3, "probes": 4, "rmle": 5, "evaluator": 6, "control": 7,
@@ -170,6 +171,7 @@ class SplitRow:
     attacks: dict[str, dict[str, Any]]
     best_attack: str | None = None
     leaky: bool = False
+    severity: Severity | None = None
     best_attack_ssim: str | None = None
     per_probe: dict[str, list[float]] | None = None
     psnr: float | None = None
@@ -182,7 +184,8 @@ class SplitRow:
     def as_dict(self) -> dict[str, Any]:
         """Return the row as reported in ``metrics.per_split`` (the scores after ``leaky`` only when an attack ran)."""
         base = {"split": self.split, "module": self.module, "shape": self.shape, "numel_ratio": self.numel_ratio,
-                "depth": self.depth, "attacks": self.attacks, "best_attack": self.best_attack, "leaky": self.leaky}
+                "depth": self.depth, "attacks": self.attacks, "best_attack": self.best_attack, "leaky": self.leaky,
+                "severity": self.severity.value if self.severity else None}
         if not self.attacks:
             return base
         return {**base, "best_attack_ssim": self.best_attack_ssim, "per_probe": self.per_probe,
@@ -298,8 +301,9 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                            predicted=predicted, classes=classes, floor=fl, lpips=lpips_note,
                            settings=settings_of, train_sets=train_sets)
     if evaluator is not None and labels is not None:
-        fl["evaluator_acc"] = accuracy(evaluator, probes.mean(0, keepdim=True).expand_as(probes), labels)
-        out.evaluator_clean_acc = accuracy(evaluator, probes, labels)
+        others = (probes.sum(0, keepdim=True) - probes) / (len(probes) - 1)  # each probe's mean of the others
+        fl["evaluator_acc"] = round(top1_accuracy(evaluator, others, labels), 4)
+        out.evaluator_clean_acc = round(top1_accuracy(evaluator, probes, labels), 4)
     for k, sp in enumerate(splits):
         attacks, per_probe = {}, {}
         for name, rs in recons.items():
@@ -310,7 +314,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             if name in out.settings:
                 scores["settings"] = out.settings[name][k]
             if evaluator is not None and labels is not None:
-                scores["evaluator_acc"] = accuracy(evaluator, rs[k], labels)
+                scores["evaluator_acc"] = round(top1_accuracy(evaluator, rs[k], labels), 4)
             if lp_ok:
                 scores["lpips_mean"] = round(sum(v := lpips_distances(probes, rs[k])) / len(v), 4)
             attacks[name] = scores
@@ -326,6 +330,7 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             measures = margins(best_pp, fl, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
                                seed=seed)
             row.best_attack, row.best_attack_ssim, row.leaky = best["psnr"], best["ssim"], leaks(measures)
+            row.severity = severity(measures)
             row.per_probe = best_pp
             for m in METRICS:
                 setattr(row, m, attacks[best[m]][f"{m}_mean"])

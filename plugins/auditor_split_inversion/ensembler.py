@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, measure, split_segments
+from auditor.plugin import ArchitectureProfile, measure, split_segments, top1_accuracy
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
@@ -136,12 +136,6 @@ def fit(train: Sequence[nn.Module], loss_fn: Callable[[torch.Tensor, torch.Tenso
         m.eval()
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Return top-1 accuracy of ``model`` on ``x``."""
-    return round(float((model(x).argmax(1) == y).float().mean()), 4)
-
-
 def decoder_attack(feature: Callable[[torch.Tensor], torch.Tensor], aux: torch.Tensor, target: torch.Tensor,
                    head: nn.Module, *, epochs: int, seed: int, tick: Callable[[], bool]) -> torch.Tensor:
     """Train a decoder (the head's mirror) from ``feature(aux)`` to ``aux`` with pixel MSE; invert ``target``."""
@@ -163,7 +157,7 @@ def shadow_attack(body: nn.Module, head: nn.Module, tail: nn.Module, template: n
     fit([shadow.head, shadow.tail], lambda x, y: F.cross_entropy(shadow(x), y), aux, aux_y, epochs=epochs,
         seed=seed, tick=tick)
     recon = decoder_attack(shadow.head, aux, target, template, epochs=epochs, seed=seed + 1, tick=tick)
-    return recon, accuracy(shadow, aux, aux_y)
+    return recon, round(top1_accuracy(shadow, aux, aux_y), 4)
 
 
 def _score(probes: torch.Tensor, recon: torch.Tensor) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -190,8 +184,8 @@ def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor,
     scored.update(shadows)
     attacks = {a: v[0] for a, v in scored.items()}
     best = max(attacks, key=lambda a: attacks[a]["psnr_mean"])
-    return {"setting": name, "accuracy": accuracy(pipe, data["eval"], data["eval_y"]), "attacks": attacks,
-            "best_attack": best, "psnr": attacks[best]["psnr_mean"],
+    return {"setting": name, "accuracy": round(top1_accuracy(pipe, data["eval"], data["eval_y"]), 4),
+            "attacks": attacks, "best_attack": best, "psnr": attacks[best]["psnr_mean"],
             "ssim": max(a["ssim_mean"] for a in attacks.values()),
             "per_probe": {a: v[1] for a, v in scored.items()}}
 
@@ -285,7 +279,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     return {
         "rows": rows, "secret": secret,
         "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
-        "stage1_accuracy": [accuracy(n, data["eval"], data["eval_y"]) for n in nets],
+        "stage1_accuracy": [round(top1_accuracy(n, data["eval"], data["eval_y"]), 4) for n in nets],
         "cs_to_stage1_heads": cs_all,
         "tail_block_norms": [round(float(v), 3) for v in blocks],
         "server_cost": f"{cfg.n_bodies}x one body per request", "n_eval": len(data["eval"]),

@@ -76,9 +76,3 @@ def train_evaluator(images: torch.Tensor, labels: torch.Tensor, classes: int, *,
         opt.step()
         done += 1
     return model.eval(), done
-
-
-@torch.no_grad()
-def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
-    """Return top-1 accuracy of ``model`` on ``images``."""
-    return round(float((model(images).argmax(1) == labels).float().mean()), 4)

@@ -19,6 +19,7 @@ from auditor.plugin import (
     Requirements,
     Rule,
     RunContext,
+    Severity,
     default_probe_images,
     image_grid,
     png_base64,
@@ -131,9 +132,11 @@ class SplitInversionPlugin:
                                   + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler["rows"])
                         + f"; query-free gate: {ensembler['query_free_gate']}",
                 location=ensembler["split"], evidence=ensembler))
-        undecided = [f"{stage} was cut short by the wall-clock safety net (less than "
-                     f"{clock.reserve:.0%} of the {ctx.budget_s:g} s budget was left), so its numbers are not the "
-                     "preset's: give the plugin a larger --budget" for stage in clock.cut]
+        for stage in clock.cut:
+            ctx.cut_short(f"{stage} was cut short by the wall-clock safety net (less than {clock.reserve:.0%} of the "
+                          f"{ctx.budget_s:g} s budget was left), so its numbers are not the preset's: give the "
+                          "plugin a larger --budget")
+        undecided = []
         if len(res.probes) < MIN_PROBES:
             undecided.append(f"only {len(res.probes)} probes: the margins' 95 % intervals need at least {MIN_PROBES}")
         metrics = {
@@ -303,12 +306,14 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
                      f"{fl['ssim_mean']:.2f} ({r.ssim_margin:+.2f}, 95% CI {_ci(r.ssim_margin_ci)}); floor: "
                      f"the strongest no-information guess per probe (mean image, class-conditional mean of the "
                      f"predicted class)"),
+            severity=r.severity,
             location=r.split, evidence={k: getattr(r, k) for k in ("psnr", "ssim", "psnr_margin", "ssim_margin",
                                                              "psnr_margin_ci", "ssim_margin_ci", "best_attack",
                                                              "best_attack_ssim", "numel_ratio", "depth")}))
     before_head = [r for r in rows if len(r.shape) != 1] or rows[:-1]
     if before_head and all(r.leaky for r in before_head):
         findings.append(NO_SAFE_SPLIT.finding(
+            severity=Severity.HIGH if all(r.severity == Severity.HIGH for r in before_head) else Severity.MEDIUM,
             message=f"every evaluated split before the head leaks ({', '.join(r.split for r in before_head)})",
             location=before_head[-1].split, evidence={"splits": [r.split for r in before_head]}))
     synth = res.records.get("synthesis", {})

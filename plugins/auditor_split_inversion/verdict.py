@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from auditor.plugin import Measurement, floor_images, image_scores, measure
+from auditor.plugin import Floor, LeakJudgement, Measurement, Severity, floor_images, image_scores, judge_leak, measure
 
 #: The leak rule reads these two margins; each has its own threshold in the configuration.
 METRICS = ("psnr", "ssim")
@@ -57,14 +57,29 @@ def margins(scores: dict[str, Sequence[float]], floor: dict, thresholds: dict[st
             seed: int) -> dict[str, Measurement]:
     """Return the PSNR and SSIM margins of per-probe ``scores`` over the per-probe ``floor``, with 95 % intervals."""
     units = {"psnr": "dB", "ssim": ""}
-    return {m: measure(m, f"{m.upper()} of {what}", scores[m], floor[m], floor_kind=floor["kind"],
+    return {m: measure(m, f"{m.upper()} of {what}", scores[m], Floor.per_probe(floor["kind"], floor[m]),
                        threshold=thresholds[m], unit=units[m], how=how, seed=seed) for m in METRICS}
 
 
+def judged(measures: dict[str, Measurement]) -> dict[str, LeakJudgement]:
+    """Apply the one leak rule (:func:`auditor.plugin.judge_leak`) to each margin.
+
+    A margin leaks when it reaches its threshold with its 95 % interval above zero; it is high when
+    the interval's low end clears the threshold by the threshold again (e.g. 6 dB for the 3 dB rule);
+    a margin without an interval is unresolved, never a leak nor its absence.
+    """
+    return {m: judge_leak(x, high_by=x.threshold or 0.0) for m, x in measures.items()}
+
+
 def leaks(measures: dict[str, Measurement]) -> bool:
-    """Apply the leak rule: some margin reaches its threshold and its interval lies above zero."""
-    return any(x.margin is not None and x.threshold is not None and x.margin >= x.threshold
-               and x.ci is not None and x.ci[0] > 0 for x in measures.values())
+    """Tell whether some margin is a leak by :func:`judged`."""
+    return any(j.leak for j in judged(measures).values())
+
+
+def severity(measures: dict[str, Measurement]) -> Severity | None:
+    """Return the highest severity a leaking margin earns (None when none leaks)."""
+    found = [j.severity for j in judged(measures).values() if j.leak and j.severity is not None]
+    return Severity.HIGH if Severity.HIGH in found else (found[0] if found else None)
 
 
 def wilson_low(rate: float, n: int, z: float = 1.96) -> float:

@@ -48,6 +48,7 @@ from auditor.graph.profile import profile_model
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.render_html import render_html
+from tests.plugins.auditor_gradient_inversion._models import busy_cpu
 from tests.report.conftest import make_full_report
 
 
@@ -424,3 +425,48 @@ def test_defence_verdicts_follow_the_leak_rule_and_the_utility(defended: tuple, 
     got = judge_defence(_pp(rng, *defended), _pp(rng, *baseline), floor, THRESHOLDS, utility=utility, n_utility=200,
                         chance=0.125, how="", seed=0)
     assert got["verdict"] == verdict, got
+
+
+class NoisyDigitsNet(DigitsNet):
+    """DigitsNet with fresh Gaussian noise after the stem and dropout before the head (both stochastic layers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.stem(x)
+        z = z + 0.1 * torch.randn_like(z)
+        return self.fc(self.drop(torch.flatten(self.pool(self.down2(self.block(self.down(z)))), 1)))
+
+
+def test_same_seed_gives_the_same_numbers_with_the_cpu_busy_on_a_noisy_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny = dataclasses.replace(SMALL, n_synth=32, synth_steps=30, layer_steps=60, dci_steps=10, rmle_steps=40,
+                               max_splits=2)
+    monkeypatch.setitem(BUDGETS, "fast", tiny)
+    torch.manual_seed(0)
+    net = NoisyDigitsNet().eval()
+    profile = profile_model(net, (1, 8, 8))
+
+    def run() -> list:
+        runs, _ = run_plugins(
+            [PluginEntry("split-inversion", plugin, "test", "0")], model=net, profile=profile,
+            configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"])},
+            settings=RunSettings(device=torch.device("cpu"), selected=("split-inversion",), budget_s=600.0))
+        r = runs[0]
+        assert "cut short" not in r.reason
+        return ([(m.name, m.value, m.margin, m.ci) for m in r.headline] + [(p.value, p.passed) for p in r.power]
+                + [(s["split"], s["attacks"]) for s in r.metrics["per_split"]]
+                + [(d["psnr"], d["utility"]) for d in r.metrics["noise_defence"]["rows"]])
+
+    idle = run()
+    with busy_cpu():
+        busy = run()
+    assert idle == busy
+
+
+def test_the_mean_image_floor_leaves_the_scored_probe_out(digits: dict) -> None:
+    from auditor_split_inversion.metrics import floor, summarise
+
+    probes = digits["x"][digits["te"][:2]]
+    assert floor(probes) == summarise(per_image(probes, probes.flip(0)))  # each probe's guess is the other one
