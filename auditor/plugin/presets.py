@@ -54,3 +54,7 @@ class PresetConfig(BaseModel):
     def filled(self) -> dict[str, Any]:
         """Return the settings the preset filled (those the user did not set), for the report's provenance."""
         return {key: getattr(self, key) for key in self._filled}
+
+    def __eq__(self, other: object) -> bool:
+        """Compare the settings only: which of them the preset filled is provenance, not configuration."""
+        return type(self) is type(other) and self.model_dump() == other.model_dump()  # type: ignore[union-attr]
