@@ -96,3 +96,17 @@ def test_constant_fc_input_is_not_called_recovered() -> None:
     result = _run(model, (3, 8, 8))
     fc = {f.location for f in result.findings if f.rule_id == "gia.analytic-fc-recovery"}
     assert fc == {"fc1"}
+
+
+def test_a_non_image_input_or_no_gradient_path_is_a_tooling_gap_not_not_applicable() -> None:
+    from auditor.plugin import PluginSkipped
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(20, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    verdict = plugin.applicable(profile_model(mlp, (20,)))
+    assert not verdict.applicable and verdict.category == "tooling-gap"
+    frozen = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Softmax(dim=1))
+    ctx = RunContext(model=frozen, profile=profile_model(frozen, (1, 8, 8)), config=GradientInversionConfig(),
+                     device=torch.device("cpu"), seed=0, budget_s=60, plugin_name=plugin.name)
+    with pytest.raises(PluginSkipped) as skipped:
+        plugin.run(ctx)
+    assert skipped.value.category == "tooling-gap"

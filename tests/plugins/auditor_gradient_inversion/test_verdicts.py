@@ -213,3 +213,23 @@ def test_a_defence_holds_only_against_a_leaking_baseline_by_a_real_margin(
     drop = measure("ssim-drop", "", baseline, attack)
     text = defence_verdict(leaks(base), leaks(att), drop, "joint-eps", att.value, base.value)
     assert text.startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("ssim", "floor", "call", "severity"),
+    [
+        ([0.80, 0.82, 0.78, 0.81], [0.30, 0.32, 0.28, 0.31], "leak", "high"),  # CI low end 0.5 >= 0.1 + 0.1
+        ([0.62, 0.66, 0.60, 0.64], [0.48, 0.50, 0.47, 0.49], "leak", "medium"),  # clears 0.1, not 0.2
+        ([0.45, 0.47, 0.44, 0.46], [0.10, 0.12, 0.09, 0.11], "no-leak", None),  # margin, but mean SSIM < 0.5
+        ([0.90], [0.10], "unresolved", None),  # one probe: no interval, neither a leak nor its absence
+    ],
+)
+def test_severity_follows_how_far_the_margin_ci_clears_the_threshold(
+    ssim: list[float], floor: list[float], call: str, severity: str | None
+) -> None:
+    from auditor_gradient_inversion.metrics import judge
+
+    from auditor.plugin import measure
+
+    out = judge(measure("ssim", "", ssim, floor, threshold=0.1))
+    assert out.call == call and (out.severity.value if out.severity else None) == severity

@@ -470,3 +470,22 @@ def test_the_mean_image_floor_leaves_the_scored_probe_out(digits: dict) -> None:
 
     probes = digits["x"][digits["te"][:2]]
     assert floor(probes) == summarise(per_image(probes, probes.flip(0)))  # each probe's guess is the other one
+
+
+def test_no_fx_graph_is_a_tooling_gap_and_no_split_point_is_not_applicable(digits: dict) -> None:
+    hooks = digits["profile"].model_copy(update={"traced_with": "hooks"})
+    assert plugin.applicable(hooks).category == "tooling-gap"
+    none = digits["profile"].model_copy(update={"split_points": []})
+    verdict = plugin.applicable(none)
+    assert not verdict.applicable and verdict.category == "not-applicable"
+
+
+def test_a_leaky_split_is_high_only_when_its_interval_clears_the_threshold_by_the_threshold_again() -> None:
+    from auditor_split_inversion.verdict import severity
+
+    floor = {"psnr": [10.0] * 4, "ssim": [0.5] * 4, "kind": "test floor"}
+    clear = margins({"psnr": [20.0, 21.0, 19.5, 20.5], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
+    near = margins({"psnr": [13.5, 14.0, 13.2, 13.8], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
+    assert severity(clear).value == "high" and severity(near).value == "medium"
+    assert severity(margins({"psnr": [10.0] * 4, "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="",
+                            seed=0)) is None
