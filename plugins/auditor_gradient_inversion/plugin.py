@@ -5,9 +5,10 @@ patch stem + learnable positional embedding), label recovery, the no-information
 probes, a staged search of Inverting Gradients' own settings over all parameters at batch 1 (it
 stops at the first stage that establishes a leak), the other batch sizes at the winning setting,
 on stochastic models the Ignore and joint-ε adaptive attacks and the undefended baseline, the
-per-group leakage ranking, (in larger presets) DLG/iDLG, and last the positive control: an
-unprotected patchify reference of the same input size attacked at the same budget, which shows the
-attack's power. Attacks predicted not to fit the remaining budget are skipped and listed.
+per-group leakage ranking, (in larger presets) DLG/iDLG, and last the positive control: the audited
+model's own first layers (before any sampling node) with a linear head, attacked at the same
+budget, which shows the attack's power on this architecture (``control.py``). Attacks predicted
+not to fit the remaining budget are skipped, listed and recorded as cut short (never ``ok``).
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ def _private_inputs(
 
     With ``--data`` the probes are a seeded sample of the ``train`` split (else the first split)
     and the pool (up to :data:`FLOOR_POOL` other images of it, with labels) is what the attacker
-    may know of the data distribution; bundled probes have no pool and a made-up label.
+    may know of the data distribution; bundled probes have a made-up label and no pool, except one
+    bundled probe, whose floor is the next bundled image (a floor is never built from its own probe).
     """
     n = cfg.images or 1
     if data is not None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+
+from auditor.plugin import PresetConfig
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,13 @@ class EnsemblerConfig(BaseModel):
         return self
 
 
-class SplitInversionConfig(BaseModel):
+class SplitInversionConfig(PresetConfig):
     """Configuration of ``[plugins.split-inversion]``.
 
     Attributes:
-        budget: step preset (``fast``, ``standard``, ``paper``); steps shrink uniformly per split
-            when the time budget cannot hold them, and the report says so.
+        preset: work preset (``fast``, ``standard``, ``paper``) filling every step count left
+            unset (``n_synth`` … ``classifier_steps``, see :class:`Budget`); the counts are run in
+            full, and a stage the time budget's safety net cuts makes the run inconclusive.
         splits: split-point ids to attack; default: the last split point at each spatial
             resolution plus the logits, thinned evenly to the preset's ``max_splits``.
         attacks: attacks to run; leakage at a split is the maximum over them.
@@ -90,9 +93,18 @@ class SplitInversionConfig(BaseModel):
         ensembler: opt-in Ensembler defence (retrains the model; needs labelled ``--data``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {name: asdict(b) for name, b in BUDGETS.items()}
 
-    budget: Literal["fast", "standard", "paper"] = "fast"
+    preset: Literal["fast", "standard", "paper"] = "fast"
+    n_synth: PositiveInt | None = None
+    synth_steps: PositiveInt | None = None
+    layer_steps: int | None = Field(None, ge=0)
+    dci_steps: int | None = Field(None, ge=0)
+    batch: PositiveInt | None = None
+    rmle_steps: PositiveInt | None = None
+    max_splits: PositiveInt | None = None
+    n_probes: PositiveInt | None = None
+    classifier_steps: int | None = Field(None, ge=0)
     splits: list[str] | None = None
     attacks: list[Literal["dci", "rmle"]] = Field(default_factory=lambda: ["dci", "rmle"])
     synth_ce: bool = True
@@ -104,3 +116,7 @@ class SplitInversionConfig(BaseModel):
     input_mean: list[float] | None = None
     input_std: list[float] | None = None
     ensembler: EnsemblerConfig | None = None
+
+    def work(self) -> Budget:
+        """Return the step counts this configuration runs (the preset's, with explicit settings winning)."""
+        return Budget(**{f.name: getattr(self, f.name) for f in fields(Budget)})

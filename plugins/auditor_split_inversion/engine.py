@@ -325,8 +325,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             best = {m: max(attacks, key=lambda a, m=m: attacks[a][f"{m}_mean"]) for m in METRICS}
             best_pp = {m: per_probe[best[m]][m] for m in METRICS}
             how = "; ".join(f"{m.upper()}: {describe(best[m], attacks[best[m]])}" for m in METRICS)
-            how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({inputs.probe_source}); budget preset " \
-                   f"{cfg.budget}"
+            how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({inputs.probe_source}); preset " \
+                   f"{cfg.preset}"
             measures = margins(best_pp, fl, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
                                seed=seed)
             row.best_attack, row.best_attack_ssim, row.leaky = best["psnr"], best["ssim"], leaks(measures)

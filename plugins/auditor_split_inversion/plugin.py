@@ -25,7 +25,7 @@ from auditor.plugin import (
     png_base64,
     svg_artifact,
 )
-from auditor_split_inversion.config import BUDGETS, Budget, SplitInversionConfig
+from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.control import control_head, dci_power_check, power_check
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import (
@@ -106,7 +106,7 @@ class SplitInversionPlugin:
     def run(self, ctx: RunContext) -> PluginResult:
         """Attack the chosen splits, run the positive controls, judge the defences; return findings and verdict data."""
         cfg = ctx.config_as(SplitInversionConfig)
-        budget = BUDGETS[cfg.budget]
+        budget = cfg.work()
         shape = tuple(ctx.profile.input_shape)
         inputs = load_inputs(ctx.data, shape, budget.n_probes, ctx.seed)
         if len(inputs.probes) < 2:
@@ -150,7 +150,8 @@ class SplitInversionPlugin:
         if ensembler is not None:
             metrics["ensembler"] = ensembler
         provenance = {
-            "threat_model": THREAT_MODEL, "budget_preset": cfg.budget, "budget": budget.__dict__,
+            "threat_model": THREAT_MODEL, "preset": cfg.preset, "work": budget.__dict__,
+            "preset_filled": cfg.filled(),
             "time_budget_s": ctx.budget_s, "seed": ctx.seed, "device": str(ctx.device),
             "splits": res.split_note, "probes": inputs.probe_source,
             "auxiliary_data": None if inputs.aux is None else f"{len(inputs.aux)} images from {inputs.aux_source}",

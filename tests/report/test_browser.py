@@ -41,7 +41,7 @@ TINY_CONFIG = {
     "gradient-inversion": {"iterations": 40, "group_iterations": 10},
     "membership-inference": {"references": 2, "bootstrap": 20, "recipe": {"epochs": 5}},
     "model-inversion": {"restarts": 2, "steps": 30, "max_classes": 3, "prior": "pixel", "eval_epochs": 5},
-    "split-inversion": {"budget": "fast", "noise_sigmas": [0.0, 1.0], "noise_kinds": ["gaussian"]},
+    "split-inversion": {"preset": "fast", "noise_sigmas": [0.0, 1.0], "noise_kinds": ["gaussian"]},
 }
 
 pytestmark = pytest.mark.slow

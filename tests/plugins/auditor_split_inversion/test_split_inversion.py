@@ -153,23 +153,17 @@ def _write_digits(root: Path, digits: dict) -> None:
             Image.fromarray(arr).save(folder / f"{i}.png")
 
 
-#: A small work budget for the runs through the runner (the default preset takes minutes on this CPU).
-SMALL = dataclasses.replace(BUDGETS["fast"], n_synth=64, synth_steps=60, layer_steps=200, dci_steps=30, batch=32,
-                            rmle_steps=80, classifier_steps=150)
+#: A small work budget for the runs through the runner (explicit settings win over the preset's).
+SMALL = {"n_synth": 64, "synth_steps": 60, "layer_steps": 200, "dci_steps": 30, "batch": 32, "rmle_steps": 80,
+         "classifier_steps": 150}
 
 
-@pytest.fixture
-def small(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(BUDGETS, "fast", SMALL)
-
-
-@pytest.mark.usefixtures("small")
 def test_the_plugin_runs_within_its_budget_and_puts_curve_and_grid_in_the_html(digits: dict, tmp_path: Path) -> None:
     _write_digits(tmp_path, digits)
     budget_s = 300.0
     runs, findings = run_plugins(
         [PluginEntry("split-inversion", plugin, "test", "0")], model=digits["net"], profile=digits["profile"],
-        configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"])},
+        configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"], **SMALL)},
         settings=RunSettings(device=torch.device("cpu"), selected=("split-inversion",), budget_s=budget_s,
                              data=load_data_dir(tmp_path)))
     run = runs[0]
@@ -195,13 +189,12 @@ def test_the_plugin_runs_within_its_budget_and_puts_curve_and_grid_in_the_html(d
     assert html.count('<figure class="chart">') == 3  # PSNR, SSIM, noise defence: inline SVG
 
 
-@pytest.mark.usefixtures("small")
 def test_without_batchnorm_and_data_the_plugin_says_what_it_did_instead() -> None:
     torch.manual_seed(0)
     net = nn.Sequential(cbr(1, 8, 1, bn=False), cbr(8, 8, 2, bn=False), nn.Flatten(), nn.Linear(128, 10)).eval()
     runs, findings = run_plugins(
         [PluginEntry("split-inversion", plugin, "test", "0")], model=net, profile=profile_model(net, (1, 8, 8)),
-        configs={"split-inversion": SplitInversionConfig(noise_sigmas=[], ensembler=EnsemblerConfig())},
+        configs={"split-inversion": SplitInversionConfig(noise_sigmas=[], ensembler=EnsemblerConfig(), **SMALL)},
         settings=RunSettings(device=torch.device("cpu"), selected=("split-inversion",), budget_s=300.0))
     run = runs[0]
     rmle, dci = run.power  # rMLE finds the control's leak; DCI on an image-prior-only set may not: no PASS then
@@ -440,10 +433,9 @@ class NoisyDigitsNet(DigitsNet):
         return self.fc(self.drop(torch.flatten(self.pool(self.down2(self.block(self.down(z)))), 1)))
 
 
-def test_same_seed_gives_the_same_numbers_with_the_cpu_busy_on_a_noisy_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    tiny = dataclasses.replace(SMALL, n_synth=32, synth_steps=30, layer_steps=60, dci_steps=10, rmle_steps=40,
-                               max_splits=2)
-    monkeypatch.setitem(BUDGETS, "fast", tiny)
+def test_same_seed_gives_the_same_numbers_with_the_cpu_busy_on_a_noisy_model() -> None:
+    tiny = {**SMALL, "n_synth": 32, "synth_steps": 30, "layer_steps": 60, "dci_steps": 10, "rmle_steps": 40,
+            "max_splits": 2}
     torch.manual_seed(0)
     net = NoisyDigitsNet().eval()
     profile = profile_model(net, (1, 8, 8))
@@ -451,7 +443,8 @@ def test_same_seed_gives_the_same_numbers_with_the_cpu_busy_on_a_noisy_model(mon
     def run() -> list:
         runs, _ = run_plugins(
             [PluginEntry("split-inversion", plugin, "test", "0")], model=net, profile=profile,
-            configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"])},
+            configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"],
+                                                             **tiny)},
             settings=RunSettings(device=torch.device("cpu"), selected=("split-inversion",), budget_s=600.0))
         r = runs[0]
         assert "cut short" not in r.reason
