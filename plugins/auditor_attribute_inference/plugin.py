@@ -201,7 +201,7 @@ class AttributeInferencePlugin:
         linears = [(n, m) for n, m in modules.items() if isinstance(m, nn.Linear)]
         if not linears:
             raise PluginSkipped(
-                "no nn.Linear head to take the penultimate representation from; set layer", "not-applicable"
+                "no nn.Linear head to take the penultimate representation from; set layer", "tooling-gap"
             )
         return linears[-1]
 
