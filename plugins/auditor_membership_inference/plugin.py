@@ -200,7 +200,8 @@ class MembershipInferencePlugin:
         out_scores = out_reference_scores(
             [attacks.metric_scores(z[:n], y) for z in ref_pool], keep[:, :n]
         )
-        fitted = _References(k, thresholds, mlp, _phi(views, y), keep[:, :n], population, out_scores, views)
+        fitted = _References(k, thresholds, mlp, _phi(views, y), keep[:, :n], population, out_scores, views,
+                             torch.stack([z[:n] for z in ref_pool]).float())
         return fitted, {
             "references": k,
             "references_from_cache": hits,
@@ -282,17 +283,19 @@ class _References:
     population: tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray] | None  # RMIA: x, y, ref p on targets/pop
     out_scores: dict[str, np.ndarray]  # per metric attack: mean score over the references that did not see a target
     views: torch.Tensor  # [refs, views, targets, classes] each reference's logits on each query view (float32)
+    target_logits: torch.Tensor  # [refs, targets, classes] each reference's logits on the targets (float32)
 
     def relabelled(self, idx: np.ndarray, labels: torch.Tensor) -> _References:
         """Return the same references restricted to the targets ``idx``, queried with ``labels`` instead."""
         views = self.views[:, :, idx]
         pop = self.population
         if pop is not None:
-            probs = torch.softmax(views[:, 0].double(), -1)
+            probs = torch.softmax(self.target_logits[:, idx].double(), -1)
             pop = (pop[0], pop[1], probs.gather(2, labels[None, :, None].expand(len(probs), -1, 1))[..., 0].numpy(),
                    pop[3])
         return replace(self, phi=_phi(views, labels), keep=self.keep[:, idx], population=pop,
-                       out_scores={k: v[idx] for k, v in self.out_scores.items()}, views=views)
+                       out_scores={k: v[idx] for k, v in self.out_scores.items()}, views=views,
+                       target_logits=self.target_logits[:, idx])
 
 
 def _phi(views: torch.Tensor, labels: torch.Tensor) -> np.ndarray:

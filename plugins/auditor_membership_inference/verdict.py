@@ -34,6 +34,8 @@ def judge(cfg: MembershipInferenceConfig, ev: Evidence) -> tuple[list[Finding], 
         return [SHIFT.finding(message=why, evidence={k: v for k, v in ev.shift.items() if k != "attacks"})], [why]
     findings = []
     where = f"held out: chosen on the selection half, measured on {ev.low['members']}+{ev.low['non_members']} targets"
+    if not ev.shift.get("checked"):
+        where += f"; members/non-members exchangeability {ev.shift.get('why', 'not checked')}"
     auc_m, low_m, _ = headline(cfg, ev)
     auc = judge_leak(auc_m, high_by=round(cfg.high_auc - cfg.medium_auc, 6))
     if auc.leak:
