@@ -77,7 +77,7 @@ class AttributeInferencePlugin:
             np.arange(len(values)), test_size=cfg.attack_test_fraction, random_state=ctx.seed, stratify=values
         )
         m = _attack(cfg, feats, predicted, values, tr, te, ctx.seed)
-        control, control_how = self._control(ctx, cfg, layer, paths, predicted)
+        control, power = self._control(ctx, cfg, layer, paths, predicted)
         metrics: dict[str, Any] = {
             "attribute": attribute,
             "layer": layer,
@@ -117,29 +117,11 @@ class AttributeInferencePlugin:
             "representation": f"{layer} ({'input' if cfg.layer is None else 'output'})",
             "ci": f"95% paired bootstrap over held-out pairs, {cfg.bootstrap} resamples",
         }
-        headline = [
-            m["_accuracy"].model_copy(update={"label": f"attribute {attribute!r} accuracy from {layer}",
-                                              "how": f"{how}; floor: {base_how}"}),
-            Measurement(name="macro_f1", label=f"attribute {attribute!r} macro-F1 from {layer}",
-                        value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
-                        margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
-                        threshold=0.0, how=f"{how}; floor: {base_how}"),
-        ]
-        power = PowerCheck(
-            control="an attribute of the input planted into a copy of the audited model's representation by a "
-            "short fine-tune",
-            metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
-            value=control["margin_ci95"][0],
-            required=0.0,
-            passed=bool(control["leaks"] and control["margin_ci95"][0] >= 0.0),
-            how=f"{control_how}; control accuracy {control['accuracy']:.3f} vs baseline "
-            f"{control['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
-        )
         return PluginResult(
             findings=findings,
             metrics=metrics,
             provenance=provenance,
-            headline=headline,
+            headline=_headline(m, f"attribute {attribute!r}", layer, f"{how}; floor: {base_how}"),
             power=[power],
             artifacts=[
                 Artifact(
@@ -153,8 +135,8 @@ class AttributeInferencePlugin:
 
     def _control(
         self, ctx: RunContext, cfg: AttributeInferenceConfig, layer: str, paths: list[Path], predicted: np.ndarray
-    ) -> tuple[dict[str, Any], str]:
-        """Plant an attribute of the input into a copy of the audited model; attack it as the model; say how."""
+    ) -> tuple[dict[str, Any], PowerCheck]:
+        """Plant an input attribute into a copy of the audited model; attack it as the model; return the check."""
         from sklearn.model_selection import train_test_split
 
         n = min(len(paths), cfg.control_samples)
@@ -174,7 +156,18 @@ class AttributeInferencePlugin:
             "is the audited architecture at its input size, made to encode an attribute the label does not give "
             "away, so the attack must read it from the representation"
         )
-        return _attack(cfg, feats, pred, planted, tr, te, ctx.seed), how
+        result = _attack(cfg, feats, pred, planted, tr, te, ctx.seed)
+        power = PowerCheck(
+            control="an attribute of the input planted into a copy of the audited model's representation by a "
+            "short fine-tune",
+            metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
+            value=result["margin_ci95"][0],
+            required=0.0,
+            passed=bool(result["leaks"] and result["margin_ci95"][0] >= 0.0),
+            how=f"{how}; control accuracy {result['accuracy']:.3f} vs baseline "
+            f"{result['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
+        )
+        return result, power
 
     def _pairs(self, bundle: Any, attribute: str) -> tuple[list[Path], np.ndarray]:
         """Return every image of every split that has a value for ``attribute``."""
@@ -285,6 +278,17 @@ def _attack(
     }
     m["leaks"] = bool(m["margin_ci95"][0] > 0 and m["macro_f1"] > m["label_baseline_macro_f1"])
     return m
+
+
+def _headline(m: dict[str, Any], what: str, layer: str, how: str) -> list[Measurement]:
+    """Return the attack's accuracy and macro-F1 beside the predicted-label baseline, with their intervals."""
+    return [
+        m["_accuracy"].model_copy(update={"label": f"{what} accuracy from {layer}", "how": how}),
+        Measurement(name="macro_f1", label=f"{what} macro-F1 from {layer}",
+                    value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
+                    margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
+                    threshold=0.0, how=how),
+    ]
 
 
 def macro_f1(truth: np.ndarray, pred: np.ndarray, n_values: int) -> np.ndarray:

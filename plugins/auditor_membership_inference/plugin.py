@@ -122,19 +122,7 @@ class MembershipInferencePlugin:
             "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
             "positive_control": control,
         }
-        provenance = {
-            "method": "members = --data train/, non-members = --data test/ (all of both unless max_targets_per_side "
-            "is set); scores from the model's logits on images loaded at the profiled input shape in [0, 1]",
-            "data": str(bundle.root),
-            "targets": [int(member.sum()), int((~member).sum())],
-            "metric_definitions": "AUC/ROC from sklearn.metrics on all targets per attack; the headline attack, "
-            "every threshold and the low-FPR / epsilon (attack, threshold) pairs are chosen on a seeded half of the "
-            "targets (half of each side) and measured on the other half (held_out, low_fpr, epsilon); "
-            "balanced_accuracy_upper_bound is at the best threshold on the targets themselves (an upper bound); "
-            f"95% CIs from {cfg.bootstrap} stratified bootstrap resamples (seed {ctx.seed}), Clopper-Pearson for "
-            "counted TPR/FPR",
-            **extra,
-        }
+        provenance = {**_provenance(cfg, ctx.seed, member), "data": str(bundle.root), **extra}
         artifact = svg_artifact(
             roc_chart(results, int((~member).sum()), cfg.fprs),
             "mia-roc.svg",
@@ -383,6 +371,21 @@ def _gap(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) -> dic
     }
     gap["train_test_gap"] = round(gap["train_accuracy"] - gap["test_accuracy"], 4)
     return gap
+
+
+def _provenance(cfg: MembershipInferenceConfig, seed: int, member: np.ndarray) -> dict[str, Any]:
+    """Return how the targets were drawn and how every number was measured."""
+    return {
+        "method": "members = --data train/, non-members = --data test/ (all of both unless max_targets_per_side "
+        "is set); scores from the model's logits on images loaded at the profiled input shape in [0, 1]",
+        "targets": [int(member.sum()), int((~member).sum())],
+        "metric_definitions": "AUC/ROC from sklearn.metrics on all targets per attack; the headline attack, "
+        "every threshold and the low-FPR / epsilon (attack, threshold) pairs are chosen on a seeded half of the "
+        "targets (half of each side) and measured on the other half (held_out, low_fpr, epsilon); "
+        "balanced_accuracy_upper_bound is at the best threshold on the targets themselves (an upper bound); "
+        f"95% CIs from {cfg.bootstrap} stratified bootstrap resamples (seed {seed}), Clopper-Pearson for "
+        "counted TPR/FPR",
+    }
 
 
 def _cache(cfg: MembershipInferenceConfig) -> Path | None:
