@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from auditor.config import build_config, find_config_file, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
+from auditor.report.coverage import verdict_reasons
 from auditor.report.model import PluginRun, Report, Severity
 from auditor.rewrite.options import REWRITE_OPTIONS, harden_flags
 
@@ -653,7 +654,7 @@ def harden(
         _out.print(f"note: {plain(note)}", markup=False)
     _out.print(f"saved {safe(out)}; reports: {safe(json_path)}, {safe(html_path)}")
     s = result.after.summary
-    _out.print(_verdict_line(s.verdict, s.exit_code, s.reasons))
+    _out.print(_verdict_line(s.verdict, s.exit_code, verdict_reasons(result.after)))
     _out.print("reports: " + ", ".join(safe(p) for p in (json_path, html_path)))
     return result.after.summary.exit_code
 
@@ -804,7 +805,7 @@ def _print_verdict(console: Console, rows: Sequence[ScanRow], code: int) -> None
     """Print the one verdict line: a model's summary, or the tally over several models."""
     if len(rows) == 1 and rows[0].report is not None:
         s = rows[0].report.summary
-        console.print(_verdict_line(s.verdict, s.exit_code, s.reasons))
+        console.print(_verdict_line(s.verdict, s.exit_code, verdict_reasons(rows[0].report)), soft_wrap=True)
         return
     tally: dict[str, int] = {}
     for r in rows:

@@ -10,6 +10,7 @@ from typing import Literal
 from auditor.report.model import (
     CATEGORY_NOT_APPLICABLE,
     CATEGORY_NOT_SELECTED,
+    FamilyCoverage,
     Finding,
     PluginRun,
     Severity,
@@ -43,6 +44,36 @@ def not_judged(plugins: Sequence[PluginRun]) -> list[PluginRun]:
     """Return the requested runs that cannot vouch for anything: errored, inconclusive, or skipped for a gap."""
     return [p for p in plugins
             if p.status in ("error", "inconclusive") or (p.status == "skipped" and p.category not in _NOT_A_GAP)]
+
+
+def coverage(plugins: Sequence[PluginRun]) -> list[FamilyCoverage]:
+    """Return what the verdict covers per threat family (every plugin ``family`` but ``static``), in plugin order.
+
+    A family is ``not-judged`` when any requested plugin of it is a gap, ``judged`` when one ran
+    and vouched for itself, ``not-applicable`` when its plugins were skipped for threat-model
+    reasons only, and ``not-run`` when none was requested.
+    """
+    families: dict[str, list[PluginRun]] = {}
+    for p in plugins:
+        if p.family and p.family != "static":
+            families.setdefault(p.family, []).append(p)
+    gaps = {id(p) for p in not_judged(plugins)}
+    out = []
+    for family, runs in families.items():
+        names = [p.name for p in runs]
+        missing = [p for p in runs if id(p) in gaps]
+        if missing:
+            out.append(FamilyCoverage(family=family, status="not-judged", plugins=names, reason="; ".join(
+                f"{p.name} {p.status}{' (' + p.category + ')' if p.category else ''}" for p in missing)))
+        elif any(p.status == "ok" for p in runs):
+            out.append(FamilyCoverage(family=family, status="judged", plugins=names))
+        elif any(p.category == CATEGORY_NOT_APPLICABLE for p in runs):
+            why = "; ".join(p.reason for p in runs if p.category == CATEGORY_NOT_APPLICABLE and p.reason)
+            out.append(FamilyCoverage(family=family, status="not-applicable", plugins=names, reason=why))
+        else:
+            out.append(FamilyCoverage(family=family, status="not-run", plugins=names,
+                                      reason=f"not requested (--plugins {' or '.join(names)}, or --plugins all)"))
+    return out
 
 
 def summarize(
@@ -95,5 +126,5 @@ def summarize(
     return Summary(
         max_severity=max_severity, verdict=verdict, exit_code=int(code), fail_on=fail_on,
         counts={s.value: counts.get(s.value, 0) for s in Severity}, reasons=reasons,
-        not_judged=[p.name for p in gaps], on_inconclusive=on_inconclusive,
+        not_judged=[p.name for p in gaps], on_inconclusive=on_inconclusive, coverage=coverage(plugins),
     )

@@ -289,7 +289,9 @@ def test_format_goes_to_stdout_or_to_o_file(repo: Path, capsys: pytest.CaptureFi
 def test_quiet_prints_exactly_the_verdict_line(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["FAIL (exit 1): 1 finding(s) at or above --fail-on high"]
+    assert captured.out.splitlines() == ["FAIL (exit 1): static rules only; not run: attribute inference, gradient "
+                                         "inversion, membership inference, model inversion, split inversion; "
+                                         "1 finding(s) at or above --fail-on high"]
     assert captured.err == ""
 
 

@@ -126,3 +126,59 @@ def test_the_tensor_size_cap_is_configurable(small_cnn: Path, tmp_path: Path, mo
     assert code in (ExitCode.PASS, ExitCode.FAIL) and seen["max_tensor_bytes"] == 4096
     (tmp_path / "auditor.toml").write_text("[scan]\nmax_tensor_bytes = 0\n")
     assert _cli(tmp_path, str(small_cnn), "--config", str(tmp_path / "auditor.toml"))[0] == ExitCode.USAGE
+
+
+def test_coverage_tells_families_apart() -> None:
+    runs = [PluginRun(name="architecture-risk", status="ok", family="static"),
+            PluginRun(name="a", status="ok", family="membership-inference"),
+            PluginRun(name="b", status="skipped", category="not-selected", family="membership-inference"),
+            PluginRun(name="c", status="skipped", category="tooling-gap", family="split-inversion", reason="no fx"),
+            PluginRun(name="d", status="skipped", category="not-applicable", family="model-inversion", reason="1-D")]
+    s = _gate([], runs)
+    assert [(c.family, c.status) for c in s.coverage] == [
+        ("membership-inference", "judged"), ("split-inversion", "not-judged"), ("model-inversion", "not-applicable")]
+    assert s.verdict == "inconclusive" and s.not_judged == ["c"]  # a tooling gap is never "not applicable"
+
+
+def test_a_static_only_scan_names_what_was_not_run(small_cnn: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _cli(tmp_path, str(small_cnn))
+    assert code == ExitCode.PASS and report is not None
+    families = {c["family"]: c["status"] for c in report["summary"]["coverage"]}
+    assert families == dict.fromkeys(("attribute-inference", "gradient-inversion", "membership-inference",
+                                      "model-inversion", "split-inversion"), "not-run")
+    (line,) = capsys.readouterr().out.splitlines()  # one line, however long
+    assert line.startswith("PASS (exit 0): static rules only; not run: attribute inference, gradient inversion, "
+                           "membership inference, model inversion, split inversion; no finding at or above")
+
+
+@pytest.fixture()
+def lying_plugin_installed(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A third-party distribution whose attack claims power its own numbers do not show."""
+    import sys
+    import types
+    from importlib.metadata import EntryPoint
+
+    from auditor.plugin import registry
+    from tests.plugin._fakes import FakePlugin
+
+    module = types.ModuleType("fake_lying_auditor_plugin")
+    module.plugin = FakePlugin("liar", "lying")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    fake = EntryPoint(name="liar", value=f"{module.__name__}:plugin", group=registry.GROUP)
+    real = registry.entry_points
+    monkeypatch.setattr(registry, "entry_points", lambda group: [*real(group=group), fake])
+    registry._installed_plugins.cache_clear()
+    yield
+    registry._installed_plugins.cache_clear()
+
+
+@pytest.mark.usefixtures("lying_plugin_installed")
+def test_a_plugin_that_lies_about_its_power_is_inconclusive(small_cnn: Path, tmp_path: Path) -> None:
+    code, report = _cli(tmp_path, str(small_cnn))
+    assert code == ExitCode.INCONCLUSIVE and report is not None
+    run = next(p for p in report["plugins"] if p["name"] == "liar")
+    assert (run["status"], run["category"]) == ("inconclusive", "attack.power-disputed")
+    assert report["summary"]["not_judged"] == ["liar"]
+    assert {"family": "test", "status": "not-judged"}.items() <= next(
+        c for c in report["summary"]["coverage"] if c["family"] == "test").items()

@@ -156,9 +156,10 @@ class PluginResult:
 
     An attack plugin (any ``family`` but ``static``) also returns ``headline`` numbers beside their
     no-information floors and at least one ``power`` check: a positive control attacked at the same
-    budget. The runner marks the run ``inconclusive`` when a power check failed, when an attack
-    shows none, or when ``undecided`` holds a reason (the plugin could not judge, e.g. its search
-    ran out of budget before it finished).
+    budget. The runner marks the run ``inconclusive`` when a power check failed or claims a pass its
+    own numbers do not show, when an attack shows none, when a headline with a threshold lacks its
+    margin or interval (see :func:`auditor.plugin.judge_leak`), when the budget cut the run short
+    (:meth:`RunContext.cut_short`), or when ``undecided`` holds a reason (the plugin could not judge).
     """
 
     findings: list[Finding] = field(default_factory=list)

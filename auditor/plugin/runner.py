@@ -15,7 +15,7 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
-from auditor.plugin.api import PluginResult, PluginSkipped, RunContext
+from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
     CATEGORY_CUT_SHORT,
@@ -115,21 +115,9 @@ def _run_one(
         category = CATEGORY_NOT_APPLICABLE if getattr(verdict, "category", None) == CATEGORY_NOT_APPLICABLE \
             else CATEGORY_TOOLING_GAP
         return PluginRun(status="skipped", category=category, reason=verdict.reason, **base), []
-    if plugin.requires.data and settings.data is None:
-        return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
-                         reason="needs --data; nothing is run on made-up data", **base), []
-    if plugin.requires.labels and not getattr(settings.data, "classes", ()):
-        return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
-                         reason="needs labelled --data (one folder per class, or a labels column); none were given",
-                         **base), []
-    if plugin.requires.split_point and not profile.split_points:
-        if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
-            return PluginRun(status="skipped", category=CATEGORY_TOOLING_GAP,
-                             reason="needs a split point, and the model could not be traced into a graph to find one",
-                             **base), []
-        return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE,
-                         reason="needs a split point, and the graph has none (no single tensor carries everything)",
-                         **base), []
+    unmet = _unmet_needs(plugin.requires, profile, settings)
+    if unmet is not None:
+        return PluginRun(status="skipped", category=unmet[0], reason=unmet[1], **base), []
     budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
     own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
     ctx = RunContext(
@@ -163,6 +151,24 @@ def _run_one(
         provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
         headline=outcome.headline, power=outcome.power, **base,
     ), findings
+
+
+def _unmet_needs(
+    requires: Requirements, profile: ArchitectureProfile, settings: RunSettings
+) -> tuple[str, str] | None:
+    """Return the category and reason of the first declared need the scan does not meet, or None."""
+    if requires.data and settings.data is None:
+        return CATEGORY_MISSING_DATA, "needs --data; nothing is run on made-up data"
+    if requires.labels and not getattr(settings.data, "classes", ()):
+        return CATEGORY_MISSING_DATA, ("needs labelled --data (one folder per class, or a labels column); "
+                                       "none were given")
+    if requires.split_point and not profile.split_points:
+        if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
+            return CATEGORY_TOOLING_GAP, ("needs a split point, and the model could not be traced into a graph "
+                                          "to find one")
+        return CATEGORY_NOT_APPLICABLE, ("needs a split point, and the graph has none (no single tensor carries "
+                                         "everything)")
+    return None
 
 
 def _judged(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.6.0"
+SCHEMA_VERSION = "1.7.0"
 
 
 class _Record(BaseModel):
@@ -78,20 +78,9 @@ CATEGORY_POWER_DISPUTED = "attack.power-disputed"  # a power check's `passed` di
 CATEGORY_UNRESOLVED = "attack.unresolved"  # a headline with a threshold has no floor or no interval
 CATEGORY_CUT_SHORT = "attack.cut-short"  # the time budget ran out and the attack did less than it was set to
 PLUGIN_CATEGORIES = (
-    CATEGORY_EXCEPTION,
-    CATEGORY_TIMEOUT,
-    CATEGORY_LOAD_FAILED,
-    CATEGORY_NOT_APPLICABLE,
-    CATEGORY_TOOLING_GAP,
-    CATEGORY_MISSING_DATA,
-    CATEGORY_MISSING_DEPENDENCY,
-    CATEGORY_NOT_SELECTED,
-    CATEGORY_NO_MODEL,
-    CATEGORY_NO_TORCH_MODEL,
-    CATEGORY_NO_POWER,
-    CATEGORY_UNDECIDED,
-    CATEGORY_POWER_DISPUTED,
-    CATEGORY_UNRESOLVED,
+    CATEGORY_EXCEPTION, CATEGORY_TIMEOUT, CATEGORY_LOAD_FAILED, CATEGORY_NOT_APPLICABLE, CATEGORY_TOOLING_GAP,
+    CATEGORY_MISSING_DATA, CATEGORY_MISSING_DEPENDENCY, CATEGORY_NOT_SELECTED, CATEGORY_NO_MODEL,
+    CATEGORY_NO_TORCH_MODEL, CATEGORY_NO_POWER, CATEGORY_UNDECIDED, CATEGORY_POWER_DISPUTED, CATEGORY_UNRESOLVED,
     CATEGORY_CUT_SHORT,
 )
 
@@ -416,6 +405,19 @@ class PluginRun(_Record):
     power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
 
 
+class FamilyCoverage(_Record):
+    """What the verdict covers for one threat family (the ``family`` of the installed attack plugins)."""
+
+    family: str = Field(description="Threat family, e.g. 'membership-inference'.")
+    status: Literal["judged", "not-judged", "not-run", "not-applicable"] = Field(
+        description="judged: every requested plugin of the family ran and showed power; not-judged: one was "
+        "requested but skipped for a gap, errored or was inconclusive; not-run: none was requested; "
+        "not-applicable: the threat does not exist in this model (a threat-model reason)."
+    )
+    plugins: list[str] = Field(default_factory=list, description="The family's plugins.")
+    reason: str = Field(default="", description="Why it is not judged, not run or not applicable.")
+
+
 class Summary(_Record):
     """The gate's decision and how it was reached."""
 
@@ -430,6 +432,10 @@ class Summary(_Record):
     )
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = Field(
         default="inconclusive", description="Policy that turned an inconclusive verdict into the exit code."
+    )
+    coverage: list[FamilyCoverage] = Field(
+        default_factory=list, description="Each threat family of the installed plugins: judged, not judged, not "
+        "run or not applicable, with the reason. A PASS covers only the judged families."
     )
 
 

@@ -27,6 +27,7 @@ from jinja2 import Environment, FunctionLoader, StrictUndefined
 from markupsafe import Markup
 
 from auditor.report.charts import SVG_MEDIA_TYPE, sanitize_svg
+from auditor.report.coverage import coverage_line
 from auditor.report.model import Artifact, Finding, Measurement, PluginRun, Report, Severity
 
 TEMPLATE = "report.html.j2"
@@ -77,6 +78,7 @@ def render_html(report: Report, *, proposals: Mapping[str, Mapping[str, Any]] | 
         threats=threat_rows(report),
         steps=next_steps(report, proposals),
         command=shlex.join(report.tool.command),
+        coverage=coverage_line(report),
     )
 
 

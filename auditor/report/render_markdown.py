@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from auditor.report.coverage import coverage_line
 from auditor.report.model import Finding, Report
 
 _MAX_CELL = 300
@@ -43,7 +44,9 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
     for r in reports:
         reasons = "; ".join(md_cell(x) for x in r.summary.reasons)
+        covered = coverage_line(r)
         lines += ["", f"### {md_cell(r.model.path)}", "", reasons, ""]
+        lines += [f"**Coverage:** {md_cell(covered)}", ""] if covered else []
         lines += findings_table(r.findings) if r.findings else ["No findings."]
     for path, message in errors:
         lines += ["", f"### {md_cell(path)}", "", f"Not audited: {md_cell(message)}"]

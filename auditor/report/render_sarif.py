@@ -15,6 +15,7 @@ from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import quote
 
+from auditor.report.coverage import coverage_line
 from auditor.report.fingerprints import model_identity, with_fingerprints
 from auditor.report.model import Finding, PluginRun, Report, Severity
 
@@ -107,6 +108,8 @@ def reports_to_sarif(
             "verdict": summary.verdict,
             "fail_on": summary.fail_on.value,
             "max_severity": summary.max_severity.value if summary.max_severity else None,
+            "coverage": [c.model_dump(mode="json") for c in summary.coverage],
+            "coverage_text": coverage_line(reports[0]),
         }
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
@@ -210,6 +213,9 @@ def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], ex
                 ) -> dict[str, Any]:
     notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
              if plugin.status in _PLUGIN_LEVELS]
+    notes += [{"level": "note", "message": {"text": f"{model_identity(report.model.path)}: coverage: {line}"},
+               "descriptor": {"id": "audit.coverage"}, "properties": {"model": report.model.path}}
+              for report in reports if (line := coverage_line(report))]
     notes += [{"level": "error", "message": {"text": f"{model_identity(path)}: not audited: {message}"},
                "descriptor": {"id": "model.error"}, "properties": {"model": path}}
               for path, message in errors]

@@ -213,7 +213,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     example = inputs.probes[:1].to(device)
     splits, dropped = cuttable(model, splits, example)
     if not splits:
-        raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped))
+        raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped),
+                            "tooling-gap")
     pieces = split_segments(model, [p.id for p in splits], example=example)
     norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
     if norm is not None:

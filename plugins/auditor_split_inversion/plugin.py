@@ -70,7 +70,7 @@ class SplitInversionPlugin:
     """Attack every chosen split point with DCI and rMLE and report leakage over the no-information floor."""
 
     name = "split-inversion"
-    family = "model-inversion"
+    family = "split-inversion"
     summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
                "curve and an opt-in Ensembler evaluation.")
     requires = Requirements(budget_s=900, expensive=True)
@@ -80,8 +80,8 @@ class SplitInversionPlugin:
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
         """Apply to fx-traced image models with split points."""
         if profile.traced_with != "fx":
-            return Applicability(False, f"split ids need the torch.fx graph; this model was traced with "
-                                        f"{profile.traced_with}")
+            return Applicability.gap(f"split ids need the torch.fx graph; this model was traced with "
+                                     f"{profile.traced_with}")
         if len(profile.input_shape) != 3 or not profile.split_points:
             return Applicability(False, "needs a C×H×W image input and at least one split point")
         return Applicability(True, f"{len(profile.split_points)} split points in the fx graph")

@@ -8,6 +8,7 @@ import zlib
 
 import pytest
 
+from auditor.gate import coverage
 from auditor.report.model import (
     CATEGORY_EXCEPTION,
     CATEGORY_MISSING_DATA,
@@ -249,6 +250,7 @@ def make_full_report() -> Report:
             fail_on=Severity.HIGH,
             counts={"critical": 1, "high": 1, "medium": 1, "low": 1, "info": 1},
             reasons=["1 critical and 1 high finding at or above --fail-on high"],
+            coverage=coverage(_plugins()),
         ),
         notes=["plugin model-inversion failed; its findings are missing"],
     )

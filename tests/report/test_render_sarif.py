@@ -74,6 +74,7 @@ def test_structure(full_report: Report) -> None:
     assert [(n["level"], n["descriptor"]["id"]) for n in notes] == [
         ("note", "missing-data"),
         ("error", "plugin.exception"),
+        ("note", "audit.coverage"),
     ]
     json.dumps(sarif)
 
