@@ -117,6 +117,7 @@ def test_a_shifted_pair_is_inconclusive_not_a_leak(world: dict, monkeypatch: pyt
     assert "mia.distribution-shift" in run["rule_ids"]
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off; torch: full backward hook on inputs
 def test_epsilon_lower_bound_respects_dp_sgd_and_catches_the_noise_turned_off(world: dict) -> None:
     """opacus DP-SGD at epsilon 1 never shows a violation; the same recipe without noise does."""
     from opacus.accountants.utils import get_noise_multiplier
