@@ -112,3 +112,23 @@ def test_skips_without_attributes(tmp_path: Path) -> None:
     data = write_manifest(tmp_path, {"train": ORDER[:20]})
     with pytest.raises(PluginSkipped, match="attributes"):
         plugin.run(context(TinyCNN(), data, AttributeInferenceConfig()))
+
+
+class _NoisyCNN(TinyCNN):
+    """TinyCNN with Gaussian noise on its penultimate representation, on in eval mode too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(self.features(x)))
+        return self.fc(h + 0.3 * torch.randn_like(h))
+
+
+def test_the_same_seed_gives_the_same_numbers_whatever_the_global_generator(trained: tuple) -> None:
+    model, data = trained
+    noisy = _NoisyCNN()
+    noisy.load_state_dict(model.state_dict())
+    runs = []
+    for start in (1, 2):
+        torch.manual_seed(start)  # what ran before the plugin moved torch's global generator
+        res = plugin.run(context(noisy.eval(), data, AttributeInferenceConfig(attribute="ink", bootstrap=50)))
+        runs.append(([(h.name, h.value, h.ci) for h in res.headline], res.power[0].value))
+    assert runs[0] == runs[1]
