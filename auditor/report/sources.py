@@ -47,6 +47,14 @@ SOURCES: dict[str, Source] = {
         "Inverting Gradients - How easy is it to break privacy in federated learning?",
         "Geiping et al. 2020", "https://arxiv.org/abs/2003.14053",
     ),
+    "lit:Jagielski2020": Source(
+        "Auditing Differentially Private Machine Learning: How Private is Private SGD?",
+        "Jagielski et al. 2020", "https://arxiv.org/abs/2006.07709",
+    ),
+    "lit:Nasr2021": Source(
+        "Adversary Instantiation: Lower Bounds for Differentially Private Machine Learning",
+        "Nasr et al. 2021", "https://arxiv.org/abs/2101.04535",
+    ),
     "lit:pickle": Source(
         "pickle - Python object serialization (Python documentation)",
         "Python docs", "https://docs.python.org/3/library/pickle.html",

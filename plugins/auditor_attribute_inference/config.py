@@ -24,3 +24,10 @@ class AttributeInferenceConfig(BaseModel):
     )
     max_samples: int = Field(default=4000, ge=10)
     bootstrap: int = Field(default=200, ge=10)
+    high_by: float = Field(
+        default=0.1, ge=0,
+        description="aia.attribute-leak is high when the accuracy margin's 95% CI lower bound is at least this "
+        "(in accuracy) above the predicted-label baseline.",
+    )
+    control_samples: int = Field(default=1000, ge=10, description="Positive control: images it is planted in.")
+    control_epochs: int = Field(default=30, ge=1, description="Positive control: fine-tuning epochs of the copy.")

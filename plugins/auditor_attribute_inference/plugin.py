@@ -23,9 +23,11 @@ from auditor.plugin import (
     Requirements,
     Rule,
     RunContext,
+    judge_leak,
     load_image,
     measure,
 )
+from auditor_attribute_inference import control
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from auditor_attribute_inference.rules import ATTRIBUTE_LEAK, RULES
 
@@ -70,13 +72,12 @@ class AttributeInferencePlugin:
         order = np.random.default_rng(ctx.seed).permutation(len(paths))[: cfg.max_samples]
         paths, values = [paths[i] for i in order], values[order]
         layer, module = self._layer(ctx.model, cfg.layer)
-        feats, predicted = self._representations(ctx, module, cfg.layer is None, paths)
+        feats, predicted = self._representations(ctx, ctx.model, module, cfg.layer is None, paths)
         tr, te = train_test_split(
             np.arange(len(values)), test_size=cfg.attack_test_fraction, random_state=ctx.seed, stratify=values
         )
         m = _attack(cfg, feats, predicted, values, tr, te, ctx.seed)
-        planted = _planted(feats, predicted, ctx.seed)
-        control = _attack(cfg, feats, predicted, planted, tr, te, ctx.seed)
+        control, power = self._control(ctx, cfg, layer, paths, predicted)
         metrics: dict[str, Any] = {
             "attribute": attribute,
             "layer": layer,
@@ -88,15 +89,17 @@ class AttributeInferencePlugin:
             "positive_control": {k: v for k, v in control.items() if not k.startswith("_")},
         }
         findings = []
-        if m["leaks"]:
+        judged = judge_leak(m["_accuracy"], high_by=cfg.high_by)
+        if m["leaks"] and judged.severity is not None:
             findings.append(
                 ATTRIBUTE_LEAK.finding(
                     message=f"{attribute!r} is predicted from {layer} with accuracy {m['accuracy']:.3f} vs "
                     f"{m['label_baseline_accuracy']:.3f} from the model's predicted label alone (margin 95% CI "
                     f"{m['margin_ci95'][0]:+.3f} to {m['margin_ci95'][1]:+.3f}); macro-F1 {m['macro_f1']:.3f} "
-                    f"vs {m['label_baseline_macro_f1']:.3f}",
+                    f"vs {m['label_baseline_macro_f1']:.3f}; {judged.severity.value}: {judged.reason}",
                     location=layer,
                     evidence={k: metrics[k] for k in ("attribute", "layer", *m) if not k.startswith("_")},
+                    severity=judged.severity,
                 )
             )
         how = (
@@ -114,29 +117,11 @@ class AttributeInferencePlugin:
             "representation": f"{layer} ({'input' if cfg.layer is None else 'output'})",
             "ci": f"95% paired bootstrap over held-out pairs, {cfg.bootstrap} resamples",
         }
-        headline = [
-            m["_accuracy"].model_copy(update={"label": f"attribute {attribute!r} accuracy from {layer}",
-                                              "how": f"{how}; floor: {base_how}"}),
-            Measurement(name="macro_f1", label=f"attribute {attribute!r} macro-F1 from {layer}",
-                        value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
-                        margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
-                        threshold=0.0, how=f"{how}; floor: {base_how}"),
-        ]
-        power = PowerCheck(
-            control="planted attribute: a random direction of the representation, thresholded at its median "
-            "within each predicted label (recoverable from the representation, not from the label)",
-            metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
-            value=control["margin_ci95"][0],
-            required=0.0,
-            passed=bool(control["leaks"]),
-            how=f"the same attack on the same {len(tr)}/{len(te)} pairs; control accuracy {control['accuracy']:.3f} "
-            f"vs baseline {control['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
-        )
         return PluginResult(
             findings=findings,
             metrics=metrics,
             provenance=provenance,
-            headline=headline,
+            headline=_headline(m, f"attribute {attribute!r}", layer, f"{how}; floor: {base_how}"),
             power=[power],
             artifacts=[
                 Artifact(
@@ -147,6 +132,42 @@ class AttributeInferencePlugin:
                 )
             ],
         )
+
+    def _control(
+        self, ctx: RunContext, cfg: AttributeInferenceConfig, layer: str, paths: list[Path], predicted: np.ndarray
+    ) -> tuple[dict[str, Any], PowerCheck]:
+        """Plant an input attribute into a copy of the audited model; attack it as the model; return the check."""
+        from sklearn.model_selection import train_test_split
+
+        n = min(len(paths), cfg.control_samples)
+        x = control.load(paths[:n], tuple(ctx.profile.input_shape))
+        planted = control.planted_attribute(x, predicted[:n], ctx.seed)
+        copy = control.plant(ctx.model, layer, cfg.layer is None, x, predicted[:n], planted,
+                             epochs=cfg.control_epochs, seed=ctx.seed + 13, device=ctx.device, tick=ctx.check_budget)
+        module = dict(copy.named_modules())[layer]
+        feats, pred = self._representations(ctx, copy, module, cfg.layer is None, paths[:n])
+        tr, te = train_test_split(np.arange(n), test_size=cfg.attack_test_fraction, random_state=ctx.seed,
+                                  stratify=planted)
+        how = (
+            f"the same attack on {len(tr)}/{len(te)} of the same images; the control: a copy of the audited model "
+            f"(its trained weights) fine-tuned for {cfg.control_epochs} epochs (Adam lr 1e-3, batch 64) to keep its "
+            "predicted labels while a linear head on the same representation learns a planted attribute, a seeded "
+            "random direction of the input pixels thresholded at its median within each predicted label. Why: it "
+            "is the audited architecture at its input size, made to encode an attribute the label does not give "
+            "away, so the attack must read it from the representation"
+        )
+        result = _attack(cfg, feats, pred, planted, tr, te, ctx.seed)
+        power = PowerCheck(
+            control="an attribute of the input planted into a copy of the audited model's representation by a "
+            "short fine-tune",
+            metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
+            value=result["margin_ci95"][0],
+            required=0.0,
+            passed=bool(result["leaks"] and result["margin_ci95"][0] >= 0.0),
+            how=f"{how}; control accuracy {result['accuracy']:.3f} vs baseline "
+            f"{result['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
+        )
+        return result, power
 
     def _pairs(self, bundle: Any, attribute: str) -> tuple[list[Path], np.ndarray]:
         """Return every image of every split that has a value for ``attribute``."""
@@ -179,23 +200,28 @@ class AttributeInferencePlugin:
 
     @torch.no_grad()
     def _representations(
-        self, ctx: RunContext, module: nn.Module, use_input: bool, paths: list[Path]
+        self, ctx: RunContext, model: nn.Module, module: nn.Module, use_input: bool, paths: list[Path]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Run the model on the images; return the hooked representation (flattened) and the predicted labels."""
+        """Run ``model`` on the images; return the hooked representation (flattened) and the predicted labels.
+
+        A layer that stays random in eval mode draws from torch's generator seeded with 0 (restored after).
+        """
         shape = tuple(ctx.profile.input_shape)
         seen: list[torch.Tensor] = []
 
         def hook(_m: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             seen.append((args[0] if use_input else out).flatten(1).double().cpu())
 
-        model = ctx.model.to(ctx.device).eval()
+        model = model.to(ctx.device).eval()
         handle = module.register_forward_hook(hook)
         predicted = []
         try:
-            for start in range(0, len(paths), 128):
-                ctx.check_budget()
-                batch = torch.stack([load_image(p, shape) for p in paths[start : start + 128]])
-                predicted.append(model(batch.to(ctx.device)).argmax(1).cpu())
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                for start in range(0, len(paths), 128):
+                    ctx.check_budget()
+                    batch = torch.stack([load_image(p, shape) for p in paths[start : start + 128]])
+                    predicted.append(model(batch.to(ctx.device)).argmax(1).cpu())
         finally:
             handle.remove()
         return torch.cat(seen).numpy(), torch.cat(predicted).numpy()
@@ -254,6 +280,17 @@ def _attack(
     return m
 
 
+def _headline(m: dict[str, Any], what: str, layer: str, how: str) -> list[Measurement]:
+    """Return the attack's accuracy and macro-F1 beside the predicted-label baseline, with their intervals."""
+    return [
+        m["_accuracy"].model_copy(update={"label": f"{what} accuracy from {layer}", "how": how}),
+        Measurement(name="macro_f1", label=f"{what} macro-F1 from {layer}",
+                    value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
+                    margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
+                    threshold=0.0, how=how),
+    ]
+
+
 def macro_f1(truth: np.ndarray, pred: np.ndarray, n_values: int) -> np.ndarray:
     """Return macro-F1 over the values present in truth or prediction, per row of ``[rows, n]`` code arrays.
 
@@ -278,21 +315,6 @@ def label_baseline(train_labels: np.ndarray, train_values: np.ndarray, test_labe
         v, c = np.unique(train_values[train_labels == label], return_counts=True)
         table[label] = v[np.argmax(c)]
     return np.array([table.get(label, fallback) for label in test_labels], dtype=train_values.dtype)
-
-
-def _planted(feats: np.ndarray, predicted: np.ndarray, seed: int) -> np.ndarray:
-    """Return a binary attribute recoverable from the representation but not from the predicted label.
-
-    A seeded random direction of the standardised representation, thresholded at its median within
-    each predicted label, so the label alone predicts it at about one half.
-    """
-    z = (feats - feats.mean(0)) / (feats.std(0) + 1e-12)
-    proj = z @ np.random.default_rng(seed + 11).standard_normal(z.shape[1])
-    planted = np.zeros(len(proj), dtype=int)
-    for label in np.unique(predicted):
-        sel = predicted == label
-        planted[sel] = proj[sel] > np.median(proj[sel])
-    return planted
 
 
 def _table(m: dict[str, Any], how: str, base_how: str) -> str:

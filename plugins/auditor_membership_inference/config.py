@@ -26,10 +26,11 @@ class MembershipInferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_targets_per_side: int = Field(
-        default=500,
+    max_targets_per_side: int | None = Field(
+        default=None,
         ge=10,
-        description="Members (train/) and non-members (test/) attacked, each at most this many.",
+        description="Members (train/) and non-members (test/) attacked, each at most this many (a seeded "
+        "subset); default: all of both.",
     )
     references: int = Field(
         default=8,
@@ -51,12 +52,33 @@ class MembershipInferenceConfig(BaseModel):
     )
     bootstrap: int = Field(default=200, ge=10, description="Bootstrap resamples for confidence intervals.")
     fprs: list[float] = Field(default_factory=lambda: [0.01, 0.001])
+    low_fpr: float = Field(
+        default=0.01, gt=0, lt=0.5,
+        description="mia.low-fpr-leak: the FPR at which each attack's threshold is chosen on the selection half.",
+    )
     high_tpr_multiple: float = Field(
         default=5.0,
         gt=1,
-        description="mia.low-fpr-leak is high when TPR@1%FPR's CI lower bound is this many times the FPR.",
+        description="mia.low-fpr-leak (high) fires when, on the report half, the Clopper-Pearson lower bound of the "
+        "TPR is at least this many times the upper bound of the FPR.",
     )
-    control_epochs: int = Field(default=100, ge=1, description="Positive control: most training epochs of the copy.")
+    claimed_epsilon: float | None = Field(
+        default=None, ge=0,
+        description="The (epsilon, delta)-DP guarantee the model was trained with; mia.dp-claim-violated (high) "
+        "fires when the empirical epsilon lower bound exceeds it.",
+    )
+    claimed_delta: float = Field(
+        default=1e-5, ge=0, lt=1, description="The delta of the claimed guarantee (also used for the reported bound)."
+    )
+    shift_max_auc: float = Field(
+        default=0.55, gt=0.5, lt=1,
+        description="Members and non-members count as exchangeable while the AUC that models which saw neither "
+        "reach has a 95% CI overlapping [1 - this, this].",
+    )
+    control_epochs: int = Field(
+        default=100, ge=1, description="Positive control: most fine-tuning epochs of the copy on its canaries (it "
+        "stops once their mean loss is below control_stop_loss)."
+    )
     control_stop_loss: float = Field(
         default=0.05, gt=0, description="Positive control: training stops once the mean training loss is below this."
     )
@@ -69,4 +91,9 @@ class MembershipInferenceConfig(BaseModel):
     )
     medium_auc: float = Field(
         default=0.6, gt=0.5, le=1, description="mia.auc fires when the held-out AUC's CI lower bound exceeds this."
+    )
+    high_auc: float = Field(
+        default=0.75, gt=0.5, le=1,
+        description="mia.auc is high when the held-out AUC's CI lower bound exceeds this (clears medium_auc by "
+        "0.15 at the defaults).",
     )

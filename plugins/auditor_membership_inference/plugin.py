@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,8 +13,6 @@ from torch import nn
 from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
-    Finding,
-    Measurement,
     PluginResult,
     PluginSkipped,
     PowerCheck,
@@ -23,7 +21,8 @@ from auditor.plugin import (
     RunContext,
     svg_artifact,
 )
-from auditor_membership_inference import attacks
+from auditor_membership_inference import attacks, lowfpr
+from auditor_membership_inference.checks import canaries, exchangeability, out_reference_scores, plant_canaries
 from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.metrics import (
     held_out_balanced_accuracy,
@@ -32,8 +31,9 @@ from auditor_membership_inference.metrics import (
     summarise,
 )
 from auditor_membership_inference.plots import roc_chart
-from auditor_membership_inference.references import fresh_copy, logits, train_cached, train_references, view_logits
-from auditor_membership_inference.rules import AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, RULES
+from auditor_membership_inference.references import logits, train_references, view_logits
+from auditor_membership_inference.rules import RULES
+from auditor_membership_inference.verdict import Evidence, headline, judge
 
 _HOW = {
     "loss": "threshold on -loss of the true class (Yeom et al.); no shadow model",
@@ -64,7 +64,7 @@ class MembershipInferencePlugin:
         return Applicability(True, f"black-box attacks on outputs for input {tuple(profile.input_shape)}")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Score members vs non-members with every attack, and a memorising copy as the positive control."""
+        """Score members vs non-members with every attack; check exchangeability; attack planted canaries."""
         cfg = ctx.config_as(MembershipInferenceConfig)
         bundle = ctx.data
         lacking = bundle.missing("train", "test")
@@ -75,9 +75,8 @@ class MembershipInferencePlugin:
         shape = tuple(ctx.profile.input_shape)
         xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
         xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
-        side = min(len(xm), len(xn))
-        x, y = torch.cat([xm[:side], xn[:side]]), torch.cat([ym[:side], yn[:side]])
-        member = np.arange(2 * side) < side
+        x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
+        member = np.arange(len(x)) < len(xm)
         select = selection_half(member, ctx.seed)
         model = ctx.model.to(ctx.device).eval()
         target_logits = logits(model, x, ctx.device)
@@ -99,42 +98,40 @@ class MembershipInferencePlugin:
                 **gap,
             }
         best, held = _held_out(cfg, member, select, scores, ctx.seed)
-        report_side = int((member & ~select).sum())
-        warnings = resolution_warnings(report_side, cfg.fprs)
-        control, power = self._control(ctx, cfg, x, y, n_classes, member, select, refs)
-        findings = self._findings(cfg, best, held, gap, warnings, report_side)
+        evidence = Evidence(
+            best=best, held=held, gap=gap,
+            low=lowfpr.low_fpr(scores, member, select, cfg.low_fpr),
+            eps=lowfpr.epsilon_lower_bound(scores, member, select, cfg.claimed_delta),
+            shift=exchangeability(refs.out_scores, member, cfg, ctx.seed) if refs is not None else
+            {"checked": False, "why": "not checked: it needs reference models (references >= 2)"},
+        )
+        control, power = self._control(ctx, cfg, x, y, member, refs, n_classes)
+        findings, undecided = judge(cfg, evidence)
         metrics = {
-            "members": side,
-            "non_members": side,
+            "members": int(member.sum()),
+            "non_members": int((~member).sum()),
             "classes": n_classes,
             **gap,
             "best_attack": best,
             "best_attack_chosen_on": f"{int(select.sum())} targets (half of each side)",
             "held_out": held,
+            "low_fpr": evidence.low,
+            "epsilon": evidence.eps,
+            "exchangeability": evidence.shift,
             "attacks": results,
-            "low_fpr_warnings": warnings,
+            "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
             "positive_control": control,
         }
-        provenance = {
-            "method": "members = --data train/, non-members = --data test/ (balanced, seeded subset); scores from "
-            "the model's logits on images loaded at the profiled input shape in [0, 1]",
-            "data": str(bundle.root),
-            "targets_per_side": side,
-            "metric_definitions": "AUC/ROC from sklearn.metrics on all targets per attack; the headline attack and "
-            "every balanced-accuracy threshold are chosen on a seeded half of the targets (half of each side) and "
-            "measured on the other half (held_out, balanced_accuracy_held_out); balanced_accuracy_upper_bound is "
-            "at the best threshold on the targets themselves (an upper bound); TPR@FPR = highest TPR with FPR <= "
-            f"the level; 95% CIs from {cfg.bootstrap} stratified bootstrap resamples (seed {ctx.seed})",
-            **extra,
-        }
+        provenance = {**_provenance(cfg, ctx.seed, member), "data": str(bundle.root), **extra}
         artifact = svg_artifact(
-            roc_chart(results, side, cfg.fprs),
+            roc_chart(results, int((~member).sum()), cfg.fprs),
             "mia-roc.svg",
-            f"ROC of every attack on log-log axes ({side} members, {side} non-members)",
+            f"ROC of every attack on log-log axes ({int(member.sum())} members, {int((~member).sum())} non-members)",
         )
         return PluginResult(
             findings=findings, metrics=metrics, provenance=provenance, artifacts=[artifact],
-            headline=_headline(cfg, best, held, report_side), power=[power],
+            headline=headline(cfg, evidence),
+            power=[power], undecided=undecided,
         )
 
     def _references(
@@ -173,11 +170,11 @@ class MembershipInferencePlugin:
             for name, score in attacks.metric_scores(shadow_logits, pool_y).items()
         }
         mlp = attacks.shadow_mlp(attacks.shadow_features(shadow_logits, pool_y), shadow_in, ctx.seed)
-        ref_phi = []
+        ref_views = []
         for ref, pool_logits in zip(refs, ref_pool):
             ctx.check_budget()
-            views = view_logits(ref, x, cfg.query_augmentations, ctx.device, pool_logits[:n])
-            ref_phi.append(np.stack([attacks.lira_phi(z, y) for z in views], axis=1))
+            ref_views.append(torch.stack(view_logits(ref, x, cfg.query_augmentations, ctx.device, pool_logits[:n])))
+        views = torch.stack(ref_views).float()  # [refs, views, targets, classes]
         population = None
         if public is not None:
             pop_y = pool_y[n:]
@@ -188,7 +185,11 @@ class MembershipInferencePlugin:
                 np.stack([p[:n].gather(1, y[:, None]).squeeze(1).numpy() for p in ref_probs]),
                 np.stack([p[n:].gather(1, pop_y[:, None]).squeeze(1).numpy() for p in ref_probs]),
             )
-        fitted = _References(k, thresholds, mlp, np.stack(ref_phi), keep[:, :n], population)
+        out_scores = out_reference_scores(
+            [attacks.metric_scores(z[:n], y) for z in ref_pool], keep[:, :n]
+        )
+        fitted = _References(k, thresholds, mlp, _phi(views, y), keep[:, :n], population, out_scores, views,
+                             torch.stack([z[:n] for z in ref_pool]).float())
         return fitted, {
             "references": k,
             "references_from_cache": hits,
@@ -207,97 +208,55 @@ class MembershipInferencePlugin:
         cfg: MembershipInferenceConfig,
         x: torch.Tensor,
         y: torch.Tensor,
-        n_classes: int,
         member: np.ndarray,
-        select: np.ndarray,
         refs: _References | None,
+        n_classes: int,
     ) -> tuple[dict[str, Any], PowerCheck]:
-        """Attack a copy taught to tell members from non-members, exactly as the model; return its power check.
+        """Plant canaries in a copy of the audited model and attack them exactly as the model; return the check.
 
-        The copy has the audited architecture, re-initialised, and is trained on the member targets
-        with their labels and on the non-member targets with a wrong label each (seeded), with the
-        reference recipe minus its regularisation, until its mean training loss is below
-        ``control_stop_loss`` (at most ``control_epochs``): the membership signal is as strong as the
-        architecture can learn from these targets in that budget.
+        Every non-member gets a seeded wrong label; a copy of the audited model, its trained weights
+        included, is fine-tuned for ``control_epochs`` on half of them (the canaries) with those
+        labels. The control's game is canaries (members of the copy) against the other non-members
+        (never trained), all queried with their planted labels, scored by every attack with the same
+        references, selection/report halves and bootstrap. An attack that ignores the label, a
+        broken one, or too few targets to resolve the AUC fail it.
         """
-        copy, _ = fresh_copy(ctx.model, ctx.seed + 500)
-        recipe = cfg.recipe.model_copy(
-            update={"weight_decay": 0.0, "shift_augment": 0, "hflip_augment": False, "epochs": cfg.control_epochs}
+        idx, canary, planted = canaries(member, y, n_classes, ctx.seed)
+        xc = x[idx]
+        copy, cached, recipe = plant_canaries(
+            ctx.model, xc[canary], planted[canary], cfg, seed=ctx.seed + 501, cache_dir=_cache(cfg),
+            tick=ctx.check_budget,
         )
-        gen = torch.Generator().manual_seed(ctx.seed + 502)
-        wrong = (y + torch.randint(1, n_classes, y.shape, generator=gen)) % n_classes
-        taught = torch.where(torch.from_numpy(member), y, wrong)
-        copy, cached = train_cached(
-            copy.to(ctx.device), x, taught, recipe, seed=ctx.seed + 501, cache_dir=_cache(cfg),
-            tick=ctx.check_budget, stop_loss=cfg.control_stop_loss,
-        )
-        control_logits = logits(copy, x, ctx.device)
-        scores, _ = _scores(ctx, cfg, copy, x, y, control_logits, refs)
-        best, held = _held_out(cfg, member, select, scores, ctx.seed)
-        gap = _gap(control_logits, y, member)
+        copy = copy.to(ctx.device)
+        control_logits = logits(copy, xc, ctx.device)
+        scores, _ = _scores(ctx, cfg, copy, xc, planted, control_logits,
+                            None if refs is None else refs.relabelled(idx, planted))
+        select = selection_half(canary, ctx.seed)
+        best, held = _held_out(cfg, canary, select, scores, ctx.seed)
+        fit = _gap(control_logits, planted, canary)
         low = held["auc_ci95"][0]
         how = (
-            f"{best} (chosen on the selection half) on the report half of the same targets, with their true "
-            f"labels; the copy: audited architecture re-initialised, trained on the {int(member.sum())} members with "
-            f"their labels and the {int((~member).sum())} non-members with wrong labels, {recipe.optimizer} lr "
-            f"{recipe.lr}, no weight decay or augmentation, until mean training loss < {cfg.control_stop_loss} "
-            f"(at most {cfg.control_epochs} epochs)"
-            f"{' (from the cache)' if cached else ''}; its accuracy on members {gap['train_accuracy']:.3f}, on "
-            f"non-members {gap['test_accuracy']:.3f}"
+            f"{best} (chosen on the selection half) on the report half. The control: a copy of the audited model "
+            f"(its trained weights) fine-tuned on {int(canary.sum())} canaries, a seeded half of the non-members "
+            f"with a seeded wrong label each, {recipe.optimizer} lr {recipe.lr}, no weight decay or augmentation, "
+            f"{cfg.control_epochs} epochs at most (stop at mean loss < {cfg.control_stop_loss})"
+            f"{' (from the cache)' if cached else ''}; canaries against the other {int((~canary).sum())} "
+            f"non-members, all queried with their planted labels; the copy predicts the planted label of "
+            f"{fit['train_accuracy']:.3f} of the canaries and {fit['test_accuracy']:.3f} of the others. Why: it is "
+            "the audited model itself, made to hold a known set of members by the kind of training membership "
+            "inference detects, so the same attacks at the same budget must tell that set apart"
         )
         check = PowerCheck(
-            control="copy of the architecture that learnt the members and mislearnt the non-members",
-            metric="held-out AUC, 95% CI lower bound",
+            control="mislabelled canaries planted in a copy of the audited model by a short fine-tune",
+            metric="held-out AUC (canaries vs other non-members), 95% CI lower bound",
             value=low,
             required=cfg.control_min_auc,
-            passed=bool(low > cfg.control_min_auc),
+            passed=bool(low >= cfg.control_min_auc),
             how=how,
         )
-        return {"best_attack": best, **held, **gap, "how": how}, check
-
-    def _findings(
-        self,
-        cfg: MembershipInferenceConfig,
-        best: str,
-        held: dict[str, Any],
-        gap: dict[str, float],
-        warnings: list[str],
-        report_side: int,
-    ) -> list[Finding]:
-        """Turn the held-out numbers of the attack chosen on the selection half into findings."""
-        findings = []
-        evidence = {
-            "attack": best,
-            "auc": held["auc"],
-            "auc_ci95": held["auc_ci95"],
-            **gap,
-            "targets_per_side_held_out": report_side,
-        }
-        where = f"held out: attack chosen on the other half, measured on {report_side}+{report_side} targets"
-        if held["auc_ci95"][0] > cfg.medium_auc:
-            findings.append(
-                AUC.finding(
-                    message=f"{best}: AUC {held['auc']:.3f} (95% CI {held['auc_ci95'][0]:.3f}-"
-                    f"{held['auc_ci95'][1]:.3f}, {where}) with a train-test gap of {gap['train_test_gap']:.3f}",
-                    evidence=evidence,
-                )
-            )
-        key = "tpr_at_1pct_fpr"
-        low = held.get(f"{key}_ci95")
-        if (
-            low is not None
-            and low[0] >= cfg.high_tpr_multiple * 0.01
-            and not any("TPR@1pct" in w for w in warnings)
-        ):
-            findings.append(
-                LOW_FPR_LEAK.finding(
-                    message=f"{best}: TPR {held[key]:.3f} at 1% FPR (95% CI {low[0]:.3f}-{low[1]:.3f}, {where}), "
-                    f"train-test gap {gap['train_test_gap']:.3f}",
-                    evidence={"attack": best, key: held[key], f"{key}_ci95": low, **gap},
-                )
-            )
-        findings += [LOW_FPR_UNRESOLVED.finding(message=w, evidence={"non_members": report_side}) for w in warnings]
-        return findings
+        return {"best_attack": best, **held, "canary_fit": fit["train_accuracy"],
+                "non_canary_fit": fit["test_accuracy"], "canaries": int(canary.sum()),
+                "non_canaries": int((~canary).sum()), "how": how}, check
 
 
 @dataclass(frozen=True)
@@ -310,6 +269,26 @@ class _References:
     phi: np.ndarray  # [refs, targets, views] LiRA φ of every reference
     keep: np.ndarray  # [refs, targets] whether the target trained the reference
     population: tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray] | None  # RMIA: x, y, ref p on targets/pop
+    out_scores: dict[str, np.ndarray]  # per metric attack: mean score over the references that did not see a target
+    views: torch.Tensor  # [refs, views, targets, classes] each reference's logits on each query view (float32)
+    target_logits: torch.Tensor  # [refs, targets, classes] each reference's logits on the targets (float32)
+
+    def relabelled(self, idx: np.ndarray, labels: torch.Tensor) -> _References:
+        """Return the same references restricted to the targets ``idx``, queried with ``labels`` instead."""
+        views = self.views[:, :, idx]
+        pop = self.population
+        if pop is not None:
+            probs = torch.softmax(self.target_logits[:, idx].double(), -1)
+            pop = (pop[0], pop[1], probs.gather(2, labels[None, :, None].expand(len(probs), -1, 1))[..., 0].numpy(),
+                   pop[3])
+        return replace(self, phi=_phi(views, labels), keep=self.keep[:, idx], population=pop,
+                       out_scores={k: v[idx] for k, v in self.out_scores.items()}, views=views,
+                       target_logits=self.target_logits[:, idx])
+
+
+def _phi(views: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """Return LiRA's φ ``[refs, targets, views]`` from reference view logits ``[refs, views, targets, classes]``."""
+    return np.stack([np.stack([attacks.lira_phi(z.double(), labels) for z in ref], axis=1) for ref in views])
 
 
 def _scores(
@@ -383,32 +362,6 @@ def _held_out(
     return best, held
 
 
-def _headline(cfg: MembershipInferenceConfig, best: str, held: dict[str, Any], report_side: int) -> list[Measurement]:
-    """Return the held-out AUC and TPR@1% FPR beside what a random guess scores."""
-    how = (
-        f"{best}, chosen by AUC on half of the targets, measured on the other half ({report_side} members, "
-        f"{report_side} non-members); 95% CI from {cfg.bootstrap} stratified bootstrap resamples"
-    )
-    out = [
-        Measurement(
-            name="auc", label=f"membership AUC ({best}, held out)", value=held["auc"], floor=0.5,
-            floor_kind="random guess", margin=round(held["auc"] - 0.5, 4),
-            ci=[round(v - 0.5, 4) for v in held["auc_ci95"]], threshold=round(cfg.medium_auc - 0.5, 4), how=how,
-        )
-    ]
-    key = "tpr_at_1pct_fpr"
-    if key in held:
-        out.append(
-            Measurement(
-                name=key, label=f"TPR at 1% FPR ({best}, held out)", value=held[key], floor=0.01,
-                floor_kind="random guess (TPR = FPR)", margin=round(held[key] - 0.01, 4),
-                ci=[round(v - 0.01, 4) for v in held[f"{key}_ci95"]],
-                threshold=round((cfg.high_tpr_multiple - 1) * 0.01, 4), how=how,
-            )
-        )
-    return out
-
-
 def _gap(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) -> dict[str, float]:
     """Return the model's accuracy on members and non-members and their difference."""
     correct = (model_logits.argmax(1) == y).numpy()
@@ -420,5 +373,21 @@ def _gap(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) -> dic
     return gap
 
 
+def _provenance(cfg: MembershipInferenceConfig, seed: int, member: np.ndarray) -> dict[str, Any]:
+    """Return how the targets were drawn and how every number was measured."""
+    return {
+        "method": "members = --data train/, non-members = --data test/ (all of both unless max_targets_per_side "
+        "is set); scores from the model's logits on images loaded at the profiled input shape in [0, 1]",
+        "targets": [int(member.sum()), int((~member).sum())],
+        "metric_definitions": "AUC/ROC from sklearn.metrics on all targets per attack; the headline attack, "
+        "every threshold and the low-FPR / epsilon (attack, threshold) pairs are chosen on a seeded half of the "
+        "targets (half of each side) and measured on the other half (held_out, low_fpr, epsilon); "
+        "balanced_accuracy_upper_bound is at the best threshold on the targets themselves (an upper bound); "
+        f"95% CIs from {cfg.bootstrap} stratified bootstrap resamples (seed {seed}), Clopper-Pearson for "
+        "counted TPR/FPR",
+    }
+
+
 def _cache(cfg: MembershipInferenceConfig) -> Path | None:
+    """Return the reference cache directory, or None when the cache is off."""
     return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else None

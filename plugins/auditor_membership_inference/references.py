@@ -67,7 +67,25 @@ def train(
     """Train ``model`` in place on (x, y) with ``recipe``; ``tick`` is called once per batch.
 
     With ``stop_loss``, training ends after the first epoch whose mean batch loss is below it.
+    torch's global generator is seeded with ``seed`` for the duration (and restored after), so
+    dropout and noise layers draw the same values on every run, whatever ran before.
     """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss)
+
+
+def _train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe,
+    *,
+    seed: int,
+    tick: Callable[[], None],
+    stop_loss: float | None,
+) -> nn.Module:
+    """The body of :func:`train`, with torch's generator already seeded."""
     device = next(model.parameters()).device
     params = model.parameters()
     if recipe.optimizer == "sgd":
@@ -180,7 +198,14 @@ def view_logits(model: nn.Module, x: torch.Tensor, names: Sequence[str], device:
 
 @torch.no_grad()
 def logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch: int = 256) -> torch.Tensor:
-    """Return the model's logits on ``x`` (CPU, float64), batched on ``device``."""
+    """Return the model's logits on ``x`` (CPU, float64), batched on ``device``, in eval mode.
+
+    A layer that stays random in eval mode (a noise layer) draws from torch's global generator
+    seeded with 0 for this call (and restored after): the same query gives the same logits on
+    every run, whatever ran before.
+    """
     model.eval()
-    parts = [model(x[i : i + batch].to(device)).double().cpu() for i in range(0, len(x), batch)]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        parts = [model(x[i : i + batch].to(device)).double().cpu() for i in range(0, len(x), batch)]
     return torch.cat(parts) if parts else torch.empty(0)

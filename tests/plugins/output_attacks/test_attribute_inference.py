@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,18 @@ def _ink_above_class_median() -> np.ndarray:
         sel = digits.target == c
         out[sel] = ink[sel] > np.median(ink[sel])
     return out
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One torch thread and one BLAS thread, as the runner gives every plugin (the box is shared)."""
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +81,10 @@ def test_attribute_beyond_the_label_leaks(trained: tuple) -> None:
     assert m["leaks"] and m["margin_ci95"][0] > 0 and m["macro_f1"] > m["label_baseline_macro_f1"]
     assert [f.rule_id for f in res.findings] == ["aia.attribute-leak"]
     assert "predicted label alone" in res.findings[0].message
+    # The margin's CI clears the label baseline by more than high_by (0.1 accuracy): high, not medium.
+    assert m["margin_ci95"][0] >= 0.1 and res.findings[0].severity == "high"
+    check = res.power[0]  # the control is the audited model itself, fine-tuned to encode a planted attribute
+    assert check.passed and "copy of the audited model" in check.control and "Why:" in check.how
 
 
 def test_hooked_layer_and_power_lost_with_too_few_pairs(trained: tuple) -> None:
@@ -95,3 +112,23 @@ def test_skips_without_attributes(tmp_path: Path) -> None:
     data = write_manifest(tmp_path, {"train": ORDER[:20]})
     with pytest.raises(PluginSkipped, match="attributes"):
         plugin.run(context(TinyCNN(), data, AttributeInferenceConfig()))
+
+
+class _NoisyCNN(TinyCNN):
+    """TinyCNN with Gaussian noise on its penultimate representation, on in eval mode too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(self.features(x)))
+        return self.fc(h + 0.3 * torch.randn_like(h))
+
+
+def test_the_same_seed_gives_the_same_numbers_whatever_the_global_generator(trained: tuple) -> None:
+    model, data = trained
+    noisy = _NoisyCNN()
+    noisy.load_state_dict(model.state_dict())
+    runs = []
+    for start in (1, 2):
+        torch.manual_seed(start)  # what ran before the plugin moved torch's global generator
+        res = plugin.run(context(noisy.eval(), data, AttributeInferenceConfig(attribute="ink", bootstrap=50)))
+        runs.append(([(h.name, h.value, h.ci) for h in res.headline], res.power[0].value))
+    assert runs[0] == runs[1]

@@ -1,0 +1,100 @@
+"""Checks before a membership leak is called: exchangeability of the two sides, and the canary control."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+from auditor_membership_inference.metrics import summarise
+from auditor_membership_inference.references import train_cached
+
+
+def out_reference_scores(
+    ref_scores: list[dict[str, np.ndarray]], keep: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Average each metric attack's score per target over the references that did NOT train on it.
+
+    Args:
+        ref_scores: per reference, ``{attack: [n_targets] scores}`` from that reference's logits.
+        keep: ``[refs, n_targets]`` whether the target trained the reference.
+    """
+    out = (~keep).astype(float)
+    weight = np.maximum(out.sum(0), 1)
+    return {name: (np.stack([s[name] for s in ref_scores]) * out).sum(0) / weight for name in ref_scores[0]}
+
+
+def exchangeability(
+    scores: dict[str, np.ndarray], member: np.ndarray, cfg: MembershipInferenceConfig, seed: int
+) -> dict[str, Any]:
+    """Tell whether models that saw neither side already separate members from non-members.
+
+    ``scores`` are the metric attacks scored by reference models on targets outside their training
+    set (:func:`out_reference_scores`). Members and non-members drawn from one distribution give an
+    AUC of 0.5 in expectation whatever the attack; an interval outside ``[1 - shift_max_auc,
+    shift_max_auc]`` says the two sides differ in distribution, so the model's own scores cannot be
+    read as membership.
+    """
+    per_attack = {}
+    for name, score in scores.items():
+        s = summarise(member, score, [], n_boot=cfg.bootstrap, seed=seed)
+        per_attack[name] = {"auc": s["auc"], "auc_ci95": s["auc_ci95"]}
+    worst = max(per_attack, key=lambda k: abs(per_attack[k]["auc"] - 0.5))
+    lo, hi = per_attack[worst]["auc_ci95"]
+    shifted = bool(lo > cfg.shift_max_auc or hi < 1 - cfg.shift_max_auc)
+    return {
+        "checked": True,
+        "shifted": shifted,
+        "attack": worst,
+        "auc": per_attack[worst]["auc"],
+        "auc_ci95": per_attack[worst]["auc_ci95"],
+        "tolerance": [round(1 - cfg.shift_max_auc, 4), cfg.shift_max_auc],
+        "attacks": per_attack,
+        "how": "each metric attack's score per target averaged over the reference models that did not train on "
+        "it (models that saw neither that member nor that non-member); AUC members vs non-members on all "
+        f"targets, 95% CI from {cfg.bootstrap} stratified bootstrap resamples; the two sides count as exchangeable "
+        f"while every CI overlaps [{1 - cfg.shift_max_auc:.2f}, {cfg.shift_max_auc:.2f}]",
+    }
+
+
+def canaries(member: np.ndarray, y: torch.Tensor, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                         torch.Tensor]:
+    """Return the control's targets (all non-members), which of them are canaries, and the planted labels.
+
+    Every non-member gets a seeded wrong label; a seeded half of them (the canaries) will be
+    fine-tuned on it, the other half never: both halves are then queried with their planted labels.
+    """
+    idx = np.flatnonzero(~member)
+    rng = np.random.default_rng(seed + 503)
+    canary = np.zeros(len(idx), dtype=bool)
+    canary[rng.permutation(len(idx))[: len(idx) // 2]] = True
+    shift = torch.from_numpy(rng.integers(1, max(n_classes, 2), len(idx)))
+    return idx, canary, (y[idx] + shift) % max(n_classes, 2)
+
+
+def plant_canaries(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: MembershipInferenceConfig,
+    *,
+    seed: int,
+    cache_dir: Any,
+    tick: Any,
+) -> tuple[nn.Module, bool, Recipe]:
+    """Fine-tune a copy of the audited model (its trained weights) on the canaries for ``control_epochs``.
+
+    The recipe is the reference recipe without regularisation; training also stops once the mean
+    loss is below ``control_stop_loss``. Returns the copy, whether it came from the cache, and the recipe.
+    """
+    import copy
+
+    recipe = cfg.recipe.model_copy(
+        update={"weight_decay": 0.0, "shift_augment": 0, "hflip_augment": False, "epochs": cfg.control_epochs}
+    )
+    tuned, cached = train_cached(copy.deepcopy(model), x, y, recipe, seed=seed, cache_dir=cache_dir, tick=tick,
+                                 stop_loss=cfg.control_stop_loss)
+    return tuned, cached, recipe
