@@ -10,6 +10,7 @@ import ast
 import contextlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -33,6 +34,14 @@ def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_o
     selected = tuple(config.plugins) if config.plugins is not None else None
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
                        graph_only=graph_only)
+
+
+def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None], None]:
+    """Return the runner's ``on_start``: each plugin's start as a progress step, with its budget."""
+    def on_start(name: str, budget_s: float | None) -> None:
+        say(f"running plugin {name}" + (f" (budget {budget_s:g} s)" if budget_s is not None else ""))
+
+    return on_start
 
 
 def assemble_report(

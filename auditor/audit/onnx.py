@@ -17,7 +17,7 @@ import onnx
 import torch
 from pydantic import BaseModel
 
-from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.assemble import announce_plugins, assemble_report, run_settings
 from auditor.config import ScanConfig
 from auditor.errors import TraceError
 from auditor.load.digest import sha256_file
@@ -77,7 +77,7 @@ def scan_onnx(
     plugins, plugin_findings = run_plugins(
         entries, model=None, profile=profile, configs=plugin_configs,
         settings=run_settings(config, device, data, graph_only=GRAPH_ONLY),
-        on_start=lambda name: progress(f"running plugin {name}"),
+        on_start=announce_plugins(progress),
     )
     info = ModelInfo(
         path=str(path), format=FORMAT_ONNX, sha256=sha256_file(path), size_bytes=path.stat().st_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.assemble import announce_plugins, assemble_report, run_settings
 from auditor.audit.inputs import resolve_example_input
 from auditor.audit.refused import refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
@@ -95,7 +95,7 @@ def scan(
     plugins, plugin_findings = run_plugins(
         entries, model=model, profile=profile, configs=plugin_configs,
         settings=run_settings(config, device, data),
-        on_start=lambda name: say(f"running plugin {name}"),
+        on_start=announce_plugins(say),
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)

@@ -57,9 +57,11 @@ def run_plugins(
     profile: ArchitectureProfile,
     configs: Mapping[str, BaseModel],
     settings: RunSettings,
-    on_start: Callable[[str], None] | None = None,
+    on_start: Callable[[str, float | None], None] | None = None,
 ) -> tuple[list[PluginRun], list[Finding]]:
     """Run every entry that is selected, applicable and satisfied; return runs and findings.
+
+    ``on_start(name, budget_s)`` is told each plugin as it starts, with the budget it runs under.
 
     ``model`` is None when only a graph was profiled (``settings.graph_only`` says which): plugins
     whose :class:`Requirements` need the PyTorch model are then skipped with that reason.
@@ -81,7 +83,7 @@ def _run_one(
     profile: ArchitectureProfile,
     config: BaseModel | None,
     settings: RunSettings,
-    on_start: Callable[[str], None] | None,
+    on_start: Callable[[str, float | None], None] | None,
 ) -> tuple[PluginRun, list[Finding]]:
     base = {"name": entry.name, "distribution": entry.distribution, "version": entry.version}
     plugin = entry.plugin
@@ -116,14 +118,14 @@ def _run_one(
         return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE,
                          reason="needs a split point, and the graph has none (no single tensor carries everything)",
                          **base), []
-    budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
+    budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
     own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
     ctx = RunContext(
         model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
     )
     if on_start is not None:
-        on_start(entry.name)
+        on_start(entry.name, budget)
     started = time.monotonic()
     outcome = _call_with_budget(lambda: _on_one_blas_thread(plugin.run, ctx), budget)
     duration = round(time.monotonic() - started, 3)
@@ -149,6 +151,11 @@ def _run_one(
         provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
         headline=outcome.headline, power=outcome.power, **base,
     ), findings
+
+
+def effective_budget_s(scan_budget_s: float | None, plugin_budget_s: float | None) -> float | None:
+    """Return the seconds a plugin may run: the scan's ``--budget`` when given, else the plugin's own."""
+    return scan_budget_s if scan_budget_s is not None else plugin_budget_s
 
 
 def _judged(family: str, outcome: PluginResult, applicable_reason: str) -> tuple[str, str | None, str]:
