@@ -126,3 +126,31 @@ def test_the_tensor_size_cap_is_configurable(small_cnn: Path, tmp_path: Path, mo
     assert code in (ExitCode.PASS, ExitCode.FAIL) and seen["max_tensor_bytes"] == 4096
     (tmp_path / "auditor.toml").write_text("[scan]\nmax_tensor_bytes = 0\n")
     assert _cli(tmp_path, str(small_cnn), "--config", str(tmp_path / "auditor.toml"))[0] == ExitCode.USAGE
+
+
+def test_the_gate_decides_each_report_once(small_cnn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two models, a baseline read and one written: still one decision per report, made last."""
+    import auditor.gate
+
+    decided: list[int] = []
+    real = auditor.gate.summarize
+
+    def counting(findings, plugins, **kw):  # type: ignore[no-untyped-def]
+        decided.append(len(findings))
+        return real(findings, plugins, **kw)
+
+    monkeypatch.setattr(auditor.gate, "summarize", counting)
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("a.pt", "b.pt"):
+        (models / name).write_bytes(small_cnn.read_bytes())
+    baseline = tmp_path / "baseline.json"
+    assert run_cli(["scan", str(models), "--input-shape", "3,16,16", "-q", "--write-baseline", str(baseline)]) == 0
+    assert len(decided) == 2
+    decided.clear()
+    code = run_cli(["scan", str(models), "--input-shape", "3,16,16", "-q", "--baseline", str(baseline),
+                    "--out-dir", str(tmp_path / "out")])
+    assert code == 0 and len(decided) == 2
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("*.json"))]
+    assert [r["summary"]["verdict"] for r in reports] == ["pass", "pass"]
+    assert all(r["findings"] and all(f["suppression"] is not None for f in r["findings"]) for r in reports)

@@ -1,7 +1,8 @@
-"""How every audit ends, whatever the input format: the runner's settings, then the sorted, judged report.
+"""How every audit ends, whatever the input format: the runner's settings, the sorted draft, then the gate.
 
-Shared by :mod:`auditor.audit.pipeline` (PyTorch checkpoints) and :mod:`auditor.audit.onnx` (ONNX graphs), so
-neither driver imports the other.
+Shared by :mod:`auditor.audit.pipeline` (PyTorch checkpoints), :mod:`auditor.audit.onnx` (ONNX graphs) and
+:mod:`auditor.audit.refused`, so no driver imports another. A driver returns a :class:`DraftReport`;
+:func:`judge` marks the accepted findings and asks the gate once.
 """
 
 from __future__ import annotations
@@ -11,15 +12,25 @@ import contextlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from auditor._version import __version__
+from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
-from auditor.gate import summarize
-from auditor.report.model import ArchitectureProfile, Finding, ModelInfo, OnnxInfo, PluginRun, Report, ToolInfo
+from auditor.gate import GatePolicy, decide
+from auditor.report.model import (
+    ArchitectureProfile,
+    Finding,
+    ModelInfo,
+    OnnxInfo,
+    PluginRun,
+    Report,
+    Summary,
+    ToolInfo,
+)
 
 if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importing torch
     import torch
@@ -44,6 +55,12 @@ def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None]
     return on_start
 
 
+class DraftReport(Report):
+    """A report assembled but not judged yet: :func:`judge` gives it its summary."""
+
+    summary: Summary | None = None  # type: ignore[assignment]
+
+
 def assemble_report(
     config: ScanConfig,
     device: torch.device | str,
@@ -53,17 +70,34 @@ def assemble_report(
     findings: list[Finding],
     plugins: list[PluginRun],
     notes: list[str],
-    unsafe: bool = False,
     onnx: OnnxInfo | None = None,
-) -> Report:
-    """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
+) -> DraftReport:
+    """Sort the findings and stamp the tool and the time: how every audit ends before the gate."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
-                        on_inconclusive=config.on_inconclusive)
     tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
-    return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
-                  architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
-                  onnx=onnx)
+    return DraftReport(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
+                       architecture=architecture, findings=findings, plugins=plugins, notes=notes, onnx=onnx)
+
+
+def judge(
+    draft: Report,
+    policy: GatePolicy,
+    *,
+    accept: bool = False,
+    baseline: Baseline | None = None,
+    today: date | None = None,
+) -> tuple[Report, list[str]]:
+    """Return the judged report and the expiry messages: acceptances marked (with ``accept``), then the gate once.
+
+    ``accept`` fingerprints the findings and marks those ``baseline`` or ``policy.suppressions`` accept.
+    """
+    messages: list[str] = []
+    if accept:
+        draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
+    summary = decide(draft.findings, draft.plugins, policy, unsafe=draft.model.load_safety.verdict == "unsafe",
+                     expired=messages)
+    fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
+    return Report(**fields, summary=summary), messages
 
 
 def _torch_version() -> str:

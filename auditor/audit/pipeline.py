@@ -1,11 +1,11 @@
-"""Audit one checkpoint end to end: load safely, profile, run plugins, decide."""
+"""Audit one checkpoint end to end: load safely, profile, run plugins, then the gate decides."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from auditor.audit.assemble import announce_plugins, assemble_report, run_settings
+from auditor.audit.assemble import DraftReport, announce_plugins, assemble_report, judge, run_settings
 from auditor.audit.inputs import resolve_example_input
 from auditor.audit.refused import refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
@@ -33,12 +33,8 @@ def scan(
     *,
     entries: list[PluginEntry] | None = None,
     progress: Callable[[str], None] | None = None,
-    checked: StaticCheck | None = None,
 ) -> Report:
-    """Audit the checkpoint at ``path`` and return the report.
-
-    ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
-    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it.
+    """Audit the checkpoint at ``path`` and return the judged report.
 
     Example:
         >>> report = scan("resnet18.pt")
@@ -51,6 +47,22 @@ def scan(
         TraceError: the model does not run on the example input (exit code 2).
     """
     config = config or ScanConfig()
+    return judge(audit(path, config, entries=entries, progress=progress), config.gate)[0]
+
+
+def audit(
+    path: str | Path,
+    config: ScanConfig,
+    *,
+    entries: list[PluginEntry] | None = None,
+    progress: Callable[[str], None] | None = None,
+    checked: StaticCheck | None = None,
+) -> DraftReport:
+    """Audit the checkpoint at ``path`` and return the report before the gate (see :func:`scan`).
+
+    ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
+    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it.
+    """
     say = progress or (lambda _msg: None)
     entries = discover_plugins() if entries is None else entries
     plugin_configs = build_plugin_configs(entries, config)
@@ -65,9 +77,9 @@ def scan(
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
         require("onnx", "scanning an ONNX model")
         require("onnxruntime", "checking an ONNX model")
-        from auditor.audit.onnx import scan_onnx
+        from auditor.audit.onnx import audit_onnx
 
-        return scan_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
+        return audit_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
                          data=data, progress=say)
     if config.reference is not None:
         raise ConfigError("--reference is for ONNX files: it names the PyTorch model the ONNX graph must match")
