@@ -144,9 +144,9 @@ def test_both_audits_get_the_same_data_seed_budget_and_plugins(digits: tuple[Pat
     seen: list[tuple[Path, ScanConfig]] = []
     real = pipeline.audit
 
-    def recording(path: Path, config: ScanConfig) -> object:
+    def recording(path: Path, config: ScanConfig, **kw: object) -> object:
         seen.append((Path(path), config))
-        return real(path, config)
+        return real(path, config, **kw)
 
     monkeypatch.setattr(pipeline, "audit", recording)
     mi = {"max_classes": 2, "restarts": 1, "steps": 5, "eval_epochs": 1, "prior": "pixel", "max_private": 20,

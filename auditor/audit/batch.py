@@ -102,7 +102,9 @@ def audit_one(
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
     from auditor.audit.refused import check_before_loading
+    from auditor.load.offline import force_offline
 
+    force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
     try:
         early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
         if isinstance(early, DraftReport):

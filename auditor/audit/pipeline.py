@@ -15,8 +15,9 @@ from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec
 from auditor.load.findings import load_findings
-from auditor.load.formats import Container, sniff
-from auditor.load.loaders import load_checkpoint
+from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.load.offline import force_offline
 from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
@@ -46,6 +47,7 @@ def scan(
         ConfigError: the configuration is invalid (exit code 4).
         TraceError: the model does not run on the example input (exit code 2).
     """
+    force_offline()  # the library's entry point: Hugging Face libraries stay offline for the process
     config = config or ScanConfig()
     return judge(audit(path, config, entries=entries, progress=progress), config.gate)[0]
 
@@ -57,11 +59,13 @@ def audit(
     entries: list[PluginEntry] | None = None,
     progress: Callable[[str], None] | None = None,
     checked: StaticCheck | None = None,
+    loaded: LoadedModel | None = None,
 ) -> DraftReport:
     """Audit the checkpoint at ``path`` and return the report before the gate (see :func:`scan`).
 
     ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
-    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it.
+    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it;
+    ``loaded`` is the checkpoint already opened with :func:`open_checkpoint` (``auditor harden``).
     """
     say = progress or (lambda _msg: None)
     entries = discover_plugins() if entries is None else entries
@@ -70,8 +74,8 @@ def audit(
     entries = [e for e in entries if e.name not in config.disable_plugins]
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
-    sniffed = checked.sniffed if checked is not None else sniff(Path(path))
-    if sniffed.container is Container.ONNX:
+    sniffed = None if loaded is not None else checked.sniffed if checked is not None else sniff(Path(path))
+    if sniffed is not None and sniffed.container is Container.ONNX:
         if config.input_spec is not None:
             raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
@@ -84,10 +88,9 @@ def audit(
     if config.reference is not None:
         raise ConfigError("--reference is for ONNX files: it names the PyTorch model the ONNX graph must match")
 
-    say("checking pickles and loading the checkpoint")
-    loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape, checked=checked,
-                             **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
+    if loaded is None:
+        say("checking pickles and loading the checkpoint")
+        loaded = open_checkpoint(path, config, checked=checked, sniffed=sniffed)
     info = loaded.info
     notes = list(loaded.notes)
     if loaded.model is None:
@@ -98,7 +101,7 @@ def audit(
     example = resolve_example_input(loaded, input_shape=config.input_shape, input_spec=config.input_spec)
     shape = example.shape
     info = info.model_copy(update={"input_shape": example.recorded, "input_shape_source": example.source})
-    model = loaded.model if device.type == "cpu" else loaded.model.to(device)  # loaded on the CPU
+    model = loaded.model  # on the CPU: the runner hands each plugin its copy on the device
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
     profile = profile_model(model, shape)
@@ -111,6 +114,22 @@ def audit(
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
+
+
+def open_checkpoint(path: str | Path, config: ScanConfig, *, checked: StaticCheck | None = None,
+                    sniffed: Sniffed | None = None) -> LoadedModel:
+    """Open the checkpoint once with ``config``'s import policy; the result carries what loading learnt.
+
+    ``checked`` (the static check already run on ``path``) saves a second pickle check and hash;
+    ``sniffed`` a second look at the file's bytes.
+
+    Raises:
+        InputError: the checkpoint cannot be read or materialised.
+    """
+    return load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
+                           wait_for_sha256=False, sniffed=checked.sniffed if checked is not None else sniffed,
+                           probe_shape=config.input_shape, checked=checked,
+                           **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
 
 
 def _profile_findings(traced_with: str, notes: list[str]) -> list[Finding]:

@@ -29,6 +29,7 @@ from auditor.cli.scan import scan
 from auditor.cli.tools import diff, init, list_plugins, reparam_check, split, version
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
+from auditor.load.offline import force_offline
 
 
 def _print_version(value: bool) -> None:
@@ -70,6 +71,7 @@ def _command() -> _click_core.Command:
 
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code instead of exiting."""
+    force_offline()  # auditor never downloads: Hugging Face libraries stay offline for the process
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     err = render.err

@@ -31,7 +31,6 @@ from auditor.data import DataBundle, load_data_dir
 from auditor.device import model_device
 from auditor.errors import ConfigError, InputError
 from auditor.gate import not_judged, with_comparison_gaps
-from auditor.load.loaders import load_checkpoint
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
@@ -207,11 +206,11 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
             rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
     from auditor.audit.assemble import judge
-    from auditor.audit.pipeline import audit
+    from auditor.audit.pipeline import audit, open_checkpoint
 
     say = progress or (lambda *_: None)
     rewrite = get_rewrite(opts.rewrite)
-    loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
+    loaded = open_checkpoint(model_path, opts.scan)  # opened once: rewritten and audited as loaded
     user_model = loaded.require_model()
     shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))
     device = resolve_device(opts.scan.device)
@@ -246,7 +245,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         save_torchscript(hardened, shape, opts.torchscript)
     config = opts.scan.model_copy(update={"input_shape": shape, "data_dir": opts.data_dir})
     say("auditing the original", 0, 1)
-    before, _ = judge(audit(model_path, config), config.gate)
+    before, _ = judge(audit(model_path, config, loaded=loaded), config.gate)
     say("auditing the hardened model", 0, 1)
     after, _ = judge(audit(opts.out, config.model_copy(update={"arch": None})), config.gate)
     gaps = unvouched(before, after, bool(train))

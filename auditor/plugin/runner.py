@@ -119,7 +119,7 @@ def _run_one(
                          reason="needs a split point, and the graph has none (no single tensor carries everything)",
                          **base), []
     budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
-    own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
+    own_model = _isolated_copy(model, settings.device) if model is not None and plugin.requires.torch_model else None
     ctx = RunContext(
         model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
@@ -182,8 +182,7 @@ def _on_one_blas_thread(run: Callable[[RunContext], PluginResult], ctx: RunConte
     """Return ``run(ctx)`` with numpy's and scipy's BLAS on one thread (torch's own threads are untouched).
 
     What plugins hand to BLAS is small (scikit-learn's attack MLPs on a few hundred rows); a threaded
-    BLAS shares nothing there and, on a busy machine, spins: the membership shadow MLP took 30 CPU-s
-    (46 s wall) at load 4 on two cores against 1.6 s on one thread, and 3.0 against 1.7 CPU-s at rest.
+    BLAS shares nothing there and spins on a busy machine (measurements in docs/speed.md).
     """
     from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
@@ -221,13 +220,16 @@ def abandoned_workers() -> list[threading.Thread]:
     return [t for t in _ABANDONED if t.is_alive()]
 
 
-def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """Give each plugin its own copy so that no plugin can change what the next one sees."""
+def _isolated_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Give each plugin its own copy, on the run's device, so that no plugin can change what the next one sees.
+
+    The runner is the one owner of the model's device: ``ctx.model`` arrives on ``ctx.device``.
+    """
     try:
-        return copy.deepcopy(model)
+        return copy.deepcopy(model).to(device)
     except Exception:  # some ScriptModules cannot be copied; share them read-only
         log.debug("model could not be deep-copied; sharing it", exc_info=True)
-        return model
+        return model.to(device)
 
 
 def _describe(exc: BaseException) -> str:

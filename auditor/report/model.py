@@ -73,19 +73,6 @@ CATEGORY_NO_MODEL = "no-model"
 CATEGORY_NO_TORCH_MODEL = "no-torch-model"  # only a graph (an ONNX file) was given, no PyTorch model
 CATEGORY_NO_POWER = "attack.no-power"  # the attack's positive control failed, or the plugin ran none
 CATEGORY_UNDECIDED = "attack.undecided"  # the plugin says it could not judge (e.g. its search ran out of budget)
-PLUGIN_CATEGORIES = (
-    CATEGORY_EXCEPTION,
-    CATEGORY_TIMEOUT,
-    CATEGORY_LOAD_FAILED,
-    CATEGORY_NOT_APPLICABLE,
-    CATEGORY_MISSING_DATA,
-    CATEGORY_MISSING_DEPENDENCY,
-    CATEGORY_NOT_SELECTED,
-    CATEGORY_NO_MODEL,
-    CATEGORY_NO_TORCH_MODEL,
-    CATEGORY_NO_POWER,
-    CATEGORY_UNDECIDED,
-)
 
 
 class Reference(_Record):
