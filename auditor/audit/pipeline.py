@@ -96,7 +96,7 @@ def audit(
     if loaded.model is None:
         return refusal_report(config, device, model=loaded.with_sha256(info), notes=notes,
                               plugins=[e.name for e in entries])
-    findings = load_findings(info.load_safety, config)
+    findings = load_findings(info.load_safety, config.import_policy)
 
     example = resolve_example_input(loaded, input_shape=config.input_shape, input_spec=config.input_spec)
     shape = example.shape

@@ -53,7 +53,7 @@ def check_before_loading(path: str | Path, config: ScanConfig) -> DraftReport | 
 def refusal_report(config: ScanConfig, device: torch.device | str, *, model: ModelInfo, notes: list[str],
                    plugins: Iterable[str]) -> DraftReport:
     """The draft report of a refused checkpoint: its load findings, every plugin skipped (the gate fails it)."""
-    findings = load_findings(model.load_safety, config)
+    findings = load_findings(model.load_safety, config.import_policy)
     runs = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in plugins]
     return assemble_report(config, device, model=model, architecture=None, findings=findings, plugins=runs,
                            notes=notes)
