@@ -30,7 +30,7 @@ import torch.fx
 from auditor.errors import UnknownSplitPoint, UnsplittableModel
 from auditor.graph.shapes import propagate_shapes
 from auditor.graph.trace import eval_mode, fx_trace
-from auditor.report.model import SplitPoint
+from auditor.report.model import ArchitectureProfile, SplitPoint
 
 #: Batch sizes of the shape probes that check a feature keeps the input's batch dimension first.
 _PROBE_BATCHES = (2, 3)
@@ -101,6 +101,16 @@ def split_segments(
 #: Each model's fx graph with the module layout it was traced on: plugins cut one model at many points.
 _GRAPHS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[tuple[int, bool], ...], torch.fx.Graph]] = (
     weakref.WeakKeyDictionary())
+
+
+def reuse_trace(model: torch.nn.Module, profile: ArchitectureProfile) -> None:
+    """Let later cuts of ``model`` use the fx graph ``profile`` was built from instead of tracing it again.
+
+    ``model`` must have the profiled model's structure (a copy of it): the graph names modules by
+    path. Profiles are traced in eval mode, so the graph is adopted only for a model in eval mode.
+    """
+    if profile.fx_graph is not None and not any(m.training for m in model.modules()):
+        _GRAPHS[model] = (tuple((id(m), m.training) for m in model.modules()), profile.fx_graph)
 
 
 def _traced(model: torch.nn.Module) -> torch.fx.Graph:

@@ -14,6 +14,7 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
+from auditor.graph.split import reuse_trace
 from auditor.plugin.api import PluginResult, PluginSkipped, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
@@ -120,6 +121,8 @@ def _run_one(
                          **base), []
     budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
     own_model = _isolated_copy(model, settings.device) if model is not None and plugin.requires.torch_model else None
+    if own_model is not None:
+        reuse_trace(own_model, profile)  # a split of the plugin's copy starts from the profile's own trace
     ctx = RunContext(
         model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
