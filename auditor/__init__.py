@@ -15,7 +15,6 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import auditor.load  # noqa: F401 - cheap, and it puts the Hugging Face libraries offline for the process
 from auditor._version import __version__ as __version__
 
 if TYPE_CHECKING:

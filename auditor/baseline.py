@@ -3,7 +3,8 @@
 A fingerprint hashes the rule id, the model's identity (its path, relative to the working directory
 when inside it) and the finding's location, never its position in the list, so it survives
 re-ordering, new findings elsewhere and retraining. Accepted findings stay in the report, marked with
-a :class:`~auditor.report.model.Suppression`, and the gate is decided on the others.
+a :class:`~auditor.report.model.Suppression`, and the gate (:func:`auditor.gate.decide`) is decided
+on the others.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from auditor.errors import ConfigError
-from auditor.gate import summarize
 from auditor.report.fingerprints import model_identity, with_fingerprints
-from auditor.report.model import Finding, Report, Severity, Suppression
+from auditor.report.model import Finding, Report, Suppression
 
 BASELINE_VERSION = 1
+
+R = TypeVar("R", bound=Report)
 
 
 class SuppressRule(BaseModel):
@@ -75,37 +77,39 @@ def load_baseline(path: Path) -> Baseline:
         raise ConfigError(f"baseline file {path} is not an auditor baseline: {first}") from exc
 
 
+def recorded_entries(report: Report, kept: Baseline | None = None) -> list[BaselineEntry]:
+    """Return the entries ``--write-baseline`` records for ``report``: every finding, reasons and expiries kept."""
+    old = {e.fingerprint: e for e in kept.entries} if kept else {}
+    model = model_identity(report.model.path)
+    entries = []
+    for f in with_fingerprints(report).findings:
+        was = old.get(f.fingerprint or "")
+        entries.append(BaselineEntry(fingerprint=f.fingerprint or "", rule_id=f.rule_id, model=model,
+                                     location=f.location, title=f.title, reason=was.reason if was else "",
+                                     expires=was.expires if was else None))
+    return entries
+
+
 def write_baseline(reports: Iterable[Report], path: Path) -> Baseline:
     """Record every finding of ``reports`` in ``path``, keeping reasons and expiries already written there."""
-    old = {e.fingerprint: e for e in load_baseline(path).entries} if path.exists() else {}
-    entries = []
-    for report in reports:
-        model = model_identity(report.model.path)
-        for f in with_fingerprints(report).findings:
-            kept = old.get(f.fingerprint or "")
-            entries.append(BaselineEntry(fingerprint=f.fingerprint or "", rule_id=f.rule_id, model=model,
-                                         location=f.location, title=f.title,
-                                         reason=kept.reason if kept else "",
-                                         expires=kept.expires if kept else None))
-    baseline = Baseline(entries=entries)
+    old = load_baseline(path) if path.exists() else None
+    baseline = Baseline(entries=[e for report in reports for e in recorded_entries(report, old)])
     text = json.dumps(baseline.model_dump(mode="json"), indent=2, ensure_ascii=False)
     path.write_text(text + "\n", encoding="utf-8")
     return baseline
 
 
-def apply_acceptances(
-    report: Report,
+def mark_acceptances(
+    report: R,
     *,
     baseline: Baseline | None,
     rules: Sequence[SuppressRule],
-    fail_on: Severity,
-    strict: bool,
-    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive",
     today: date | None = None,
-) -> tuple[Report, list[str]]:
-    """Fingerprint, mark accepted findings and re-decide the gate on the rest.
+) -> tuple[R, list[str]]:
+    """Fingerprint the findings and mark those a baseline entry or a ``[[suppress]]`` rule accepts.
 
-    Returns the new report and one message per expired entry or rule (those findings count again).
+    Returns the report and one message per expired entry or rule (those findings count again); the
+    gate then decides on the findings left unmarked.
     """
     today = today or date.today()
     report = with_fingerprints(report)
@@ -130,15 +134,7 @@ def apply_acceptances(
             mark = Suppression(kind=kind, reason=reason, expires=expires.isoformat() if expires else None)
             break
         findings.append(f.model_copy(update={"suppression": mark}))
-    active = [f for f in findings if f.suppression is None]
-    summary = summarize(active, report.plugins, fail_on=fail_on,
-                        unsafe=report.model.load_safety.verdict == "unsafe", strict=strict,
-                        on_inconclusive=on_inconclusive)
-    accepted = len(findings) - len(active)
-    if accepted:
-        summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")
-    summary.reasons.extend(messages)
-    return report.model_copy(update={"findings": findings, "summary": summary}), messages
+    return report.model_copy(update={"findings": findings}), messages
 
 
 def _matches(rule: SuppressRule, finding: Finding, model: str) -> bool:

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from auditor.baseline import SuppressRule
 from auditor.errors import ConfigError, InvalidInputShape
+from auditor.gate import GatePolicy
+from auditor.load.allowlist import ImportPolicy
 from auditor.report.model import Severity
 
 if TYPE_CHECKING:  # torch and the plugin registry load only when a scan needs them
@@ -51,6 +53,17 @@ class ScanConfig(BaseModel):
     suppress: list[SuppressRule] = Field(default_factory=list)
     #: What an inconclusive verdict exits with: its own code 3, 1 (fail the gate) or 0 (let it through).
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
+
+    @property
+    def import_policy(self) -> ImportPolicy:
+        """Return the allowlist extensions: ``--import`` prefixes and ``--trust``."""
+        return ImportPolicy(tuple(self.imports), self.trust)
+
+    @property
+    def gate(self) -> GatePolicy:
+        """Return the gate's policy: ``fail_on``, ``strict``, ``on_inconclusive`` and the ``[[suppress]]`` rules."""
+        return GatePolicy(fail_on=self.fail_on, strict=self.strict, on_inconclusive=self.on_inconclusive,
+                          suppressions=tuple(self.suppress))
 
     @field_validator("plugins")
     @classmethod

@@ -1,11 +1,16 @@
-"""Decide pass or fail from the findings: the only place that turns a report into an exit code."""
+"""Decide pass or fail from the findings: the only place that turns a report into an exit code.
+
+Every report is judged once, last: after it is assembled and its accepted findings are marked,
+:func:`decide` applies the :class:`GatePolicy`.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from auditor.report.model import (
     CATEGORY_NOT_APPLICABLE,
@@ -16,6 +21,9 @@ from auditor.report.model import (
     Severity,
     Summary,
 )
+
+if TYPE_CHECKING:
+    from auditor.baseline import SuppressRule
 
 
 class ExitCode(IntEnum):
@@ -38,6 +46,57 @@ class ExitCode(IntEnum):
 _NOT_A_GAP = (CATEGORY_NOT_SELECTED, CATEGORY_NOT_APPLICABLE)
 
 _POLICY_CODE = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "pass": ExitCode.PASS}
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """How the gate turns a report into an exit code (``ScanConfig.gate`` builds it from the config)."""
+
+    #: Findings at or above this severity fail the gate.
+    fail_on: Severity
+    #: A plugin that could not complete is a tool error (exit 2).
+    strict: bool = False
+    #: What an inconclusive verdict exits with: its own code 3, 1 (fail the gate) or 0 (let it through).
+    on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
+    #: ``[[suppress]]`` rules: findings they match are accepted (marked, kept, not counted).
+    suppressions: tuple[SuppressRule, ...] = ()
+
+
+def decide(
+    findings: Sequence[Finding],
+    plugins: Sequence[PluginRun],
+    policy: GatePolicy,
+    *,
+    unsafe: bool,
+    expired: Sequence[str] = (),
+) -> Summary:
+    """Return the gate's decision on the findings not accepted: the one call that judges a report.
+
+    ``expired`` names baseline entries and rules that no longer apply (their findings count again).
+    """
+    active = [f for f in findings if f.suppression is None]
+    summary = summarize(active, plugins, fail_on=policy.fail_on, unsafe=unsafe, strict=policy.strict,
+                        on_inconclusive=policy.on_inconclusive)
+    accepted = len(findings) - len(active)
+    if accepted:
+        summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")
+    summary.reasons.extend(expired)
+    return summary
+
+
+def with_comparison_gaps(summary: Summary, gaps: Sequence[str], policy: GatePolicy) -> Summary:
+    """Return a judged report's summary under a before/after comparison (``harden``) that cannot vouch.
+
+    Each gap is a reason; a pass (or inconclusive) becomes INCONCLUSIVE with the policy's exit code,
+    a fail stays. The report's own verdict is what the comparison records as its after side.
+    """
+    if not gaps:
+        return summary
+    reasons = summary.reasons + [f"before/after not judged: {r}" for r in gaps]
+    if summary.verdict == "fail":
+        return summary.model_copy(update={"reasons": reasons})
+    code = _POLICY_CODE[policy.on_inconclusive]
+    return summary.model_copy(update={"verdict": "inconclusive", "exit_code": int(code), "reasons": reasons})
 
 
 def not_judged(plugins: Sequence[PluginRun]) -> list[PluginRun]:

@@ -22,7 +22,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from auditor.graph.shapes import propagate_shapes
-from auditor.graph.trace import _Tracer
+from auditor.graph.trace import fx_trace
 
 TIMM = ("resnet18", "efficientnet_b0", "mobilenetv3_small_050", "convnext_atto", "vit_tiny_patch16_224",
         "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224", "regnetx_002", "repvgg_a0", "levit_128s",
@@ -56,7 +56,7 @@ def main() -> None:
         model = build().eval()
         size = size or (getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))[1]
         x = torch.rand(1, 3, size, size)
-        graph = _Tracer().trace(model)
+        graph = fx_trace(model)
         with torch.no_grad():
             method = propagate_shapes(model, x, graph=graph).method
             cheap = _recorded(graph)

@@ -38,7 +38,7 @@ PHASES = {
     "pickle check": ("auditor.load.loaders", "scan_checkpoint"),
     "sha256 (worker thread)": ("auditor.load.loaders", "sha256_file"),
     "safe load (gated unpickler, mmap)": ("auditor.load.loaders", "_materialise"),
-    "fx trace": ("auditor.graph.trace:_Tracer", "trace"),
+    "fx trace": ("auditor.graph.trace:LeafTracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
     "plugin discovery": ("auditor.audit.pipeline", "discover_plugins"),

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from auditor.baseline import SuppressRule, apply_acceptances, load_baseline, write_baseline
+from auditor.audit.assemble import judge
+from auditor.baseline import SuppressRule, load_baseline, write_baseline
 from auditor.errors import ConfigError
+from auditor.gate import GatePolicy
 from auditor.report.fingerprints import fingerprint, model_identity, with_fingerprints
 from auditor.report.model import Finding, Severity
 from tests.report.conftest import make_full_report
@@ -17,9 +19,9 @@ from tests.report.conftest import make_full_report
 TODAY = date(2026, 6, 1)
 
 
-def _gate(report, **kw):  # type: ignore[no-untyped-def]
-    return apply_acceptances(report, fail_on=Severity.HIGH, strict=False, today=TODAY,
-                             **{"baseline": None, "rules": [], **kw})
+def _gate(report, *, baseline=None, rules=()):  # type: ignore[no-untyped-def]
+    policy = GatePolicy(fail_on=Severity.HIGH, suppressions=tuple(rules))
+    return judge(report, policy, accept=True, baseline=baseline, today=TODAY)
 
 
 def test_fingerprint_is_rule_model_and_location_not_order() -> None:

@@ -447,10 +447,10 @@ def test_progress_on_a_terminal_is_a_live_display(repo: Path, monkeypatch: pytes
 
     from rich.console import Console
 
-    import auditor.cli
+    import auditor.cli.render
 
     screen = io.StringIO()
-    monkeypatch.setattr(auditor.cli, "_err", Console(file=screen, force_terminal=True, width=120))
+    monkeypatch.setattr(auditor.cli.render, "err", Console(file=screen, force_terminal=True, width=120))
     assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16"]) == 0
     shown = screen.getvalue()
     assert "[1/1] models/plain.pt" in shown and "\x1b[" in shown  # drawn with terminal control sequences

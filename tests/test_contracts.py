@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from torch import nn
 
 import auditor.plugin
-from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.assemble import assemble_report, judge, run_settings
 from auditor.config import ScanConfig
 from auditor.graph.profile import profile_model
 from auditor.plugin import Applicability, Plugin, Requirements
@@ -125,8 +125,8 @@ def test_a_fast_plugins_run_validates_against_the_report_schema(toy: nn.Module,
     assert [r.status for r in runs] == ["ok"] and findings
     info = ModelInfo(path="toy.pt", format="torch.save zip", sha256="0" * 64, size_bytes=1,
                      load_safety=LoadSafety(verdict="safe"))
-    report = assemble_report(config, device, model=info, architecture=profiles["resnet"], findings=findings,
-                             plugins=runs, notes=[])
+    report, _ = judge(assemble_report(config, device, model=info, architecture=profiles["resnet"],
+                                      findings=findings, plugins=runs, notes=[]), config.gate)
     validate_report_dict(report_to_dict(report))
 
 

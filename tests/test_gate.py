@@ -182,3 +182,31 @@ def test_a_plugin_that_lies_about_its_power_is_inconclusive(small_cnn: Path, tmp
     assert report["summary"]["not_judged"] == ["liar"]
     assert {"family": "test", "status": "not-judged"}.items() <= next(
         c for c in report["summary"]["coverage"] if c["family"] == "test").items()
+
+
+def test_the_gate_decides_each_report_once(small_cnn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two models, a baseline read and one written: still one decision per report, made last."""
+    import auditor.gate
+
+    decided: list[int] = []
+    real = auditor.gate.summarize
+
+    def counting(findings, plugins, **kw):  # type: ignore[no-untyped-def]
+        decided.append(len(findings))
+        return real(findings, plugins, **kw)
+
+    monkeypatch.setattr(auditor.gate, "summarize", counting)
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("a.pt", "b.pt"):
+        (models / name).write_bytes(small_cnn.read_bytes())
+    baseline = tmp_path / "baseline.json"
+    assert run_cli(["scan", str(models), "--input-shape", "3,16,16", "-q", "--write-baseline", str(baseline)]) == 0
+    assert len(decided) == 2
+    decided.clear()
+    code = run_cli(["scan", str(models), "--input-shape", "3,16,16", "-q", "--baseline", str(baseline),
+                    "--out-dir", str(tmp_path / "out")])
+    assert code == 0 and len(decided) == 2
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("*.json"))]
+    assert [r["summary"]["verdict"] for r in reports] == ["pass", "pass"]
+    assert all(r["findings"] and all(f["suppression"] is not None for f in r["findings"]) for r in reports)

@@ -139,16 +139,16 @@ def test_both_audits_get_the_same_data_seed_budget_and_plugins(digits: tuple[Pat
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    scan_module = importlib.import_module("auditor.audit.pipeline")  # the package re-exports scan() under the same name
+    pipeline = importlib.import_module("auditor.audit.pipeline")  # the package re-exports scan() under the same name
     root, model_path, _ = digits
     seen: list[tuple[Path, ScanConfig]] = []
-    real = scan_module.scan
+    real = pipeline.audit
 
-    def recording(path: Path, config: ScanConfig) -> object:
+    def recording(path: Path, config: ScanConfig, **kw: object) -> object:
         seen.append((Path(path), config))
-        return real(path, config)
+        return real(path, config, **kw)
 
-    monkeypatch.setattr(scan_module, "scan", recording)
+    monkeypatch.setattr(pipeline, "audit", recording)
     mi = {"max_classes": 2, "restarts": 1, "steps": 5, "eval_epochs": 1, "prior": "pixel", "max_private": 20,
           "eval_width": 4}
     opts = HardenOptions(rewrite="rolss", out=root / "rolss-mi.pt", data_dir=root / "digits", epochs=1, scan=ScanConfig(

@@ -1,7 +1,8 @@
-"""How every audit ends, whatever the input format: the runner's settings, then the sorted, judged report.
+"""How every audit ends, whatever the input format: the runner's settings, the sorted draft, then the gate.
 
-Shared by :mod:`auditor.audit.pipeline` (PyTorch checkpoints) and :mod:`auditor.audit.onnx` (ONNX graphs), so
-neither driver imports the other.
+Shared by :mod:`auditor.audit.pipeline` (PyTorch checkpoints), :mod:`auditor.audit.onnx` (ONNX graphs) and
+:mod:`auditor.audit.refused`, so no driver imports another. A driver returns a :class:`DraftReport`;
+:func:`judge` marks the accepted findings and asks the gate once.
 """
 
 from __future__ import annotations
@@ -10,15 +11,26 @@ import ast
 import contextlib
 import importlib.util
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import date, datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from auditor._version import __version__
+from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
-from auditor.gate import summarize
-from auditor.report.model import ArchitectureProfile, Finding, ModelInfo, OnnxInfo, PluginRun, Report, ToolInfo
+from auditor.gate import GatePolicy, decide
+from auditor.report.model import (
+    ArchitectureProfile,
+    Finding,
+    ModelInfo,
+    OnnxInfo,
+    PluginRun,
+    Report,
+    Summary,
+    ToolInfo,
+)
 
 if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importing torch
     import torch
@@ -35,6 +47,20 @@ def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_o
                        graph_only=graph_only)
 
 
+def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None], None]:
+    """Return the runner's ``on_start``: each plugin's start as a progress step, with its budget."""
+    def on_start(name: str, budget_s: float | None) -> None:
+        say(f"running plugin {name}" + (f" (budget {budget_s:g} s)" if budget_s is not None else ""))
+
+    return on_start
+
+
+class DraftReport(Report):
+    """A report assembled but not judged yet: :func:`judge` gives it its summary."""
+
+    summary: Summary | None = None  # type: ignore[assignment]
+
+
 def assemble_report(
     config: ScanConfig,
     device: torch.device | str,
@@ -44,17 +70,37 @@ def assemble_report(
     findings: list[Finding],
     plugins: list[PluginRun],
     notes: list[str],
-    unsafe: bool = False,
     onnx: OnnxInfo | None = None,
-) -> Report:
-    """Sort the findings, decide the verdict and stamp the tool and the time: how every scan ends."""
+) -> DraftReport:
+    """Sort the findings and stamp the tool and the time: how every audit ends before the gate."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    summary = summarize(findings, plugins, fail_on=config.fail_on, unsafe=unsafe, strict=config.strict,
-                        on_inconclusive=config.on_inconclusive)
+    if architecture is not None and architecture.fx_graph is not None:
+        architecture = architecture.model_copy()  # the report keeps no live graph (rows are shipped, kept)
+        architecture._fx_graph = None
     tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
-    return Report(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
-                  architecture=architecture, findings=findings, plugins=plugins, summary=summary, notes=notes,
-                  onnx=onnx)
+    return DraftReport(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
+                       architecture=architecture, findings=findings, plugins=plugins, notes=notes, onnx=onnx)
+
+
+def judge(
+    draft: Report,
+    policy: GatePolicy,
+    *,
+    accept: bool = False,
+    baseline: Baseline | None = None,
+    today: date | None = None,
+) -> tuple[Report, list[str]]:
+    """Return the judged report and the expiry messages: acceptances marked (with ``accept``), then the gate once.
+
+    ``accept`` fingerprints the findings and marks those ``baseline`` or ``policy.suppressions`` accept.
+    """
+    messages: list[str] = []
+    if accept:
+        draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
+    summary = decide(draft.findings, draft.plugins, policy, unsafe=draft.model.load_safety.verdict == "unsafe",
+                     expired=messages)
+    fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
+    return Report(**fields, summary=summary), messages
 
 
 def _torch_version() -> str:

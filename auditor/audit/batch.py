@@ -17,7 +17,8 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from auditor.baseline import Baseline, apply_acceptances
+from auditor.audit.assemble import DraftReport, judge
+from auditor.baseline import Baseline, recorded_entries
 from auditor.config import ScanConfig
 from auditor.errors import AuditorError, ConfigError, TruncatedArchive
 from auditor.gate import ExitCode
@@ -87,24 +88,31 @@ def audit_one(
     config: ScanConfig,
     *,
     baseline: Baseline | None = None,
+    recording: Baseline | None = None,
     today: date | None = None,
     progress: Progress | None = None,
 ) -> ScanRow:
-    """Audit one checkpoint and apply the baseline and ``[[suppress]]`` rules; errors become an error row.
+    """Audit one checkpoint, mark what the baseline and ``[[suppress]]`` rules accept, gate; errors become a row.
+
+    ``recording`` is set under ``--write-baseline``: the file's entries before this run. Every finding
+    of this checkpoint is then accepted as the written baseline will record it (reasons and expiries
+    kept from ``recording``), instead of by ``baseline``.
 
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
     from auditor.audit.refused import check_before_loading
+    from auditor.load.offline import force_offline
 
+    force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
     try:
         early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
-        if isinstance(early, Report):
-            report = early
+        if isinstance(early, DraftReport):
+            draft = early
         else:
-            from auditor.audit.pipeline import scan
+            from auditor.audit.pipeline import audit
 
-            report = scan(path, config, progress=progress, checked=early)
+            draft = audit(path, config, progress=progress, checked=early)
     except ConfigError:
         raise
     except AuditorError as exc:
@@ -112,9 +120,9 @@ def audit_one(
     except Exception as exc:  # a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
                        error=f"internal error: {type(exc).__name__}: {exc}")
-    report, messages = apply_acceptances(report, baseline=baseline, rules=config.suppress,
-                                         fail_on=config.fail_on, strict=config.strict,
-                                         on_inconclusive=config.on_inconclusive, today=today)
+    if recording is not None:
+        baseline = Baseline(entries=recorded_entries(draft, recording))
+    report, messages = judge(draft, config.gate, accept=True, baseline=baseline, today=today)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
 
@@ -126,6 +134,7 @@ def audit_many(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     baseline: Baseline | None = None,
+    recording: Baseline | None = None,
     today: date | None = None,
     executor: Executor | None = None,
     progress: Callable[[int, int, Path], Progress | None] | None = None,
@@ -140,10 +149,11 @@ def audit_many(
     """
     targets = collect(paths, include, exclude)
     if executor is not None:
-        return executor(functools.partial(audit_one, config=config, baseline=baseline, today=today), targets)
+        return executor(functools.partial(audit_one, config=config, baseline=baseline, recording=recording,
+                                          today=today), targets)
     rows: list[ScanRow] = []
     for i, p in enumerate(targets):
-        rows.append(audit_one(p, config, baseline=baseline, today=today,
+        rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
                               progress=progress(i, len(targets), p) if progress else None))
         if on_row is not None:
             on_row(rows[-1])

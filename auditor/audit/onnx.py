@@ -17,7 +17,7 @@ import onnx
 import torch
 from pydantic import BaseModel
 
-from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.assemble import DraftReport, announce_plugins, assemble_report, run_settings
 from auditor.config import ScanConfig
 from auditor.errors import TraceError
 from auditor.load.digest import sha256_file
@@ -35,7 +35,6 @@ from auditor.report.model import (
     OnnxInfo,
     OnnxRuntimeCheck,
     Reference,
-    Report,
     Severity,
 )
 
@@ -46,7 +45,7 @@ _ORT_REF = Reference(source="lit:onnxruntime", title="ONNX Runtime documentation
                      locator="InferenceSession, CPUExecutionProvider")
 
 
-def scan_onnx(
+def audit_onnx(
     path: Path,
     config: ScanConfig,
     *,
@@ -55,8 +54,8 @@ def scan_onnx(
     device: torch.device,
     data: Any,
     progress: Callable[[str], None],
-) -> Report:
-    """Audit the ONNX model at ``path`` and return the report.
+) -> DraftReport:
+    """Audit the ONNX model at ``path`` and return the report, not yet judged.
 
     Raises:
         InputError: the file does not parse or check, its input shape is unknown, onnxruntime
@@ -77,7 +76,7 @@ def scan_onnx(
     plugins, plugin_findings = run_plugins(
         entries, model=None, profile=profile, configs=plugin_configs,
         settings=run_settings(config, device, data, graph_only=GRAPH_ONLY),
-        on_start=lambda name: progress(f"running plugin {name}"),
+        on_start=announce_plugins(progress),
     )
     info = ModelInfo(
         path=str(path), format=FORMAT_ONNX, sha256=sha256_file(path), size_bytes=path.stat().st_size,

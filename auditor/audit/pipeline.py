@@ -1,11 +1,11 @@
-"""Audit one checkpoint end to end: load safely, profile, run plugins, decide."""
+"""Audit one checkpoint end to end: load safely, profile, run plugins, then the gate decides."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from auditor.audit.assemble import assemble_report, run_settings
+from auditor.audit.assemble import DraftReport, announce_plugins, assemble_report, judge, run_settings
 from auditor.audit.inputs import resolve_example_input
 from auditor.audit.refused import refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
@@ -15,8 +15,9 @@ from auditor.errors import ConfigError
 from auditor.graph.profile import profile_model
 from auditor.graph.tokens import TokenSpec
 from auditor.load.findings import load_findings
-from auditor.load.formats import Container, sniff
-from auditor.load.loaders import load_checkpoint
+from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.load.offline import force_offline
 from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.runner import run_plugins
@@ -33,12 +34,8 @@ def scan(
     *,
     entries: list[PluginEntry] | None = None,
     progress: Callable[[str], None] | None = None,
-    checked: StaticCheck | None = None,
 ) -> Report:
-    """Audit the checkpoint at ``path`` and return the report.
-
-    ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
-    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it.
+    """Audit the checkpoint at ``path`` and return the judged report.
 
     Example:
         >>> report = scan("resnet18.pt")
@@ -50,7 +47,26 @@ def scan(
         ConfigError: the configuration is invalid (exit code 4).
         TraceError: the model does not run on the example input (exit code 2).
     """
+    force_offline()  # the library's entry point: Hugging Face libraries stay offline for the process
     config = config or ScanConfig()
+    return judge(audit(path, config, entries=entries, progress=progress), config.gate)[0]
+
+
+def audit(
+    path: str | Path,
+    config: ScanConfig,
+    *,
+    entries: list[PluginEntry] | None = None,
+    progress: Callable[[str], None] | None = None,
+    checked: StaticCheck | None = None,
+    loaded: LoadedModel | None = None,
+) -> DraftReport:
+    """Audit the checkpoint at ``path`` and return the report before the gate (see :func:`scan`).
+
+    ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
+    (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it;
+    ``loaded`` is the checkpoint already opened with :func:`open_checkpoint` (``auditor harden``).
+    """
     say = progress or (lambda _msg: None)
     entries = discover_plugins() if entries is None else entries
     plugin_configs = build_plugin_configs(entries, config)
@@ -58,35 +74,34 @@ def scan(
     entries = [e for e in entries if e.name not in config.disable_plugins]
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
-    sniffed = checked.sniffed if checked is not None else sniff(Path(path))
-    if sniffed.container is Container.ONNX:
+    sniffed = None if loaded is not None else checked.sniffed if checked is not None else sniff(Path(path))
+    if sniffed is not None and sniffed.container is Container.ONNX:
         if config.input_spec is not None:
             raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
         require("onnx", "scanning an ONNX model")
         require("onnxruntime", "checking an ONNX model")
-        from auditor.audit.onnx import scan_onnx
+        from auditor.audit.onnx import audit_onnx
 
-        return scan_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
+        return audit_onnx(Path(path), config, entries=entries, plugin_configs=plugin_configs, device=device,
                          data=data, progress=say)
     if config.reference is not None:
         raise ConfigError("--reference is for ONNX files: it names the PyTorch model the ONNX graph must match")
 
-    say("checking pickles and loading the checkpoint")
-    loaded = load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                             wait_for_sha256=False, sniffed=sniffed, probe_shape=config.input_shape, checked=checked,
-                             **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
+    if loaded is None:
+        say("checking pickles and loading the checkpoint")
+        loaded = open_checkpoint(path, config, checked=checked, sniffed=sniffed)
     info = loaded.info
     notes = list(loaded.notes)
     if loaded.model is None:
         return refusal_report(config, device, model=loaded.with_sha256(info), notes=notes,
                               plugins=[e.name for e in entries])
-    findings = load_findings(info.load_safety, config)
+    findings = load_findings(info.load_safety, config.import_policy)
 
     example = resolve_example_input(loaded, input_shape=config.input_shape, input_spec=config.input_spec)
     shape = example.shape
     info = info.model_copy(update={"input_shape": example.recorded, "input_shape_source": example.source})
-    model = loaded.model if device.type == "cpu" else loaded.model.to(device)  # loaded on the CPU
+    model = loaded.model  # on the CPU: the runner hands each plugin its copy on the device
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
     profile = profile_model(model, shape)
@@ -95,10 +110,26 @@ def scan(
     plugins, plugin_findings = run_plugins(
         entries, model=model, profile=profile, configs=plugin_configs,
         settings=run_settings(config, device, data),
-        on_start=lambda name: say(f"running plugin {name}"),
+        on_start=announce_plugins(say),
     )
     return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
+
+
+def open_checkpoint(path: str | Path, config: ScanConfig, *, checked: StaticCheck | None = None,
+                    sniffed: Sniffed | None = None) -> LoadedModel:
+    """Open the checkpoint once with ``config``'s import policy; the result carries what loading learnt.
+
+    ``checked`` (the static check already run on ``path``) saves a second pickle check and hash;
+    ``sniffed`` a second look at the file's bytes.
+
+    Raises:
+        InputError: the checkpoint cannot be read or materialised.
+    """
+    return load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
+                           wait_for_sha256=False, sniffed=checked.sniffed if checked is not None else sniffed,
+                           probe_shape=config.input_shape, checked=checked,
+                           **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
 
 
 def _profile_findings(traced_with: str, notes: list[str]) -> list[Finding]:

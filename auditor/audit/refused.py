@@ -2,7 +2,7 @@
 
 ``auditor scan`` asks here first: a poisoned file in a pre-commit hook or a CI gate is answered
 in about a second instead of paying torch's start-up, the plugin imports and the config checks
-that only a loadable model needs. Everything else goes through :func:`auditor.audit.pipeline.scan`.
+that only a loadable model needs. Everything else goes through :func:`auditor.audit.pipeline.audit`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from auditor.audit.assemble import assemble_report
+from auditor.audit.assemble import DraftReport, assemble_report
 from auditor.config import ScanConfig
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, sniff
 from auditor.load.static_check import StaticCheck, check_statically
-from auditor.report.model import CATEGORY_NO_MODEL, ModelInfo, PluginRun, Report
+from auditor.report.model import CATEGORY_NO_MODEL, ModelInfo, PluginRun
 
 if TYPE_CHECKING:
     import torch
@@ -27,11 +27,11 @@ PLUGIN_GROUP = "auditor.plugins"
 REASON = "the checkpoint was refused before loading"
 
 
-def check_before_loading(path: str | Path, config: ScanConfig) -> Report | StaticCheck | None:
+def check_before_loading(path: str | Path, config: ScanConfig) -> DraftReport | StaticCheck | None:
     """Run the static check of ``path`` before anything imports torch.
 
     Returns the refusal report when the check refuses the file; the passed check otherwise (hand it
-    to :func:`auditor.audit.pipeline.scan` so the pickles are not checked nor the file hashed twice); None for
+    to :func:`auditor.audit.pipeline.audit` so the pickles are not checked nor the file hashed twice); None for
     an ONNX file, which has no pickles. The refusal report names the plugins from their entry points
     (none is imported; every one is skipped) and records the device as asked, since nothing ran.
 
@@ -51,9 +51,9 @@ def check_before_loading(path: str | Path, config: ScanConfig) -> Report | Stati
 
 
 def refusal_report(config: ScanConfig, device: torch.device | str, *, model: ModelInfo, notes: list[str],
-                   plugins: Iterable[str]) -> Report:
-    """The report of a refused checkpoint: its load findings, every plugin skipped, the verdict unsafe."""
-    findings = load_findings(model.load_safety, config)
+                   plugins: Iterable[str]) -> DraftReport:
+    """The draft report of a refused checkpoint: its load findings, every plugin skipped (the gate fails it)."""
+    findings = load_findings(model.load_safety, config.import_policy)
     runs = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL, reason=REASON) for n in plugins]
     return assemble_report(config, device, model=model, architecture=None, findings=findings, plugins=runs,
-                           notes=notes, unsafe=True)
+                           notes=notes)

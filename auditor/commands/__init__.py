@@ -1,9 +1,9 @@
 """One driver per command: a function taking a typed options object and returning a typed result.
 
-``auditor/cli.py`` only parses flags into these options, calls the driver and prints its result:
+``auditor/cli/`` only parses flags into these options, calls the driver and prints its result:
 
 - ``scan``: :func:`auditor.commands.scan.run_scan` (``ScanOptions`` -> ``ScanOutcome``); ONNX files
-  go through it too (:func:`auditor.audit.pipeline.scan` hands them to :func:`auditor.audit.onnx.scan_onnx`).
+  go through it too (:func:`auditor.audit.pipeline.audit` hands them to :func:`auditor.audit.onnx.audit_onnx`).
 - ``split``: :func:`auditor.commands.split.run_split` (``SplitOptions`` -> ``SplitListing`` or
   ``HeadExport``).
 - ``plugins``: :func:`auditor.commands.plugins.run_plugins_listing` (``ModelOptions`` -> ``PluginListing``).

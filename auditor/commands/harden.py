@@ -30,9 +30,8 @@ from auditor.config import ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.device import model_device
 from auditor.errors import ConfigError, InputError
-from auditor.gate import ExitCode, not_judged
-from auditor.load.loaders import load_checkpoint
-from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report, Summary
+from auditor.gate import not_judged, with_comparison_gaps
+from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
 from auditor.rewrite.options import options_for
@@ -198,17 +197,6 @@ def unvouched(before: Report, after: Report, trained: bool) -> list[str]:
     return reasons
 
 
-def comparison_summary(summary: Summary, reasons: list[str], policy: str) -> Summary:
-    """Return the after audit's gate with the comparison's gaps: a pass becomes INCONCLUSIVE, a fail stays."""
-    if not reasons:
-        return summary
-    notes = summary.reasons + [f"before/after not judged: {r}" for r in reasons]
-    if summary.verdict == "fail":
-        return summary.model_copy(update={"reasons": notes})
-    code = {"inconclusive": ExitCode.INCONCLUSIVE, "fail": ExitCode.FAIL, "pass": ExitCode.PASS}[policy]
-    return summary.model_copy(update={"verdict": "inconclusive", "exit_code": int(code), "reasons": notes})
-
-
 def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = None) -> HardenResult:
     """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
 
@@ -217,11 +205,12 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         InputError: unloadable checkpoint, unusable data, a rewrite that does not apply, or a
             rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
-    from auditor.audit.pipeline import scan
+    from auditor.audit.assemble import judge
+    from auditor.audit.pipeline import audit, open_checkpoint
 
     say = progress or (lambda *_: None)
     rewrite = get_rewrite(opts.rewrite)
-    loaded = load_checkpoint(model_path, arch=opts.scan.arch, imports=opts.scan.imports, trust=opts.scan.trust)
+    loaded = open_checkpoint(model_path, opts.scan)  # opened once: rewritten and audited as loaded
     user_model = loaded.require_model()
     shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))
     device = resolve_device(opts.scan.device)
@@ -256,9 +245,9 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         save_torchscript(hardened, shape, opts.torchscript)
     config = opts.scan.model_copy(update={"input_shape": shape, "data_dir": opts.data_dir})
     say("auditing the original", 0, 1)
-    before = scan(model_path, config)
+    before, _ = judge(audit(model_path, config, loaded=loaded), config.gate)
     say("auditing the hardened model", 0, 1)
-    after = scan(opts.out, config.model_copy(update={"arch": None}))
+    after, _ = judge(audit(opts.out, config.model_copy(update={"arch": None})), config.gate)
     gaps = unvouched(before, after, bool(train))
     after.comparison = Comparison(
         rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
@@ -267,7 +256,7 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         notes=notes + gaps + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
         before=side(before, acc_before), after=side(after, acc_after),
     )
-    after.summary = comparison_summary(after.summary, gaps, config.on_inconclusive)
+    after.summary = with_comparison_gaps(after.summary, gaps, config.gate)
     return HardenResult(result, opts.out, acc_before, acc_after, before, after, history)
 
 

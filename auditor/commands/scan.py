@@ -1,7 +1,7 @@
 """``auditor scan``: collect checkpoints, audit each (locally or as Ray tasks), apply the baseline, gate.
 
-Each checkpoint goes through :func:`auditor.audit.pipeline.scan`, which hands ONNX files to
-:func:`auditor.audit.onnx.scan_onnx`; this driver adds what a run over many paths needs.
+Each checkpoint goes through :func:`auditor.audit.pipeline.audit`, which hands ONNX files to
+:func:`auditor.audit.onnx.audit_onnx`; this driver adds what a run over many paths needs.
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from auditor.errors import ConfigError, InputError
 from auditor.gate import ExitCode
 
 if TYPE_CHECKING:
     from auditor.audit.batch import ScanRow
+    from auditor.baseline import Baseline
     from auditor.config import ScanConfig
 
 #: ``for_model(index, count, path)`` returns the progress callback of one model (or None).
@@ -65,11 +66,14 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
             with ``--ray-address``).
     """
     from auditor.audit.batch import audit_many, collect, worst_exit_code
-    from auditor.baseline import apply_acceptances, load_baseline, write_baseline
+    from auditor.baseline import Baseline, load_baseline, write_baseline
 
     hooks = hooks or ScanHooks()
     config = opts.config
     accepted = load_baseline(opts.baseline) if opts.baseline is not None else None
+    recording = None  # --write-baseline: the file's entries so far (each model accepts what it records)
+    if opts.write_baseline is not None:
+        recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
     targets = collect(opts.paths, opts.include, opts.exclude)
     if not targets:
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
@@ -79,22 +83,21 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     if opts.workers is not None and opts.ray_address is not None:
         raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
     if opts.workers is not None or opts.ray_address is not None:
-        rows = _audit_on_ray(targets, config, accepted, workers=opts.workers, address=opts.ray_address, hooks=hooks)
+        rows = _audit_on_ray(targets, config, accepted, recording, workers=opts.workers, address=opts.ray_address,
+                             hooks=hooks)
     else:
-        rows = audit_many(targets, config, baseline=accepted, progress=hooks.for_model, on_row=hooks.on_row)
+        rows = audit_many(targets, config, baseline=accepted, recording=recording, progress=hooks.for_model,
+                          on_row=hooks.on_row)
     recorded = None
     if opts.write_baseline is not None:
-        written = write_baseline([r.report for r in rows if r.report], opts.write_baseline)
+        write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
-        rows = [r.model_copy(update=_accept(apply_acceptances(r.report, baseline=written, rules=config.suppress,
-                                                               fail_on=config.fail_on, strict=config.strict,
-                                                               on_inconclusive=config.on_inconclusive)))
-                if r.report else r for r in rows]
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded)
 
 
-def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *, workers: int | None,
-                  address: str | None, hooks: ScanHooks) -> list[ScanRow]:
+def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Baseline | None,
+                  recording: Baseline | None, *, workers: int | None, address: str | None,
+                  hooks: ScanHooks) -> list[ScanRow]:
     """Audit one checkpoint per Ray task (paths travel, not models); a task that failed is an error row."""
     from auditor.audit.batch import ScanRow, audit_many
     from auditor.config import resolve_device
@@ -115,11 +118,5 @@ def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Any, *,
     if hooks.on_remote_start is not None:
         hooks.on_remote_start(len(targets), where)
     with ray_session(workers=workers, address=address):
-        return audit_many(targets, config, baseline=accepted,
+        return audit_many(targets, config, baseline=accepted, recording=recording,
                           executor=ray_executor(failed, num_cpus=1, num_gpus=gpus, on_done=done))
-
-
-def _accept(result: tuple[Any, list[str]]) -> dict[str, Any]:
-    report, messages = result
-    return {"report": report, "verdict": report.summary.verdict, "exit_code": report.summary.exit_code,
-            "messages": messages}

@@ -57,7 +57,9 @@ def profile_trace(
         return _profile_from_hooks(result, common)
     weights = dict(model.named_parameters())
     try:
-        return profile_graph(result.graph, result.method, common, weights)
+        profile = profile_graph(result.graph, result.method, common, weights)
+        profile._fx_graph = result.fx_graph
+        return profile
     except Exception as exc:  # a detector bug: reported in the profile, never raised
         log.exception("detectors failed on the %s graph", result.method)
         result.notes.append(f"the detectors failed on the {result.method} graph ({type(exc).__name__}: {exc}); "

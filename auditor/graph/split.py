@@ -1,8 +1,10 @@
 """Cut a model at profiled split points into device-side and server-side graph modules.
 
 Split ids are the fx node names found by :func:`auditor.graph.detect.splits.detect_split_points`
-on the graph traced by :class:`auditor.graph.trace._Tracer`; this module traces with the same
-tracer, so the names agree. Each piece is built by graph surgery on a copy of the traced graph:
+on the graph traced by :class:`auditor.graph.trace.LeafTracer`; this module traces with the same
+tracer, so the names agree, and traces a model once however many cuts are asked of it (again only
+when its modules or their training flags change). Each piece is built by graph surgery on a copy of
+the traced graph:
 the output is moved to the cut node (head) or the cut node is replaced by a new placeholder
 (tail), then dead code is eliminated, the graph linted and recompiled. The pieces share their
 parameters with ``model`` (no weights are copied).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -26,8 +29,8 @@ import torch.fx
 
 from auditor.errors import UnknownSplitPoint, UnsplittableModel
 from auditor.graph.shapes import propagate_shapes
-from auditor.graph.trace import _Tracer, eval_mode
-from auditor.report.model import SplitPoint
+from auditor.graph.trace import eval_mode, fx_trace
+from auditor.report.model import ArchitectureProfile, SplitPoint
 
 #: Batch sizes of the shape probes that check a feature keeps the input's batch dimension first.
 _PROBE_BATCHES = (2, 3)
@@ -95,7 +98,7 @@ def split_segments(
     Raises:
         UnsplittableModel: an id is unknown, repeated, out of order, or not a single-tensor cut.
     """
-    root = torch.fx.GraphModule(model, _Tracer().trace(model))
+    root = torch.fx.GraphModule(model, copy.deepcopy(_traced(model)))
     names = [n.name for n in root.graph.nodes]
     missing = [s for s in split_ids if s not in names]
     if missing:
@@ -106,6 +109,30 @@ def split_segments(
     bounds = [None, *split_ids, None]
     batch_problem = _batch_checker(root, example)
     return [_segment(root, bounds[i], bounds[i + 1], batch_problem) for i in range(len(bounds) - 1)]
+
+
+#: Each model's fx graph with the module layout it was traced on: plugins cut one model at many points.
+_GRAPHS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[tuple[int, bool], ...], torch.fx.Graph]] = (
+    weakref.WeakKeyDictionary())
+
+
+def reuse_trace(model: torch.nn.Module, profile: ArchitectureProfile) -> None:
+    """Let later cuts of ``model`` use the fx graph ``profile`` was built from instead of tracing it again.
+
+    ``model`` must have the profiled model's structure (a copy of it): the graph names modules by
+    path. Profiles are traced in eval mode, so the graph is adopted only for a model in eval mode.
+    """
+    if profile.fx_graph is not None and not any(m.training for m in model.modules()):
+        _GRAPHS[model] = (tuple((id(m), m.training) for m in model.modules()), profile.fx_graph)
+
+
+def _traced(model: torch.nn.Module) -> torch.fx.Graph:
+    """Return ``model``'s fx graph, traced again only when a module or a training flag changed."""
+    layout = tuple((id(m), m.training) for m in model.modules())
+    cached = _GRAPHS.get(model)
+    if cached is None or cached[0] != layout:
+        cached = _GRAPHS[model] = (layout, fx_trace(model))
+    return cached[1]
 
 
 def _segment(

@@ -35,8 +35,11 @@ def register_leaf_module(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
     return cls
 
 
-class _Tracer(torch.fx.Tracer):
-    """An fx tracer that keeps norms, activations and registered leaves as single nodes."""
+class LeafTracer(torch.fx.Tracer):
+    """The fx tracer of every auditor graph: norms, activations and registered leaves stay single nodes.
+
+    Profiling, splitting and rewriting all trace with it, so node names (split ids) agree.
+    """
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if isinstance(m, tuple(_LEAF_TYPES)) or df.is_norm_module(m):
@@ -44,6 +47,11 @@ class _Tracer(torch.fx.Tracer):
         if df.ACTIVATIONS.get(type(m).__name__.lower()) and not any(True for _ in m.children()):
             return True
         return super().is_leaf_module(m, module_qualified_name)
+
+
+def fx_trace(model: torch.nn.Module) -> torch.fx.Graph:
+    """Return ``model``'s fx graph traced with :class:`LeafTracer` (no shapes, no generated code)."""
+    return LeafTracer().trace(model)
 
 
 @dataclass
@@ -54,6 +62,8 @@ class TraceResult:
     method: str
     notes: list[str] = field(default_factory=list)
     hook_modules: list[tuple[str, torch.nn.Module, tuple[int, ...] | None]] = field(default_factory=list)
+    #: The fx graph the normalised graph was built from (with shapes), when fx traced the model.
+    fx_graph: torch.fx.Graph | None = None
 
 
 @contextmanager
@@ -80,7 +90,8 @@ def trace_model(model: torch.nn.Module, example: torch.Tensor) -> TraceResult:
         if not isinstance(model, torch.jit.ScriptModule):
             try:
                 with _quiet_torch():
-                    return TraceResult(_fx_graph(model, example), "fx", notes)
+                    fx_graph = fx_trace(model)
+                    return TraceResult(_fx_graph(model, example, fx_graph), "fx", notes, fx_graph=fx_graph)
             except Exception as exc:  # any tracing failure means: try the next method
                 notes.append(f"torch.fx could not trace the model ({type(exc).__name__}: {_first_line(exc)})")
                 log.debug("fx trace failed", exc_info=True)
@@ -141,9 +152,8 @@ def _module_of(node: torch.fx.Node) -> tuple[str, str]:
     return str(path), cls_name.rsplit(".", 1)[-1]
 
 
-def _fx_graph(model: torch.nn.Module, example: torch.Tensor) -> df.DataFlowGraph:
-    """Build the normalised graph from ``torch.fx`` symbolic tracing and shape propagation."""
-    graph = _Tracer().trace(model)
+def _fx_graph(model: torch.nn.Module, example: torch.Tensor, graph: torch.fx.Graph) -> df.DataFlowGraph:
+    """Build the normalised graph from ``model``'s fx graph and shape propagation."""
     propagate_shapes(model, example, graph=graph)
     modules = dict(model.named_modules())
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -264,7 +274,7 @@ def _collapse_leaf_modules(model: torch.nn.Module, nodes: list[df.NodeInfo]) -> 
     kind; the nodes before it keep their edges but no kind a detector counts.
     """
     modules = dict(model.named_modules())
-    tracer = _Tracer()
+    tracer = LeafTracer()
     run: list[df.NodeInfo] = []
     for info in [*nodes, None]:
         if run and (info is None or info.module != run[-1].module):

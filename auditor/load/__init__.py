@@ -1,8 +1,5 @@
 """Safe checkpoint loading: format sniffing, static pickle inspection, model materialisation.
 
-Importing it puts the Hugging Face libraries offline for the whole process (see :mod:`.offline`).
+The entry points (the CLI, :func:`auditor.scan`, each audit of a batch) put the Hugging Face
+libraries offline for the whole process first (:func:`auditor.load.offline.force_offline`).
 """
-
-from auditor.load.offline import force_offline
-
-force_offline()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from auditor.config import ScanConfig
 from auditor.load.allowlist import ImportPolicy, is_unknown_import
 from auditor.load.problems import IMPORT_OPCODES
 from auditor.report.model import Finding, LoadSafety, Severity
@@ -14,14 +13,13 @@ _PICKLE_REFS = [
 ]
 
 
-def load_findings(safety: LoadSafety, config: ScanConfig) -> list[Finding]:
+def load_findings(safety: LoadSafety, policy: ImportPolicy) -> list[Finding]:
     """Turn the load-safety verdict and trust flags into core findings.
 
     An import refused only for being unknown (most often the user's own class) is ``high``
     ``load.unknown-class`` with the ``--import`` that resolves it; everything else that refused the
     load (a denied callable, a malformed stream, unsafe TorchScript or archive layout) is ``critical``.
     """
-    policy = ImportPolicy(tuple(config.imports), config.trust)
     findings = []
     for issue in safety.issues:
         name = f"{issue.module}.{issue.name}" if issue.module else (issue.name or issue.opcode)
@@ -45,7 +43,7 @@ def load_findings(safety: LoadSafety, config: ScanConfig) -> list[Finding]:
                 location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
                 remediation=["resave-as-safetensors"],
             ))
-    if config.trust and safety.verdict == "safe":
+    if policy.trust_all and safety.verdict == "safe":
         findings.append(Finding(
             rule_id="load.trust-all", severity=Severity.MEDIUM,
             title="--trust was used: classes outside the allowlist were unpickled",

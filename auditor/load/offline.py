@@ -1,7 +1,9 @@
 """Keep Hugging Face libraries offline for the whole process: auditor never downloads anything.
 
-The variables are set when :mod:`auditor.load` is imported, before transformers, timm or
-huggingface_hub read them; a huggingface_hub imported earlier has its cached flag switched too.
+The entry points call :func:`force_offline` before anything loads: the CLI (:func:`auditor.cli.run_cli`),
+:func:`auditor.scan` and :func:`auditor.audit.batch.audit_one` (a Ray worker's unit of work). The
+variables are then set before transformers, timm or huggingface_hub read them; a huggingface_hub
+imported earlier has its cached flag switched too. Importing auditor changes nothing.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Only globals that the static check (:mod:`auditor.load.pickle_scan` + the allowlist) approved for
 this very file can be resolved; any other import raises before anything is called. A pickle can
 only call what it can import, so this enforces at run time the same boundary the static check
-proved, at C speed (torch's ``weights_only`` unpickler is pure Python and took 2-7x the whole
-``torch.load`` of the floor, see docs/speed.md). It reads every pickle protocol, so no
+proved, at C speed (torch's ``weights_only`` unpickler is pure Python; docs/speed.md has the
+figures). It reads every pickle protocol, so no
 second, unrestricted load is ever needed.
 """
 

@@ -104,8 +104,8 @@ def resolve_input_shape(inp: OnnxInput, given: Sequence[int] | None) -> tuple[tu
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """Return ``model`` without its large weights: they become typed graph inputs.
 
-    Checking and shape inference serialise the whole model; without the weights they take
-    milliseconds instead of most of a second on a ResNet-18. Small initializers (shape vectors,
+    Checking and shape inference serialise the whole model; without the weights they stay cheap
+    whatever the model's size. Small initializers (shape vectors,
     scalars) stay, so shape inference can still propagate their values.
     """
     skel = onnx.ModelProto()

@@ -15,6 +15,7 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
+from auditor.graph.split import reuse_trace
 from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
@@ -64,9 +65,11 @@ def run_plugins(
     profile: ArchitectureProfile,
     configs: Mapping[str, BaseModel],
     settings: RunSettings,
-    on_start: Callable[[str], None] | None = None,
+    on_start: Callable[[str, float | None], None] | None = None,
 ) -> tuple[list[PluginRun], list[Finding]]:
     """Run every entry that is selected, applicable and satisfied; return runs and findings.
+
+    ``on_start(name, budget_s)`` is told each plugin as it starts, with the budget it runs under.
 
     ``model`` is None when only a graph was profiled (``settings.graph_only`` says which): plugins
     whose :class:`Requirements` need the PyTorch model are then skipped with that reason.
@@ -88,7 +91,7 @@ def _run_one(
     profile: ArchitectureProfile,
     config: BaseModel | None,
     settings: RunSettings,
-    on_start: Callable[[str], None] | None,
+    on_start: Callable[[str, float | None], None] | None,
 ) -> tuple[PluginRun, list[Finding]]:
     base = {"name": entry.name, "distribution": entry.distribution, "version": entry.version}
     plugin = entry.plugin
@@ -118,14 +121,16 @@ def _run_one(
     unmet = _unmet_needs(plugin.requires, profile, settings)
     if unmet is not None:
         return PluginRun(status="skipped", category=unmet[0], reason=unmet[1], **base), []
-    budget = settings.budget_s if settings.budget_s is not None else plugin.requires.budget_s
-    own_model = _isolated_copy(model) if model is not None and plugin.requires.torch_model else None
+    budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
+    own_model = _isolated_copy(model, settings.device) if model is not None and plugin.requires.torch_model else None
+    if own_model is not None:
+        reuse_trace(own_model, profile)  # a split of the plugin's copy starts from the profile's own trace
     ctx = RunContext(
         model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
     )
     if on_start is not None:
-        on_start(entry.name)
+        on_start(entry.name, budget)
     started = time.monotonic()
     outcome = _call_with_budget(lambda: _on_one_blas_thread(plugin.run, ctx), budget)
     duration = round(time.monotonic() - started, 3)
@@ -151,6 +156,11 @@ def _run_one(
         provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
         headline=outcome.headline, power=outcome.power, **base,
     ), findings
+
+
+def effective_budget_s(scan_budget_s: float | None, plugin_budget_s: float | None) -> float | None:
+    """Return the seconds a plugin may run: the scan's ``--budget`` when given, else the plugin's own."""
+    return scan_budget_s if scan_budget_s is not None else plugin_budget_s
 
 
 def _unmet_needs(
@@ -240,8 +250,7 @@ def _on_one_blas_thread(run: Callable[[RunContext], PluginResult], ctx: RunConte
     """Return ``run(ctx)`` with numpy's and scipy's BLAS on one thread (torch's own threads are untouched).
 
     What plugins hand to BLAS is small (scikit-learn's attack MLPs on a few hundred rows); a threaded
-    BLAS shares nothing there and, on a busy machine, spins: the membership shadow MLP took 30 CPU-s
-    (46 s wall) at load 4 on two cores against 1.6 s on one thread, and 3.0 against 1.7 CPU-s at rest.
+    BLAS shares nothing there and spins on a busy machine (measurements in docs/speed.md).
     """
     from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
@@ -279,13 +288,16 @@ def abandoned_workers() -> list[threading.Thread]:
     return [t for t in _ABANDONED if t.is_alive()]
 
 
-def _isolated_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """Give each plugin its own copy so that no plugin can change what the next one sees."""
+def _isolated_copy(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Give each plugin its own copy, on the run's device, so that no plugin can change what the next one sees.
+
+    The runner is the one owner of the model's device: ``ctx.model`` arrives on ``ctx.device``.
+    """
     try:
-        return copy.deepcopy(model)
+        return copy.deepcopy(model).to(device)
     except Exception:  # some ScriptModules cannot be copied; share them read-only
         log.debug("model could not be deep-copied; sharing it", exc_info=True)
-        return model
+        return model.to(device)
 
 
 def _describe(exc: BaseException) -> str:

@@ -15,8 +15,6 @@ import copy
 import torch
 from torch import nn
 
-_SELF_FUSING = ("fuse", "reparameterize", "switch_to_deploy")
-
 
 def conv_bn_kernel_bias(
     weight: torch.Tensor, bias: torch.Tensor | None, bn: nn.BatchNorm2d, *, use_eps: bool = True

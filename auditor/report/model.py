@@ -14,7 +14,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 SCHEMA_VERSION = "1.7.0"
 
@@ -77,12 +77,6 @@ CATEGORY_UNDECIDED = "attack.undecided"  # the plugin says it could not judge (e
 CATEGORY_POWER_DISPUTED = "attack.power-disputed"  # a power check's `passed` disagrees with its own numbers
 CATEGORY_UNRESOLVED = "attack.unresolved"  # a headline with a threshold has no floor or no interval
 CATEGORY_CUT_SHORT = "attack.cut-short"  # the time budget ran out and the attack did less than it was set to
-PLUGIN_CATEGORIES = (
-    CATEGORY_EXCEPTION, CATEGORY_TIMEOUT, CATEGORY_LOAD_FAILED, CATEGORY_NOT_APPLICABLE, CATEGORY_TOOLING_GAP,
-    CATEGORY_MISSING_DATA, CATEGORY_MISSING_DEPENDENCY, CATEGORY_NOT_SELECTED, CATEGORY_NO_MODEL,
-    CATEGORY_NO_TORCH_MODEL, CATEGORY_NO_POWER, CATEGORY_UNDECIDED, CATEGORY_POWER_DISPUTED, CATEGORY_UNRESOLVED,
-    CATEGORY_CUT_SHORT,
-)
 
 
 class Reference(_Record):
@@ -262,6 +256,15 @@ class LinearBias(_Record):
 
 class ArchitectureProfile(_Record):
     """Everything the graph layer found, with node names and owning module paths."""
+
+    #: The torch.fx.Graph the profile was built from, when fx traced the model (not serialised):
+    #: splitting reuses it instead of tracing again.
+    _fx_graph: Any = PrivateAttr(default=None)
+
+    @property
+    def fx_graph(self) -> Any:
+        """Return the fx graph the profile was built from (None unless fx traced the model)."""
+        return self._fx_graph
 
     traced_with: Literal["fx", "export", "hooks", "onnx"]
     trace_notes: list[str] = Field(default_factory=list)

@@ -26,7 +26,7 @@ from auditor.graph import dataflow as df
 from auditor.graph.detect import skips as skip_detect
 from auditor.graph.profile import profile_model, profile_trace
 from auditor.graph.split import find_split
-from auditor.graph.trace import _Tracer, eval_mode, trace_model
+from auditor.graph.trace import eval_mode, trace_model
 from auditor.report.model import ArchitectureProfile
 from auditor.rewrite.options import REWRITE_OPTIONS, RewriteOptions, options_for
 
@@ -171,9 +171,9 @@ def apply_rewrite(model: nn.Module, rewrite_id: str, input_shape: Sequence[int],
     example = torch.rand((2, *input_shape), generator=torch.Generator().manual_seed(0)).to(device)
     traced = trace_model(work, example[:1])
     profile = profile_trace(work, traced, example[:1], list(input_shape))
-    if traced.graph is None or traced.method != "fx":
+    if traced.graph is None or traced.fx_graph is None:
         raise RewriteError(f"rewrites need a torch.fx trace; this model was traced with {traced.method}")
-    gm = torch.fx.GraphModule(work, _Tracer().trace(work))
+    gm = torch.fx.GraphModule(work, traced.fx_graph)  # the profile's own trace, rewritten in place
     ShapeProp(gm).propagate(example[:1].clone())
     ctx = RewriteContext(gm, profile, traced.graph, skip_detect.detect_skips(traced.graph), example, validated,
                          work)

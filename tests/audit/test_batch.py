@@ -88,16 +88,16 @@ def test_a_bug_in_one_audit_is_an_error_row_and_config_errors_stop_the_run(
     def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(scan_module, "scan", boom)
+    monkeypatch.setattr(scan_module, "audit", boom)
     path = tmp_path / "x.pt"
-    torch.save({"w": torch.zeros(2)}, path)  # passes the static check, so the audit reaches scan()
+    torch.save({"w": torch.zeros(2)}, path)  # passes the static check, so the audit reaches audit()
     row = audit_one(path, ScanConfig())
     assert row.exit_code == 2 and row.error == "internal error: ZeroDivisionError: division by zero"
 
     def bad_config(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ConfigError("unknown plugin")
 
-    monkeypatch.setattr(scan_module, "scan", bad_config)
+    monkeypatch.setattr(scan_module, "audit", bad_config)
     with pytest.raises(ConfigError):
         audit_one(path, ScanConfig())
 

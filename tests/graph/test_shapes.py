@@ -11,7 +11,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from auditor.graph.shapes import propagate_shapes
-from auditor.graph.trace import _Tracer
+from auditor.graph.trace import fx_trace
 
 
 def _shapes(gm: torch.fx.GraphModule) -> dict[str, object]:
@@ -28,7 +28,7 @@ def _shapes(gm: torch.fx.GraphModule) -> dict[str, object]:
 def _compare(model: nn.Module, example: torch.Tensor) -> str:
     """Propagate shapes both ways on one traced graph; assert they agree and return the method used."""
     model.eval()
-    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    gm = torch.fx.GraphModule(model, fx_trace(model))
     with torch.no_grad():
         ShapeProp(gm).propagate(example.clone())
         real = _shapes(gm)
@@ -171,7 +171,7 @@ def test_attention_weights_layouts_match(average: bool) -> None:
          "attention-width"],
 )
 def test_a_layer_rule_refuses_what_the_layer_refuses(layer: nn.Module, example: torch.Tensor) -> None:
-    gm = torch.fx.GraphModule(nn.Sequential(layer).eval(), _Tracer().trace(nn.Sequential(layer).eval()))
+    gm = torch.fx.GraphModule(nn.Sequential(layer).eval(), fx_trace(nn.Sequential(layer).eval()))
     with torch.no_grad(), pytest.raises((RuntimeError, ValueError, AssertionError)):
         propagate_shapes(gm, example)
 
@@ -236,7 +236,7 @@ def test_data_dependent_ops_on_real_values_stay_shape_only() -> None:
 
 def test_the_fallback_reason_names_the_op() -> None:
     model = _MaskAfterConv().eval()
-    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    gm = torch.fx.GraphModule(model, fx_trace(model))
     with torch.no_grad():
         result = propagate_shapes(gm, torch.rand(1, 3, 8, 8))
     assert result.method == "forward"
@@ -245,6 +245,6 @@ def test_the_fallback_reason_names_the_op() -> None:
 
 def test_a_model_that_does_not_run_raises() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3)).eval()
-    gm = torch.fx.GraphModule(model, _Tracer().trace(model))
+    gm = torch.fx.GraphModule(model, fx_trace(model))
     with torch.no_grad(), pytest.raises(RuntimeError):
         propagate_shapes(gm, torch.rand(1, 1, 8, 8))

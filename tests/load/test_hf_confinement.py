@@ -109,11 +109,20 @@ def test_hub_cache_snapshot_symlinks_stay_allowed(tmp_path: Path) -> None:
     assert confinement_problems(snapshot) == []
 
 
-def test_importing_the_scan_forces_offline_mode() -> None:
-    """Even after huggingface_hub was imported online, importing auditor's scan (auditor.load) turns it off."""
+@pytest.mark.parametrize("entry", [
+    "from auditor.cli import run_cli; run_cli(['version'])",
+    "import auditor\ntry:\n    auditor.scan('missing.pt')\nexcept auditor.InputError:\n    pass",
+    "from auditor.audit.batch import audit_one; from pathlib import Path; audit_one(Path('missing.pt'), "
+    "auditor.ScanConfig())",
+])
+def test_the_entry_points_force_offline_mode(entry: str) -> None:
+    """Even after huggingface_hub was imported online, auditor's entry points turn it off; importing does not."""
     code = ("import os; os.environ['HF_HUB_OFFLINE'] = '0'; import huggingface_hub as h; "
-            "import auditor.audit.pipeline; "
+            "import auditor, auditor.audit.pipeline, auditor.cli; "
+            "print(h.is_offline_mode(), os.environ['HF_HUB_OFFLINE'])\n"
+            f"{entry}\n"
             "import transformers; print(h.is_offline_mode(), os.environ['TRANSFORMERS_OFFLINE'], "
             "os.environ['HF_HUB_OFFLINE'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["True", "1", "1"]
+    words = out.split()  # `auditor version` prints its own line in between
+    assert words[:2] == ["False", "0"] and words[-3:] == ["True", "1", "1"]

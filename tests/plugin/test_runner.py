@@ -109,13 +109,27 @@ class _ModelRecorder(FakePlugin):
 def test_a_profile_only_plugin_gets_no_model_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     copies: list[nn.Module] = []
     real_copy = runner._isolated_copy
-    monkeypatch.setattr(runner, "_isolated_copy", lambda m: copies.append(m) or real_copy(m))
+    monkeypatch.setattr(runner, "_isolated_copy", lambda m, device: copies.append(m) or real_copy(m, device))
     static = _ModelRecorder("static", requires=Requirements(budget_s=5, torch_model=False))
     user = _ModelRecorder("user")
     runs, _ = _run(static, user)
     assert [r.status for r in runs] == ["ok", "ok"]
     assert static.seen is None and copies == [_MODEL]
     assert isinstance(user.seen, nn.Module) and user.seen is not _MODEL
+
+
+def test_the_runner_hands_the_model_on_the_run_device() -> None:
+    class _DeviceRecorder(FakePlugin):
+        def run(self, ctx: RunContext) -> PluginResult:
+            self.seen = {p.device for p in ctx.model.parameters()}, ctx.device
+            return super().run(ctx)
+
+    plugin = _DeviceRecorder("where")
+    entries = [PluginEntry(plugin.name, plugin, "test", "0")]
+    runs, _ = run_plugins(entries, model=_MODEL, profile=_PROFILE, configs={},
+                          settings=RunSettings(device=torch.device("meta")))
+    assert runs[0].status == "ok" and plugin.seen == ({torch.device("meta")}, torch.device("meta"))
+    assert {p.device for p in _MODEL.parameters()} == {torch.device("cpu")}  # the user's model stays put
 
 
 @pytest.mark.parametrize(("mode", "status", "category"), [

@@ -33,7 +33,6 @@ from auditor.graph import dataflow as df
 #: A conv is reported when both its z-score and its mass ratio reach these (docs/hidden-skips.md).
 Z_THRESHOLD = 6.0
 RATIO_THRESHOLD = 1.5
-KIND = "fused-identity"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,146 @@
+"""``auditor scan``: its flags, the options built from them once, and what it prints."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from auditor.cli import render
+from auditor.cli.options import (
+    ArchOption,
+    BudgetOption,
+    ConfigOption,
+    DeviceOption,
+    FailOnOption,
+    FormatOption,
+    ImportsOption,
+    InputShapeOption,
+    InputSpecOption,
+    OnInconclusiveOption,
+    OutputFormat,
+    OutputOption,
+    PluginsOption,
+)
+from auditor.cli.outputs import Outputs, outputs_of, write_outputs
+from auditor.cli.progress import Progress, ray_done, ray_started
+from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
+from auditor.config import ScanConfig, build_config, find_config_file, load_config_file
+
+if TYPE_CHECKING:
+    from auditor.commands.scan import ScanOptions
+
+PathsArgument = Annotated[list[Path], typer.Argument(
+    metavar="PATH", show_default=False, help="Checkpoints or directories (searched recursively for checkpoint "
+    "files, recognised by their bytes): torch.save files, state_dicts, TorchScript, .safetensors, torch.export "
+    ".pt2, ONNX, Hugging Face save_pretrained directories.")]
+IncludeOption = Annotated[list[str] | None, typer.Option(
+    metavar="GLOB", help="Only files matching this glob (path or name; repeatable).")]
+ExcludeOption = Annotated[list[str] | None, typer.Option(
+    metavar="GLOB", help="Skip files matching this glob (path or name; repeatable).")]
+TrustOption = Annotated[bool, typer.Option(
+    "--trust", help="Unpickle classes of any module not on the denylist (warned in the report).")]
+ReferenceOption = Annotated[Path | None, typer.Option(
+    "--reference", help="ONNX files only: the PyTorch model the graph must agree with (any format scan reads).")]
+JsonOption = Annotated[Path | None, typer.Option(
+    "--json", help="Write the JSON report here ('-': stdout; several models: a batch object).")]
+HtmlOption = Annotated[Path | None, typer.Option(
+    "--html", help="Write the HTML report here (one model; use --out-dir for several).")]
+SarifOption = Annotated[Path | None, typer.Option(
+    "--sarif", help="Write SARIF 2.1.0 here ('-': stdout), one run for every model.")]
+OutDirOption = Annotated[Path | None, typer.Option(
+    "--out-dir", help="Write NAME.json and NAME.html per model here (names from the model paths, never colliding).")]
+BaselineOption = Annotated[Path | None, typer.Option(
+    "--baseline", help="Accept the findings recorded in this baseline file: only new ones gate.")]
+WriteBaselineOption = Annotated[Path | None, typer.Option(
+    "--write-baseline", help="Record every finding of this run in this baseline file (reasons and expiries "
+                             "already there are kept).")]
+DisablePluginOption = Annotated[list[str] | None, typer.Option(
+    "--disable-plugin", metavar="NAME", help="Plugin not to run (repeatable).")]
+SeedOption = Annotated[int | None, typer.Option("--seed", help="Seed for every randomised step [default: 0].")]
+DataOption = Annotated[Path | None, typer.Option(
+    "--data", help="Your data: ImageFolder or manifest layout (train/, test/, public/, attributes.csv).")]
+StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")]
+WorkersOption = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="Audit the checkpoints as Ray tasks on a local Ray instance with this many CPUs "
+                             "(needs auditor[ray]).")]
+RayAddressOption = Annotated[str | None, typer.Option(
+    "--ray-address", help="Submit the checkpoints' audits to this existing Ray cluster (e.g. ray://head:10001 or "
+                          "'auto').")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
+DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
+
+
+def scan(
+    paths: PathsArgument, include: IncludeOption = None, exclude: ExcludeOption = None, arch: ArchOption = None,
+    input_shape: InputShapeOption = None, input_spec: InputSpecOption = None, imports: ImportsOption = None,
+    trust: TrustOption = False, reference: ReferenceOption = None, fmt: FormatOption = OutputFormat.TEXT,
+    output: OutputOption = None, json_path: JsonOption = None, html_path: HtmlOption = None,
+    sarif_path: SarifOption = None, out_dir: OutDirOption = None, baseline: BaselineOption = None,
+    write_baseline: WriteBaselineOption = None, fail_on: FailOnOption = None, plugins: PluginsOption = None,
+    disable_plugin: DisablePluginOption = None, device: DeviceOption = None, seed: SeedOption = None,
+    budget: BudgetOption = None, data: DataOption = None, config_file: ConfigOption = None,
+    strict: StrictOption = False, on_inconclusive: OnInconclusiveOption = None, workers: WorkersOption = None,
+    ray_address: RayAddressOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+) -> int:
+    """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
+
+    Nothing is written unless asked: --json/--html/--sarif PATH, --out-dir DIR, -o FILE.
+    """
+    from auditor.commands.scan import ScanOptions
+
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
+    config = scan_config(config_file, {
+        "arch": arch, "imports": imports or None, "trust": trust or None,
+        "input_shape": input_shape, "fail_on": fail_on,
+        "input_spec": input_spec, "plugins": plugins, "disable_plugins": disable_plugin or None, "device": device,
+        "seed": seed, "budget_s": budget, "data_dir": data, "reference": reference, "strict": strict or None,
+        "on_inconclusive": on_inconclusive,
+    })
+    outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
+                         out_dir=out_dir)
+    opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
+                       write_baseline=write_baseline, workers=workers, ray_address=ray_address,
+                       one_report=outputs.html_path is not None)
+    return run_and_print(opts, outputs, quiet=quiet)
+
+
+def scan_config(config_file: Path | None, cli_values: dict[str, object]) -> ScanConfig:
+    """Merge the flags over ``--config``, else the discovered config file, else the defaults."""
+    path = config_file or find_config_file(Path.cwd())
+    return build_config(load_config_file(path) if path is not None else {}, cli_values)
+
+
+def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
+    """Run the scan with progress, write the outputs, print the messages, report and verdict; return the code."""
+    from auditor.commands.scan import ScanHooks, run_scan
+
+    human = render.err if outputs.to_stdout() else render.out
+    remote = opts.workers is not None or opts.ray_address is not None
+    with Progress(enabled=not quiet and not remote) as progress:
+        outcome = run_scan(opts, ScanHooks(for_model=progress.for_model, on_row=progress.done,
+                                           on_remote_start=None if quiet else ray_started,
+                                           on_remote_done=None if quiet else ray_done))
+    rows, code = outcome.rows, outcome.code
+    written = write_outputs(rows, code, outputs)
+    for row in rows:
+        for message in row.messages:
+            render.err.print(f"auditor: {plain(message)}", markup=False)
+        if row.error is not None:
+            where = "" if len(rows) == 1 else f"{row.path}: "
+            render.err.print(f"auditor: error: {plain(where + row.error)}", markup=False)
+    if not quiet:
+        if len(rows) == 1 and rows[0].report is not None:
+            print_report(human, rows[0].report)
+        elif len(rows) > 1:
+            print_rows(human, rows)
+    print_verdict(human, rows, code)
+    if not quiet:
+        if opts.write_baseline is not None:
+            human.print(f"baseline: {safe(opts.write_baseline)} ({outcome.baseline_written} finding(s) recorded)")
+        if written:
+            human.print("reports: " + ", ".join(safe(p) for p in written))
+    return code
