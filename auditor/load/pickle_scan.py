@@ -35,6 +35,7 @@ from auditor.load.export_scan import (
 )
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
 from auditor.load.hf import confinement_problems, weight_files
+from auditor.load.pickle_uses import CALL, USE_OPS, Global, record, replay_use
 from auditor.load.problems import ImportRef, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
@@ -60,6 +61,7 @@ _SPECIAL_OPS = (
     | _PUT_OPS
     | _GET_OPS
     | _EXT_OPS
+    | USE_OPS
     | {"GLOBAL", "INST", "STACK_GLOBAL", "MEMOIZE", "DUP", "MARK", "PROTO", "STOP"}
 )
 _Effect = tuple[int, bool, bool]  # values popped below the mark (or in all), pops to a mark, pushes one
@@ -321,18 +323,21 @@ class _Replay:
         elif name in ("GLOBAL", "INST"):
             # pickletools read two newline-terminated lines and checked that they are ASCII
             module, attr = self.data[i + 1 : end - 1].decode("ascii").split("\n")
-            _record(self.scan, module, attr, name, i, self.proto)
+            imported = _record(self.scan, module, attr, name, i, self.proto)
             if name == "INST":
                 self._pop_to_mark()
-            stack.append(_OPAQUE)
+                record(self.scan, imported, CALL, name, i)
+            stack.append(_OPAQUE if name == "INST" else imported)
         elif name == "STACK_GLOBAL":
             top, below = self._pop(), self._pop()
             if isinstance(below, str) and isinstance(top, str):
-                _record(self.scan, below, top, name, i, self.proto)
+                stack.append(_record(self.scan, below, top, name, i, self.proto))
             else:
                 reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
                 self.scan.problems.append(ScanProblem(name, i, reason, module="?", name="?"))
-            stack.append(_OPAQUE)
+                stack.append(_OPAQUE)
+        elif name in USE_OPS:
+            replay_use(self, name, i, _OPAQUE)
         elif name in _EXT_OPS:
             reason = f"extension registry code {arg} resolves through copyreg to an unchecked global"
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
@@ -391,14 +396,17 @@ class _Replay:
             raise _Malformed("stack underflow" if name == "DUP" else f"{name} with nothing to memoise")
         return self.stack[-1]
 
-    def _pop_to_mark(self) -> None:
+    def _pop_to_mark(self) -> list[object]:
         if not self.marks:
             raise _Malformed("no MARK on the stack")
-        del self.stack[self.marks.pop() :]
+        mark = self.marks.pop()
+        items = self.stack[mark:]
+        del self.stack[mark:]
+        return items
 
 
-def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> None:
-    """Record an import under the name(s) an unpickler would resolve.
+def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> Global:
+    """Record an import under the name(s) an unpickler would resolve; return it as a stack value.
 
     CPython maps Python 2 names (``__builtin__``, ``copy_reg``...) only for protocol < 3, torch's
     gated unpickler (:mod:`auditor.load.unpickler`) always does; when the two disagree both names are recorded.
@@ -407,6 +415,8 @@ def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, pro
     scan.imports.append(ImportRef(mapped[0], mapped[1], opcode, rel))
     if proto >= 3 and mapped != (module, name):
         scan.imports.append(ImportRef(module, name, opcode, rel))
+        return Global((mapped, (module, name)))
+    return Global((mapped,))
 
 
 def compat_name(module: str, name: str) -> tuple[str, str]:

@@ -1,0 +1,155 @@
+"""How a replayed pickle uses the globals it imports: as values, as callables, or as objects it modifies.
+
+An unpickler runs code in three ways only: it calls a callable (``REDUCE``, ``OBJ``, ``INST``, and
+the callables a rebuild function is handed), builds a class (``NEWOBJ``: ``cls.__new__``, then
+``BUILD``), or modifies an object in place (``BUILD``, ``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``).
+The scanner's symbolic stack keeps every imported global as a :class:`Global` and every tuple that
+holds one as an :class:`ArgTuple`, so each of those opcodes can say which global it calls or modifies.
+A global that is only held (an activation stored as a module attribute) is data. A callable that is
+not an imported global (a value built inside the pickle) cannot be checked and is a problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from auditor.load.problems import CALL, MUTATE, PickleScan, ScanProblem
+
+
+@dataclass(frozen=True)
+class Global:
+    """An imported global on the symbolic stack, under every name the unpickler may resolve it to."""
+
+    names: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ArgTuple:
+    """A tuple built by the pickle that holds at least one imported global (or such a tuple)."""
+
+    items: tuple[object, ...]
+
+
+class Stack(Protocol):
+    """What :func:`replay_use` needs of the scanner's replay."""
+
+    scan: PickleScan
+    stack: list[object]
+
+    def _pop(self) -> object: ...
+
+    def _pop_to_mark(self) -> list[object]: ...
+
+
+#: Opcodes whose meaning for code execution is replayed here rather than as a plain stack effect.
+USE_OPS = frozenset({
+    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
+    "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BINPERSID",
+})
+_TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_VALUE_POPS = {"SETITEM": 2, "APPEND": 1, "BUILD": 1}
+#: Rebuild functions that call, or build a class from, one of their arguments: (argument index, use).
+#: ``None`` as the use means the class is built through ``__new__``: a value the allowlist already judged.
+_ARGUMENT_ROLES: dict[tuple[str, str], tuple[tuple[int, str | None], ...]] = {
+    ("copyreg", "_reconstructor"): ((0, None), (1, CALL)),  # base.__new__(cls, state); base.__init__(obj, state)
+    ("torch._tensor", "_rebuild_from_type_v2"): ((0, CALL), (1, None)),  # func(*args).as_subclass(type)
+    ("torch._utils", "_rebuild_wrapper_subclass"): ((0, None),),
+    ("numpy.core.multiarray", "_reconstruct"): ((0, None),),
+    ("numpy._core.multiarray", "_reconstruct"): ((0, None),),
+}
+
+
+def tracked(value: object) -> bool:
+    """True for a value whose use matters: an imported global or a tuple holding one."""
+    return isinstance(value, (Global, ArgTuple))
+
+
+def replay_use(replay: Stack, name: str, position: int, opaque: object) -> None:
+    """Replay one of :data:`USE_OPS` at ``position``: record what it calls or modifies, keep tuples of globals."""
+    if name in _TUPLE_SIZES or name == "TUPLE":
+        items = replay._pop_to_mark() if name == "TUPLE" else _pop_n(replay, _TUPLE_SIZES[name])
+        replay.stack.append(ArgTuple(tuple(items)) if any(tracked(item) for item in items) else opaque)
+        return
+    if name == "BINPERSID":
+        replay.stack.append(_persistent(replay._pop(), opaque))
+        return
+    if name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX"):
+        popped = _pop_n(replay, 3 if name == "NEWOBJ_EX" else 2)
+        callee, args = popped[0], popped[1]
+        if name == "REDUCE":
+            _call(replay.scan, callee, args, name, position)
+        else:
+            _built(replay.scan, callee, name, position)
+        replay.stack.append(opaque)
+        return
+    if name == "OBJ":
+        items = replay._pop_to_mark()
+        if not items:
+            replay.stack.append(opaque)  # the unpickler fails on an empty OBJ
+            return
+        _call(replay.scan, items[0], opaque, name, position)
+        replay.stack.append(opaque)
+        return
+    if name in _VALUE_POPS:
+        _pop_n(replay, _VALUE_POPS[name])
+    else:  # SETITEMS, APPENDS, ADDITEMS
+        replay._pop_to_mark()
+    target = replay._pop()
+    replay.stack.append(target)
+    if isinstance(target, Global):
+        record(replay.scan, target, MUTATE, name, position)
+
+
+def record(scan: PickleScan, value: Global, use: str, opcode: str, position: int) -> None:
+    """Record that the pickle uses ``value`` as ``use`` (the first occurrence of each is kept)."""
+    for module, attr in value.names:
+        scan.uses.setdefault((module, attr, use), (opcode, position))
+
+
+def _persistent(pid: object, opaque: object) -> object:
+    """What torch's ``persistent_load`` returns for ``pid``: a legacy file's ``("module", cls, ...)`` is ``cls``."""
+    if isinstance(pid, ArgTuple) and len(pid.items) > 1 and pid.items[0] == "module":
+        return pid.items[1]
+    return opaque
+
+
+def _pop_n(replay: Stack, count: int) -> list[object]:
+    items = [replay._pop() for _ in range(count)]
+    items.reverse()
+    return items
+
+
+def _call(scan: PickleScan, callee: object, args: object, opcode: str, position: int) -> None:
+    """Record a call of ``callee`` (and of the arguments a known rebuild function calls in turn)."""
+    if not isinstance(callee, Global):
+        reason = (f"{opcode} calls a value built inside the pickle, not an imported global, so what it runs "
+                  "cannot be checked")
+        scan.problems.append(ScanProblem(opcode, position, reason, module="?", name="?"))
+        return
+    record(scan, callee, CALL, opcode, position)
+    roles = next((_ARGUMENT_ROLES[n] for n in callee.names if n in _ARGUMENT_ROLES), ())
+    if not roles:
+        return
+    module, attr = callee.names[0]
+    if not isinstance(args, ArgTuple) or len(args.items) <= max(index for index, _ in roles):
+        reason = (f"the arguments of {module}.{attr} are not a tuple the pickle spells out, so the callable "
+                  "it is handed cannot be checked")
+        scan.problems.append(ScanProblem(opcode, position, reason, module=module, name=attr))
+        return
+    for index, use in roles:
+        value = args.items[index]
+        if use is None:
+            _built(scan, value, opcode, position)
+        elif isinstance(value, Global):
+            record(scan, value, use, opcode, position)
+        else:
+            reason = f"{module}.{attr} is handed a callable built inside the pickle, which cannot be checked"
+            scan.problems.append(ScanProblem(opcode, position, reason, module=module, name=attr))
+
+
+def _built(scan: PickleScan, cls: object, opcode: str, position: int) -> None:
+    """A class built through ``__new__``: it must be an imported global, judged as a value by the allowlist."""
+    if not isinstance(cls, Global):
+        reason = f"{opcode} builds an object of a class made inside the pickle, which cannot be checked"
+        scan.problems.append(ScanProblem(opcode, position, reason, module="?", name="?"))
