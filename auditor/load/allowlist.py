@@ -173,7 +173,9 @@ class ImportPolicy:
 def refusal_reason(module: str, name: str, policy: ImportPolicy) -> str | None:
     """Return why ``module.name`` must not be resolved, or None when it is safe."""
     refused = _refusal(module, name, policy)
-    return refused[0] if refused else None
+    if refused is None:
+        return None
+    return refused[0] + unknown_advice(module, True) if refused[1] else refused[0]
 
 
 def import_refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] | None:
@@ -211,8 +213,17 @@ def _refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] |
     if policy.trust_all:
         reason = _admitted_reason(module, name)
         return (reason, False) if reason else None
-    return (f"{module}.{name} is not on the allowlist (if it is a class of your own code, pass --import "
-            f"{module.split('.')[0]} to admit it; no flag admits a function)"), True
+    return f"{module}.{name} is not on the allowlist", True
+
+
+def unknown_advice(module: str, built: bool) -> str:
+    """What to do about an unknown import: ``--import`` only when the pickle builds it as a class.
+
+    A global the pickle only holds may be a function, which no flag admits, so none is suggested.
+    """
+    if built:
+        return f" (if it is a class of your own code, pass --import {module.split('.')[0]} to admit it)"
+    return " (the pickle does not build it as a class; no flag admits a function: save a state_dict instead)"
 
 
 def _admitted_reason(module: str, name: str, *, unimportable_ok: bool = False) -> str | None:
@@ -244,7 +255,7 @@ def use_refusal(module: str, name: str, use: str) -> str | None:
         if isinstance(obj, type) and not enum_call_reason(full, obj):
             return None
     return (f"the pickle calls {full}; only the fixed functions that rebuild tensors and containers may be "
-            "called while loading, and no flag (--import, --trust) allows another")
+            "called while loading, and no flag allows another")
 
 
 def _callable(module: str, name: str) -> bool:

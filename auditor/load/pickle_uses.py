@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from auditor.load.problems import CALL, MUTATE, PickleScan, ScanProblem
+from auditor.load.problems import BUILT, CALL, MUTATE, PickleScan, ScanProblem
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,8 @@ def _call(scan: PickleScan, callee: object, args: object, opcode: str, position:
 
 def _built(scan: PickleScan, cls: object, opcode: str, position: int) -> None:
     """A class built through ``__new__``: it must be an imported global, judged as a value by the allowlist."""
-    if not isinstance(cls, Global):
+    if isinstance(cls, Global):
+        record(scan, cls, BUILT, opcode, position)
+    else:
         reason = f"{opcode} builds an object of a class made inside the pickle, which cannot be checked"
         scan.problems.append(ScanProblem(opcode, position, reason, module="?", name="?"))

@@ -30,8 +30,9 @@ class ScanProblem:
 
 
 #: How a pickle uses an imported global beyond holding it as a value: calls it (``REDUCE``, ``OBJ``,
-#: ``INST``, a rebuild function's callable argument) or modifies it in place (``BUILD``, ``SETITEM``...).
-CALL, MUTATE = "call", "mutate"
+#: ``INST``, a rebuild function's callable argument), builds it as a class (``NEWOBJ``: ``__new__``
+#: and a state update) or modifies it in place (``BUILD``, ``SETITEM``...).
+CALL, BUILT, MUTATE = "call", "built", "mutate"
 
 
 @dataclass

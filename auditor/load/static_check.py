@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from auditor.errors import NotAPyTorchModel
-from auditor.load.allowlist import ImportPolicy, import_refusal, use_refusal
+from auditor.load.allowlist import ImportPolicy, import_refusal, unknown_advice, use_refusal
 from auditor.load.digest import sha256_file
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.problems import BUILT
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 FORMAT_TORCHSCRIPT = "torchscript"
@@ -101,8 +102,10 @@ def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, li
             if verdict is None:
                 allowed[(ref.module, ref.name)] = None
             elif (ref.module, ref.name) not in misused:
+                built = (ref.module, ref.name, BUILT) in scan.uses
+                reason = verdict[0] + unknown_advice(ref.module, built) if verdict[1] else verdict[0]
                 issues.append(LoadIssue(pickle=scan.name, module=ref.module, name=ref.name, opcode=ref.opcode,
-                                        position=ref.position, reason=verdict[0]))
+                                        position=ref.position, reason=reason))
     seen = sorted({f"{ref.module}.{ref.name}" for scan in scans for ref in scan.imports})
     safety = LoadSafety(
         verdict="unsafe" if issues else "safe",
