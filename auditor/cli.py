@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from auditor._version import __version__
@@ -37,6 +35,8 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from auditor.config import build_config, find_config_file, load_config_file, parse_input_shape
 from auditor.errors import AuditorError, ConfigError, InputError, TraceError
 from auditor.gate import ExitCode
+from auditor.report.escape import terminal_markup as safe
+from auditor.report.escape import terminal_plain as plain
 from auditor.report.model import PluginRun, Report, Severity
 from auditor.rewrite.options import REWRITE_OPTIONS, harden_flags
 
@@ -72,18 +72,6 @@ _out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # C
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
                    "info": "dim"}
 #: C0/C1 controls (ESC starts ANSI sequences), DEL, line/paragraph separators and bidi overrides.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def plain(text: object) -> str:
-    """Return ``text`` with terminal control characters shown as ``\\xNN`` escapes (for markup=False)."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                            else f"\\u{ord(m.group()):04x}", str(text))
-
-
-def safe(text: object) -> str:
-    """Return an untrusted string ready for rich markup: controls escaped, ``[`` not read as a tag."""
-    return escape(plain(text))
 
 
 class OutputFormat(str, Enum):
