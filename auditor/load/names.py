@@ -36,7 +36,8 @@ def unsafe_name(model: torch.nn.Module) -> tuple[str, str] | None:
     for path, module in model.named_modules(remove_duplicate=False):
         state = vars(module)
         for table in ("_modules", "_parameters", "_buffers"):
-            for key in state.get(table) or {}:
+            entries = state.get(table)
+            for key in entries.keys() if entries is not None else ():  # a ScriptModule's tables iterate oddly
                 reason = name_reason(key)
                 if reason is not None:
                     return path, reason

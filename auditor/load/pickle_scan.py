@@ -35,7 +35,7 @@ from auditor.load.export_scan import (
 )
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
 from auditor.load.hf import confinement_problems, weight_files
-from auditor.load.pickle_uses import CALL, USE_OPS, Global, record, replay_use
+from auditor.load.pickle_uses import CALL, FAST_CODES, USE_OPS, Global, fast_use, record, replay_use
 from auditor.load.problems import ImportRef, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
@@ -250,6 +250,10 @@ class _Replay:
                         if pushes:
                             push(opaque)
                         last, i = i, i + size
+                        continue
+                    if code in FAST_CODES and fast_use(self, code, i, floor, opaque):
+                        last, i = i, i + 1
+                        floor = marks[-1] if marks else 0
                         continue
                     if code == 40:  # MARK
                         floor = len(stack)

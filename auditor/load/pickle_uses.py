@@ -31,11 +31,15 @@ class ArgTuple:
     items: tuple[object, ...]
 
 
+_TRACKED = (Global, ArgTuple)
+
+
 class Stack(Protocol):
     """What :func:`replay_use` needs of the scanner's replay."""
 
     scan: PickleScan
     stack: list[object]
+    marks: list[int]
 
     def _pop(self) -> object: ...
 
@@ -58,6 +62,72 @@ _ARGUMENT_ROLES: dict[tuple[str, str], tuple[tuple[int, str | None], ...]] = {
     ("numpy.core.multiarray", "_reconstruct"): ((0, None),),
     ("numpy._core.multiarray", "_reconstruct"): ((0, None),),
 }
+
+
+_TUPLE_CODES = {0x85: 1, 0x86: 2, 0x87: 3}
+_MARK_CODES = frozenset({0x75, 0x65, 0x74})  # SETITEMS, APPENDS, TUPLE
+_PAIR_CODES = {0x62: "BUILD", 0x61: "APPEND"}  # pop one value, then the target stays
+#: Opcode bytes :func:`fast_use` replays in the common case, without pickletools.
+FAST_CODES = frozenset({*_TUPLE_CODES, *_MARK_CODES, *_PAIR_CODES, 0x52, 0x81, 0x51, 0x73})
+
+
+def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object) -> bool:
+    """Replay one of :data:`FAST_CODES` like :func:`replay_use`; False (nothing done) when the stack is short.
+
+    The scanner's byte loop calls this for the opcodes every ``torch.save`` pickle repeats per
+    tensor; a short stack is left to the general path, which words the error.
+    """
+    stack = replay.stack
+    size = len(stack) - floor
+    if code in _TUPLE_CODES:
+        count = _TUPLE_CODES[code]
+        if size < count:
+            return False
+        items = stack[-count:]
+        del stack[-count:]
+        stack.append(_tuple(items, opaque))
+        return True
+    if code in _MARK_CODES:
+        marks = replay.marks
+        if not marks or (code != 0x74 and marks[-1] <= (marks[-2] if len(marks) > 1 else 0)):
+            return False
+        mark = marks.pop()
+        items = stack[mark:]
+        del stack[mark:]
+        if code == 0x74:
+            stack.append(_tuple(items, opaque))
+            return True
+        target = stack[-1]
+        if type(target) is Global:
+            record(replay.scan, target, MUTATE, "SETITEMS" if code == 0x75 else "APPENDS", position)
+        return True
+    if code == 0x51:  # BINPERSID
+        if size < 1:
+            return False
+        stack.append(_persistent(stack.pop(), opaque))
+        return True
+    need = 3 if code == 0x73 else 2
+    if size < need:
+        return False
+    if code in _PAIR_CODES or code == 0x73:
+        del stack[-(need - 1) :]
+        if type(stack[-1]) is Global:
+            record(replay.scan, stack[-1], MUTATE, _PAIR_CODES.get(code, "SETITEM"), position)  # type: ignore[arg-type]
+        return True
+    args, callee = stack.pop(), stack.pop()
+    if code == 0x52:
+        _call(replay.scan, callee, args, "REDUCE", position)
+    else:
+        _built(replay.scan, callee, "NEWOBJ", position)
+    stack.append(opaque)
+    return True
+
+
+def _tuple(items: list[object], opaque: object) -> object:
+    for item in items:
+        if type(item) in _TRACKED:
+            return ArgTuple(tuple(items))
+    return opaque
 
 
 def tracked(value: object) -> bool:
@@ -128,7 +198,8 @@ def _call(scan: PickleScan, callee: object, args: object, opcode: str, position:
         scan.problems.append(ScanProblem(opcode, position, reason, module="?", name="?"))
         return
     record(scan, callee, CALL, opcode, position)
-    roles = next((_ARGUMENT_ROLES[n] for n in callee.names if n in _ARGUMENT_ROLES), ())
+    roles = _ARGUMENT_ROLES.get(callee.names[0]) or next(
+        (_ARGUMENT_ROLES[n] for n in callee.names[1:] if n in _ARGUMENT_ROLES), ())
     if not roles:
         return
     module, attr = callee.names[0]
