@@ -181,8 +181,7 @@ def scan_pickle(fh: BinaryIO, name: str) -> PickleScan:
 
 def _scan_bytes(data: bytes, name: str) -> PickleScan:
     """Replay the pickle at the start of ``data``."""
-    replay = _Replay(data, name, 0, final=True)
-    replay.run()
+    (replay := _Replay(data, name, 0, final=True)).run()
     return replay.scan
 
 
@@ -404,8 +403,7 @@ class _Replay:
         if not self.marks:
             raise _Malformed("no MARK on the stack")
         mark = self.marks.pop()
-        items = self.stack[mark:]
-        del self.stack[mark:]
+        items, self.stack[mark:] = self.stack[mark:], []
         return items
 
 
