@@ -239,18 +239,20 @@ def _admitted_reason(module: str, name: str, *, unimportable_ok: bool = False) -
     return admitted_class_reason(f"{module}.{name}", obj, _denied)
 
 
-def use_refusal(module: str, name: str, use: str) -> str | None:
+def use_refusal(module: str, name: str, use: str, *, admitted: bool = True) -> str | None:
     """Return why a pickle may not call (``CALL``) or modify (``MUTATE``) ``module.name``; None when it may.
 
-    Only the fixed rebuild functions and plain constructors of :func:`_callable` may be called; no
-    flag extends that list, since a call runs whatever the pickle chose with arguments it chose.
+    Only the fixed rebuild functions and plain constructors of :func:`_callable` may be called (and
+    enum lookups, for an ``admitted`` import of torch, a model zoo or ``enum``: nothing else is
+    imported to decide); no flag extends that list, since a call runs what the pickle chose.
     """
     full = f"{module}.{name}"
     if use == MUTATE:
         return f"the pickle modifies {full} in place, which would change code or state outside the checkpoint"
     if use != CALL or _callable(module, name):
         return None
-    if _under(module, "torch") or any(_under(module, pkg) for pkg in MODEL_ZOO_PACKAGES) or module == "enum":
+    homes = ("torch", "enum", *MODEL_ZOO_PACKAGES)
+    if admitted and any(_under(module, home) for home in homes):
         obj = _try_resolve(module, name)
         if isinstance(obj, type) and not enum_call_reason(full, obj):
             return None

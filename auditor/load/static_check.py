@@ -90,8 +90,8 @@ def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, li
         refused = {(ref.module, ref.name): import_refusal(ref.module, ref.name, policy) for ref in scan.imports}
         misused: set[tuple[str, str]] = set()
         for (module, name, use), (opcode, position) in scan.uses.items():
-            reason = use_refusal(module, name, use)
             known = refused.get((module, name))
+            reason = use_refusal(module, name, use, admitted=known is None)
             if reason is None or (module, name) in misused or (known is not None and not known[1]):
                 continue  # allowed, reported already, or refused on its own as an import
             misused.add((module, name))

@@ -173,3 +173,38 @@ def zip_pickle(path: Path):  # type: ignore[no-untyped-def]
     with zipfile.ZipFile(path) as zf:
         name = next(n for n in zf.namelist() if n.endswith("data.pkl"))
         return io.BytesIO(zf.read(name))
+
+
+def test_a_constructor_reached_through_a_rebuild_function_is_refused(
+    tmp_path: Path, canary: Path, user_package: Callable[[str], str]
+) -> None:
+    """``copyreg._reconstructor(cls, base, state)`` runs ``base.__init__``; ``_rebuild_from_type_v2`` calls ``func``."""
+    import copyreg
+
+    pkg, models = _user_classes(user_package)
+    cls = models.WritesOnInit  # type: ignore[attr-defined]
+    cases = {
+        "reconstructor-base": Reduce(copyreg._reconstructor, (cls, cls, str(canary))),
+        "rebuild-from-type-func": Reduce(torch._tensor._rebuild_from_type_v2, (cls, torch.Tensor, (str(canary),), {})),
+    }
+    for name, evil in cases.items():
+        (tmp_path / name).mkdir()
+        path = _save(tmp_path / name, evil)
+        _prove_live(path, canary)
+        for flags in ({"imports": [pkg]}, {"trust": True}):
+            report = _refused(path, canary, **flags)
+            assert any("calls" in f.message and "WritesOnInit" in f.title for f in report.findings), name
+
+
+def test_a_held_function_gets_no_flag_advice_and_import_refuses_it(
+    tmp_path: Path, canary: Path, user_package: Callable[[str], str]
+) -> None:
+    pkg, models = _user_classes(user_package)
+    path = _save(tmp_path, {"hook": models.helper})  # type: ignore[attr-defined]
+    default = check_before_loading(path, ScanConfig(input_shape=(3, 16, 16)))
+    assert isinstance(default, Report)
+    (finding,) = [f for f in default.findings if f.rule_id.startswith("load.")]
+    assert finding.rule_id == "load.unknown-class" and "pass --" not in finding.message
+    assert "no flag admits a function" in finding.message
+    report = _refused(path, canary, imports=[pkg])
+    assert any("is a function" in f.message for f in report.findings)
