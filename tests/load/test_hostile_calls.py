@@ -208,3 +208,26 @@ def test_a_held_function_gets_no_flag_advice_and_import_refuses_it(
     assert "no flag admits a function" in finding.message
     report = _refused(path, canary, imports=[pkg])
     assert any("is a function" in f.message for f in report.findings)
+
+
+def test_a_class_whose_del_deletes_a_directory_stays_refused_under_trust(tmp_path: Path, canary: Path) -> None:
+    """numpy's DataSource removes ``_destpath`` when freed: rebuilt from a file's state, it deletes any tree."""
+    import gc
+
+    from numpy.lib._datasource import DataSource
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    source = DataSource(str(tmp_path / "unused"))
+    source._istmpdest, source._destpath = True, str(victim)  # type: ignore[attr-defined]
+    path = _save(tmp_path, source)
+    source._istmpdest = False  # type: ignore[attr-defined]
+    del source
+    torch.load(path, weights_only=False)
+    gc.collect()
+    assert not victim.exists()  # live: plain torch.load deleted the directory
+    victim.mkdir()
+    for flags in ({}, {"trust": True}, {"imports": ["numpy"]}):
+        _refused(path, canary, **flags)
+    assert victim.exists()
