@@ -16,7 +16,6 @@ on its own.
 
 from __future__ import annotations
 
-import _compat_pickle
 import io
 import logging
 import pickletools
@@ -35,8 +34,18 @@ from auditor.load.export_scan import (
 )
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
 from auditor.load.hf import confinement_problems, weight_files
-from auditor.load.pickle_uses import CALL, FAST_CODES, USE_OPS, Global, fast_use, record, replay_use
-from auditor.load.problems import ImportRef, PickleScan, ScanProblem
+from auditor.load.pickle_uses import (
+    CALL,
+    FAST_CODES,
+    USE_OPS,
+    call,
+    fast_use,
+    record,
+    replay_use,
+    tuple_of,
+)
+from auditor.load.pickle_uses import record_import as _record
+from auditor.load.problems import PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
 
@@ -250,6 +259,18 @@ class _Replay:
                             push(opaque)
                         last, i = i, i + size
                         continue
+                    if code == 133:  # TUPLE1: a tuple holding a global is kept for the call it feeds
+                        if len(stack) == floor:
+                            raise _Malformed("stack underflow")
+                        stack[-1] = tuple_of(stack[-1:], opaque)
+                        last, i = i, i + 1
+                        continue
+                    if code == 82:  # REDUCE
+                        if len(stack) - 2 < floor:
+                            raise _Malformed("stack underflow")
+                        call(self.scan, stack[-2], stack.pop(), "REDUCE", i)  # the callee, then its arguments
+                        stack[-1], last, i = opaque, i, i + 1
+                        continue
                     if code in FAST_CODES and fast_use(self, code, i, floor, opaque):
                         last, i = i, i + 1
                         floor = marks[-1] if marks else 0
@@ -405,26 +426,6 @@ class _Replay:
         mark = self.marks.pop()
         items, self.stack[mark:] = self.stack[mark:], []
         return items
-
-
-def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> Global:
-    """Record an import under the name(s) an unpickler would resolve; return it as a stack value.
-
-    CPython maps Python 2 names (``__builtin__``, ``copy_reg``...) only for protocol < 3, torch's
-    gated unpickler (:mod:`auditor.load.unpickler`) always does; when the two disagree both names are recorded.
-    """
-    mapped = compat_name(module, name)
-    scan.imports.append(ImportRef(mapped[0], mapped[1], opcode, rel))
-    if proto >= 3 and mapped != (module, name):
-        scan.imports.append(ImportRef(module, name, opcode, rel))
-        return Global((mapped, (module, name)))
-    return Global((mapped,))
-
-
-def compat_name(module: str, name: str) -> tuple[str, str]:
-    """Return the Python 3 name an unpickler resolves a (possibly Python 2) global to."""
-    mapped = _compat_pickle.NAME_MAPPING.get((module, name))
-    return mapped if mapped is not None else (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
 
 
 def _scan_zip(

@@ -11,10 +11,11 @@ not an imported global (a value built inside the pickle) cannot be checked and i
 
 from __future__ import annotations
 
+import _compat_pickle
 from dataclasses import dataclass
 from typing import Protocol
 
-from auditor.load.problems import BUILT, CALL, MUTATE, PickleScan, ScanProblem
+from auditor.load.problems import BUILT, CALL, MUTATE, ImportRef, PickleScan, ScanProblem
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
             return False
         items = stack[-count:]
         del stack[-count:]
-        stack.append(_tuple(items, opaque))
+        stack.append(tuple_of(items, opaque))
         return True
     if code in _MARK_CODES:
         marks = replay.marks
@@ -95,7 +96,7 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
         items = stack[mark:]
         del stack[mark:]
         if code == 0x74:
-            stack.append(_tuple(items, opaque))
+            stack.append(tuple_of(items, opaque))
             return True
         target = stack[-1]
         if type(target) is Global:
@@ -116,14 +117,15 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
         return True
     args, callee = stack.pop(), stack.pop()
     if code == 0x52:
-        _call(replay.scan, callee, args, "REDUCE", position)
+        call(replay.scan, callee, args, "REDUCE", position)
     else:
         _built(replay.scan, callee, "NEWOBJ", position)
     stack.append(opaque)
     return True
 
 
-def _tuple(items: list[object], opaque: object) -> object:
+def tuple_of(items: list[object], opaque: object) -> object:
+    """What a tuple of ``items`` is on the symbolic stack: an :class:`ArgTuple` when it holds a global."""
     for item in items:
         if type(item) in _TRACKED:
             return ArgTuple(tuple(items))
@@ -148,7 +150,7 @@ def replay_use(replay: Stack, name: str, position: int, opaque: object) -> None:
         popped = _pop_n(replay, 3 if name == "NEWOBJ_EX" else 2)
         callee, args = popped[0], popped[1]
         if name == "REDUCE":
-            _call(replay.scan, callee, args, name, position)
+            call(replay.scan, callee, args, name, position)
         else:
             _built(replay.scan, callee, name, position)
         replay.stack.append(opaque)
@@ -158,7 +160,7 @@ def replay_use(replay: Stack, name: str, position: int, opaque: object) -> None:
         if not items:
             replay.stack.append(opaque)  # the unpickler fails on an empty OBJ
             return
-        _call(replay.scan, items[0], opaque, name, position)
+        call(replay.scan, items[0], opaque, name, position)
         replay.stack.append(opaque)
         return
     if name in _VALUE_POPS:
@@ -190,7 +192,7 @@ def _pop_n(replay: Stack, count: int) -> list[object]:
     return items
 
 
-def _call(scan: PickleScan, callee: object, args: object, opcode: str, position: int) -> None:
+def call(scan: PickleScan, callee: object, args: object, opcode: str, position: int) -> None:
     """Record a call of ``callee`` (and of the arguments a known rebuild function calls in turn)."""
     if not isinstance(callee, Global):
         reason = (f"{opcode} calls a value built inside the pickle, not an imported global, so what it runs "
@@ -226,3 +228,23 @@ def _built(scan: PickleScan, cls: object, opcode: str, position: int) -> None:
     else:
         reason = f"{opcode} builds an object of a class made inside the pickle, which cannot be checked"
         scan.problems.append(ScanProblem(opcode, position, reason, module="?", name="?"))
+
+
+def record_import(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> Global:
+    """Record an import under the name(s) an unpickler would resolve; return it as a stack value.
+
+    CPython maps Python 2 names (``__builtin__``, ``copy_reg``...) only for protocol < 3, torch's
+    gated unpickler (:mod:`auditor.load.unpickler`) always does; when the two disagree both names are recorded.
+    """
+    mapped = compat_name(module, name)
+    scan.imports.append(ImportRef(mapped[0], mapped[1], opcode, rel))
+    if proto >= 3 and mapped != (module, name):
+        scan.imports.append(ImportRef(module, name, opcode, rel))
+        return Global((mapped, (module, name)))
+    return Global((mapped,))
+
+
+def compat_name(module: str, name: str) -> tuple[str, str]:
+    """Return the Python 3 name an unpickler resolves a (possibly Python 2) global to."""
+    mapped = _compat_pickle.NAME_MAPPING.get((module, name))
+    return mapped if mapped is not None else (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
