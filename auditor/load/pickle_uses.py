@@ -132,16 +132,11 @@ def tuple_of(items: list[object], opaque: object) -> object:
     return opaque
 
 
-def tracked(value: object) -> bool:
-    """True for a value whose use matters: an imported global or a tuple holding one."""
-    return isinstance(value, (Global, ArgTuple))
-
-
 def replay_use(replay: Stack, name: str, position: int, opaque: object) -> None:
     """Replay one of :data:`USE_OPS` at ``position``: record what it calls or modifies, keep tuples of globals."""
     if name in _TUPLE_SIZES or name == "TUPLE":
         items = replay._pop_to_mark() if name == "TUPLE" else _pop_n(replay, _TUPLE_SIZES[name])
-        replay.stack.append(ArgTuple(tuple(items)) if any(tracked(item) for item in items) else opaque)
+        replay.stack.append(tuple_of(items, opaque))
         return
     if name == "BINPERSID":
         replay.stack.append(_persistent(replay._pop(), opaque))
