@@ -71,7 +71,6 @@ _out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # C
 
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
                    "info": "dim"}
-#: C0/C1 controls (ESC starts ANSI sequences), DEL, line/paragraph separators and bidi overrides.
 
 
 class OutputFormat(str, Enum):
