@@ -139,7 +139,8 @@ def _policy_notes(policy: ImportPolicy) -> list[str]:
             "reconstruction code, and calls outside the rebuild functions stayed refused)"
         )
     if policy.trusted_imports:
-        notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))
+        notes.append("--import admitted the data classes (never a function or a call) under: "
+                     + ", ".join(policy.trusted_imports))
     return notes
 
 
