@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from auditor.report.escape import md_code
 from auditor.report.fingerprints import finding_keys
 from auditor.report.model import Finding, Report, Severity
 from auditor.report.render_markdown import findings_table, md_cell
@@ -94,7 +95,7 @@ def render_diff_markdown(d: ReportDiff) -> str:
     """Return the diff as a pull-request comment."""
     head = "Risk rose" if d.risk_rose else "No new risk"
     lines = [f"## auditor diff: {head}", "",
-             f"`{md_cell(d.old_model)}` ({d.old_verdict}) → `{md_cell(d.new_model)}` ({d.new_verdict})", ""]
+             f"`{md_code(d.old_model)}` ({d.old_verdict}) → `{md_code(d.new_model)}` ({d.new_verdict})", ""]
     lines += [f"- {md_cell(r)}" for r in d.reasons]
     for title, findings in (("New findings", d.new), ("Fixed findings", d.fixed)):
         lines += ["", f"### {title} ({len(findings)})", ""]
@@ -102,7 +103,7 @@ def render_diff_markdown(d: ReportDiff) -> str:
     lines += ["", f"### Severity changes ({len(d.changed)})", ""]
     if d.changed:
         lines += ["| rule | location | before | after |", "|---|---|---|---|"]
-        lines += [f"| `{md_cell(c.rule_id)}` | {md_cell(c.location or '')} | {c.old.value} | {c.new.value} |"
+        lines += [f"| `{md_code(c.rule_id)}` | {md_cell(c.location or '')} | {c.old.value} | {c.new.value} |"
                   for c in d.changed]
     else:
         lines.append("None.")

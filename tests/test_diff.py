@@ -61,7 +61,7 @@ def test_metrics_that_left_their_old_ci() -> None:
     assert [(m.plugin, m.metric, m.old, m.new, m.old_ci95) for m in d.metrics] == [
         ("architecture-risk", "per_attack.lira.tpr", 0.1, 0.2, (0.05, 0.15))]
     text = render_diff_markdown(d)
-    assert "| architecture-risk | per_attack.lira.tpr | 0.1 (0.05–0.15) | 0.2 |" in text
+    assert "| architecture-risk | per\\_attack.lira.tpr | 0.1 (0.05–0.15) | 0.2 |" in text
 
 
 def test_markdown_is_a_pr_comment_with_escaped_cells() -> None:
@@ -69,7 +69,7 @@ def test_markdown_is_a_pr_comment_with_escaped_cells() -> None:
     hostile = Finding(rule_id="arch.x", severity=Severity.HIGH, title="a | b <img src=x>", location="l\nm")
     text = render_diff_markdown(diff_reports(old, _with(old, [*old.findings, hostile])))
     assert text.startswith("## auditor diff: Risk rose")
-    assert "a \\| b &lt;img src=x&gt;" in text and "<img" not in text and "l m" in text
+    assert "a \\| b \\<img src=x\\>" in text and " <img" not in text and "l\\\\x0am" in text
     assert "### Fixed findings (0)" in text
 
 

@@ -7,17 +7,17 @@ Only the CLI writes to the terminal. Every name that comes from a checkpoint, a 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from auditor.gate import ExitCode
 from auditor.report.coverage import verdict_reasons
+from auditor.report.escape import terminal_markup as safe
+from auditor.report.escape import terminal_plain as plain
 from auditor.report.model import PluginRun, Report
 
 if TYPE_CHECKING:
@@ -31,19 +31,6 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 _SEVERITY_STYLE = {"critical": "bold white on red", "high": "bold red", "medium": "yellow", "low": "cyan",
                    "info": "dim"}
-#: C0/C1 controls (ESC starts ANSI sequences), DEL, line/paragraph separators and bidi overrides.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def plain(text: object) -> str:
-    """Return ``text`` with terminal control characters shown as ``\\xNN`` escapes (for markup=False)."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                            else f"\\u{ord(m.group()):04x}", str(text))
-
-
-def safe(text: object) -> str:
-    """Return an untrusted string ready for rich markup: controls escaped, ``[`` not read as a tag."""
-    return escape(plain(text))
 
 
 def fmt(value: float | None) -> str:

@@ -20,6 +20,8 @@ from functools import cache
 from types import ModuleType
 
 from auditor.errors import ClassNotImportable
+from auditor.load.capability import TORCH_OP_HOMES, admitted_class_reason, enum_call_reason, is_torch_op
+from auditor.load.problems import CALL, MUTATE
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +78,17 @@ DENIED_MODULES: dict[str, str] = {
     "torch.multiprocessing": _PROCS, "torch.utils.data": _PROCS, "torch.onnx": _FILES,
     "torch.utils.tensorboard": _FILES,
     "numpy.f2py": _CODE, "numpy.distutils": _CODE, "numpy.ctypeslib": _NATIVE, "numpy.testing": _CODE,
-    "numpy.lib.npyio": _NESTED,
+    "numpy.lib.npyio": _NESTED, "numpy.lib._npyio_impl": _NESTED, "numpy.lib.format": _NESTED,
+    "numpy.core.memmap": _FILES, "numpy._core.memmap": _FILES, "numpy.lib._datasource": _NET,
     "cProfile": _CODE, "profile": _CODE, "pydoc": _IMPORTS, "idlelib": _CODE, "distutils": _CODE,
     "setuptools": _CODE, "pip": _CODE, "venv": _PROCS, "ensurepip": _PROCS, "platform": _PROCS, "uuid": _PROCS,
     "mailcap": _PROCS, "pipes": _OS, "logging": _FILES, "sqlite3": _FILES, "mmap": _FILES, "fcntl": _OS,
+    "gzip": _FILES, "bz2": _FILES, "lzma": _FILES, "_compression": _FILES, "zlib": _FILES, "codecs": _FILES,
+    "_socket": _NET, "_ssl": _NET, "select": _NET, "selectors": _NET, "_posixsubprocess": _OS,
+    "_multiprocessing": _PROCS, "_sqlite3": _FILES, "_lzma": _FILES, "_bz2": _FILES, "atexit": _CODE,
+    "weakref": "runs callbacks when objects are freed", "_weakref": "runs callbacks when objects are freed",
+    "linecache": _FILES, "netrc": _FILES, "mailbox": _FILES, "termios": _OS, "tty": _OS, "readline": _OS,
+    "sysconfig": _IMPORTS, "zoneinfo": _FILES, "_osx_support": _OS, "posixpath": _FILES, "ntpath": _FILES,
     "resource": _OS, "xmlrpc": _NET, "socketserver": _NET, "telnetlib": _NET, "poplib": _NET, "imaplib": _NET,
     "nntplib": _NET, "antigravity": "opens a web browser", "tkinter": _CODE, "turtle": _CODE,
     "copyreg": "registers pickle reducers",
@@ -165,7 +174,14 @@ class ImportPolicy:
 def refusal_reason(module: str, name: str, policy: ImportPolicy) -> str | None:
     """Return why ``module.name`` must not be resolved, or None when it is safe."""
     refused = _refusal(module, name, policy)
-    return refused[0] if refused else None
+    if refused is None:
+        return None
+    return refused[0] + unknown_advice(module, True) if refused[1] else refused[0]
+
+
+def import_refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] | None:
+    """Why ``module.name`` must not be resolved and whether only for being unknown; None when it is safe."""
+    return _refusal(module, name, policy)
 
 
 def is_unknown_import(module: str, name: str, policy: ImportPolicy) -> bool:
@@ -186,28 +202,75 @@ def _refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] |
     denied = _denied(module, name)
     if denied:
         return f"denied: {module}.{name} {denied}", False
-    if any(_under(module, prefix) for prefix in policy.trusted_imports) or _allowed(module, name):
+    if _allowed(module, name):
         return None
+    if any(_under(module, prefix) for prefix in policy.trusted_imports):
+        reason = _admitted_reason(module, name, unimportable_ok=True)
+        return (reason, False) if reason else None
     zoo = next((pkg for pkg in MODEL_ZOO_PACKAGES if _under(module, pkg)), None)
     if zoo is not None:
         reason = _zoo_reason(module, name)
         return (reason, False) if reason else None
     if policy.trust_all:
-        reason = _trusted_class_reason(module, name)
+        reason = _admitted_reason(module, name)
         return (reason, False) if reason else None
-    return f"{module}.{name} is not on the allowlist (pass --import {module.split('.')[0]} to trust it)", True
+    return f"{module}.{name} is not on the allowlist", True
 
 
-def _trusted_class_reason(module: str, name: str) -> str | None:
-    """Under ``--trust``: allow a class (built while unpickling), refuse a function, which could run anything."""
+def unknown_advice(module: str, built: bool) -> str:
+    """What to do about an unknown import: ``--import`` only when the pickle builds it as a class.
+
+    A global the pickle only holds may be a function, which no flag admits, so none is suggested.
+    """
+    if built:
+        return f" (if it is a class of your own code, pass --import {module.split('.')[0]} to admit it)"
+    return " (the pickle does not build it as a class; no flag admits a function: save a state_dict instead)"
+
+
+def _admitted_reason(module: str, name: str, *, unimportable_ok: bool = False) -> str | None:
+    """Under ``--import``/``--trust``: allow a data class, refuse a function or a class with capabilities.
+
+    With ``unimportable_ok`` (``--import``) a name that cannot be imported passes: loading it fails
+    with :class:`ClassNotImportable` before anything is built.
+    """
     try:
         obj = resolve_global(module, name)
     except ClassNotImportable as exc:
-        return f"{module}.{name} cannot be imported for the --trust check ({exc})"
-    if isinstance(obj, type):
+        return None if unimportable_ok else f"{module}.{name} cannot be imported for the --trust check ({exc})"
+    return admitted_class_reason(f"{module}.{name}", obj, _denied)
+
+
+def use_refusal(module: str, name: str, use: str, *, admitted: bool = True) -> str | None:
+    """Return why a pickle may not call (``CALL``) or modify (``MUTATE``) ``module.name``; None when it may.
+
+    Only the fixed rebuild functions and plain constructors of :func:`_callable` may be called (and
+    enum lookups, for an ``admitted`` import of torch, a model zoo or ``enum``: nothing else is
+    imported to decide); no flag extends that list, since a call runs what the pickle chose.
+    """
+    full = f"{module}.{name}"
+    if use == MUTATE:
+        return f"the pickle modifies {full} in place, which would change code or state outside the checkpoint"
+    if use != CALL or _callable(module, name):
         return None
-    kind = "a function" if callable(obj) else f"a {type(obj).__name__}, not a class"
-    return f"{module}.{name} is {kind}; --trust allows classes only, since calling a function can run anything"
+    homes = ("torch", "enum", *MODEL_ZOO_PACKAGES)
+    if admitted and any(_under(module, home) for home in homes):
+        obj = _try_resolve(module, name)
+        if isinstance(obj, type) and not enum_call_reason(full, obj):
+            return None
+    return (f"the pickle calls {full}; only the fixed functions that rebuild tensors and containers may be "
+            "called while loading, and no flag allows another")
+
+
+def _callable(module: str, name: str) -> bool:
+    """True for the functions and constructors torch's own checkpoints call while rebuilding data."""
+    full = f"{module}.{name}"
+    if module == "builtins":
+        return name in SAFE_BUILTINS
+    if full in SAFE_GLOBALS or module == "torch.jit._pickle" or _under(module, "__torch__"):
+        return True
+    if module == "torch._utils":
+        return name.startswith("_rebuild_")
+    return module in ("torch", "torch.storage", "torch.cuda") and name.endswith("Storage")
 
 
 def graph_target_reason(target: str) -> str | None:
@@ -318,6 +381,8 @@ def _denied(module: str, name: str) -> str | None:
         return "is a builtin other than a plain container type"
     if full in SAFE_GLOBALS or module == "torch.jit._pickle":
         return None
+    if module in TORCH_OP_HOMES and not name.startswith("_"):
+        return None  # operators a module holds as values: _allowed checks each is one
     for prefix, reason in DENIED_MODULES.items():
         if _under(module, prefix):
             return reason
@@ -334,6 +399,11 @@ def _allowed(module: str, name: str) -> bool:
         return name.startswith("_rebuild_")
     if module == "torch" and (name in TORCH_STORAGES or name in TORCH_VALUES):
         return True
+    if module in TORCH_OP_HOMES or module == "torch":
+        torch = _torch()
+        value = vars(torch).get(name) if module == "torch" else _try_resolve(module, name)
+        if is_torch_op(module, name, value):
+            return True
     if module == "torch.storage" and name in ("UntypedStorage", "TypedStorage"):
         return True
     if module in ("torch", "torch.storage", "torch.cuda") and name.endswith("Storage"):
@@ -391,7 +461,7 @@ def _zoo_reason(module: str, name: str) -> str | None:
     if isinstance(obj, type) and issubclass(obj, (_torch().nn.Module, enum.Enum)):
         return None
     if isinstance(obj, type) and any(
-        base.__name__ == "PretrainedConfig" and base.__module__.startswith("transformers.")
+        base.__name__ in ("PretrainedConfig", "PreTrainedConfig") and base.__module__.startswith("transformers.")
         for base in obj.__mro__
     ):
         return None

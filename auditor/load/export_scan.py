@@ -183,7 +183,8 @@ def _graph_strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
                 elif child_key in _FQN_KEYS:
                     yield "fqn", value
                 elif child_key in _NAME_KEYS:
-                    yield "name", value
+                    if not (value == "" and "arg" in node):  # a positional argument torch leaves unnamed
+                        yield "name", value
                 elif _CONTROL.search(value):
                     yield "text", value
             else:

@@ -17,7 +17,8 @@ def load_findings(safety: LoadSafety, policy: ImportPolicy) -> list[Finding]:
     """Turn the load-safety verdict and trust flags into core findings.
 
     An import refused only for being unknown (most often the user's own class) is ``high``
-    ``load.unknown-class`` with the ``--import`` that resolves it; everything else that refused the
+    ``load.unknown-class``, its reason naming the ``--import`` that admits it when the pickle builds it as
+    a class (a call is never admitted, so none is suggested); everything else that refused the
     load (a denied callable, a malformed stream, unsafe TorchScript or archive layout) is ``critical``.
     """
     findings = []
@@ -30,8 +31,7 @@ def load_findings(safety: LoadSafety, policy: ImportPolicy) -> list[Finding]:
             findings.append(Finding(
                 rule_id="load.unknown-class", severity=Severity.HIGH,
                 title=f"Checkpoint imports {name}, which is not on the allowlist; load refused",
-                message=(f"{message} Nothing was unpickled. If this is your own class, pass "
-                         f"--import {issue.module.split('.')[0]}."),
+                message=f"{message} Nothing was unpickled.",
                 location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
                 remediation=["resave-as-safetensors"],
             ))

@@ -29,6 +29,7 @@ from auditor.load.arch import fit_state_dict
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
+from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe
 from auditor.load.static_check import (
@@ -137,6 +138,7 @@ def load_checkpoint(
         if sandbox and sniffed.container in _SANDBOXED:
             notes.append(_probe(sniffed, probe_shape or _PROBE_SHAPE))
         done = _materialise(sniffed, arch, checked.allowed, notes)
+        _refuse_unsafe_names(done.model, path)
     except RefusedWhileLoading as exc:
         logger.warning("%s: refused while loading: %s", path, exc.reason)
         safety.verdict = "unsafe"
@@ -160,6 +162,19 @@ def load_checkpoint(
         size_bytes=sniffed.size_bytes,
     )
     return LoadedModel(model, info, notes, None if wait_for_sha256 else checked.hashing)
+
+
+def _refuse_unsafe_names(model: torch.nn.Module, path: Path) -> None:
+    """Refuse a model holding a name that would break out of the code torch.fx generates for it.
+
+    Raises:
+        RefusedWhileLoading: a module, parameter, buffer or attribute name could break out.
+    """
+    found = unsafe_name(model)
+    if found is not None:
+        owner, reason = found
+        where = f"in submodule {owner!r}" if owner else "in the top module"
+        raise RefusedWhileLoading(path.name, "name", f"{reason} ({where}); torch.fx would run it when tracing")
 
 
 def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:

@@ -16,7 +16,6 @@ on its own.
 
 from __future__ import annotations
 
-import _compat_pickle
 import io
 import logging
 import pickletools
@@ -35,7 +34,18 @@ from auditor.load.export_scan import (
 )
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
 from auditor.load.hf import confinement_problems, weight_files
-from auditor.load.problems import ImportRef, PickleScan, ScanProblem
+from auditor.load.pickle_uses import (
+    CALL,
+    FAST_CODES,
+    USE_OPS,
+    call,
+    fast_use,
+    record,
+    replay_use,
+    tuple_of,
+)
+from auditor.load.pickle_uses import record_import as _record
+from auditor.load.problems import PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
 
@@ -60,6 +70,7 @@ _SPECIAL_OPS = (
     | _PUT_OPS
     | _GET_OPS
     | _EXT_OPS
+    | USE_OPS
     | {"GLOBAL", "INST", "STACK_GLOBAL", "MEMOIZE", "DUP", "MARK", "PROTO", "STOP"}
 )
 _Effect = tuple[int, bool, bool]  # values popped below the mark (or in all), pops to a mark, pushes one
@@ -179,8 +190,7 @@ def scan_pickle(fh: BinaryIO, name: str) -> PickleScan:
 
 def _scan_bytes(data: bytes, name: str) -> PickleScan:
     """Replay the pickle at the start of ``data``."""
-    replay = _Replay(data, name, 0, final=True)
-    replay.run()
+    (replay := _Replay(data, name, 0, final=True)).run()
     return replay.scan
 
 
@@ -248,6 +258,22 @@ class _Replay:
                         if pushes:
                             push(opaque)
                         last, i = i, i + size
+                        continue
+                    if code == 133:  # TUPLE1: a tuple holding a global is kept for the call it feeds
+                        if len(stack) == floor:
+                            raise _Malformed("stack underflow")
+                        stack[-1] = tuple_of(stack[-1:], opaque)
+                        last, i = i, i + 1
+                        continue
+                    if code == 82:  # REDUCE
+                        if len(stack) - 2 < floor:
+                            raise _Malformed("stack underflow")
+                        call(self.scan, stack[-2], stack.pop(), "REDUCE", i)  # the callee, then its arguments
+                        stack[-1], last, i = opaque, i, i + 1
+                        continue
+                    if code in FAST_CODES and fast_use(self, code, i, floor, opaque):
+                        last, i = i, i + 1
+                        floor = marks[-1] if marks else 0
                         continue
                     if code == 40:  # MARK
                         floor = len(stack)
@@ -321,18 +347,21 @@ class _Replay:
         elif name in ("GLOBAL", "INST"):
             # pickletools read two newline-terminated lines and checked that they are ASCII
             module, attr = self.data[i + 1 : end - 1].decode("ascii").split("\n")
-            _record(self.scan, module, attr, name, i, self.proto)
+            imported = _record(self.scan, module, attr, name, i, self.proto)
             if name == "INST":
                 self._pop_to_mark()
-            stack.append(_OPAQUE)
+                record(self.scan, imported, CALL, name, i)
+            stack.append(_OPAQUE if name == "INST" else imported)
         elif name == "STACK_GLOBAL":
             top, below = self._pop(), self._pop()
             if isinstance(below, str) and isinstance(top, str):
-                _record(self.scan, below, top, name, i, self.proto)
+                stack.append(_record(self.scan, below, top, name, i, self.proto))
             else:
                 reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
                 self.scan.problems.append(ScanProblem(name, i, reason, module="?", name="?"))
-            stack.append(_OPAQUE)
+                stack.append(_OPAQUE)
+        elif name in USE_OPS:
+            replay_use(self, name, i, _OPAQUE)
         elif name in _EXT_OPS:
             reason = f"extension registry code {arg} resolves through copyreg to an unchecked global"
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
@@ -391,28 +420,12 @@ class _Replay:
             raise _Malformed("stack underflow" if name == "DUP" else f"{name} with nothing to memoise")
         return self.stack[-1]
 
-    def _pop_to_mark(self) -> None:
+    def _pop_to_mark(self) -> list[object]:
         if not self.marks:
             raise _Malformed("no MARK on the stack")
-        del self.stack[self.marks.pop() :]
-
-
-def _record(scan: PickleScan, module: str, name: str, opcode: str, rel: int, proto: int) -> None:
-    """Record an import under the name(s) an unpickler would resolve.
-
-    CPython maps Python 2 names (``__builtin__``, ``copy_reg``...) only for protocol < 3, torch's
-    gated unpickler (:mod:`auditor.load.unpickler`) always does; when the two disagree both names are recorded.
-    """
-    mapped = compat_name(module, name)
-    scan.imports.append(ImportRef(mapped[0], mapped[1], opcode, rel))
-    if proto >= 3 and mapped != (module, name):
-        scan.imports.append(ImportRef(module, name, opcode, rel))
-
-
-def compat_name(module: str, name: str) -> tuple[str, str]:
-    """Return the Python 3 name an unpickler resolves a (possibly Python 2) global to."""
-    mapped = _compat_pickle.NAME_MAPPING.get((module, name))
-    return mapped if mapped is not None else (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
+        mark = self.marks.pop()
+        items, self.stack[mark:] = self.stack[mark:], []
+        return items
 
 
 def _scan_zip(

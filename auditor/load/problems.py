@@ -29,13 +29,23 @@ class ScanProblem:
     name: str = ""
 
 
+#: How a pickle uses an imported global beyond holding it as a value: calls it (``REDUCE``, ``OBJ``,
+#: ``INST``, a rebuild function's callable argument), builds it as a class (``NEWOBJ``: ``__new__``
+#: and a state update) or modifies it in place (``BUILD``, ``SETITEM``...).
+CALL, BUILT, MUTATE = "call", "built", "mutate"
+
+
 @dataclass
 class PickleScan:
-    """What one pickle (an archive member or one pickle of a stream) imports."""
+    """What one pickle (an archive member or one pickle of a stream) imports, and how it uses the imports.
+
+    ``uses`` maps (module, name, use) to the opcode and position of its first occurrence.
+    """
 
     name: str
     imports: list[ImportRef] = field(default_factory=list)
     problems: list[ScanProblem] = field(default_factory=list)
+    uses: dict[tuple[str, str, str], tuple[str, int]] = field(default_factory=dict)
 
 
 class RefusedWhileLoading(Exception):

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from auditor.errors import NotAPyTorchModel
-from auditor.load.allowlist import ImportPolicy, refusal_reason
+from auditor.load.allowlist import ImportPolicy, import_refusal, unknown_advice, use_refusal
 from auditor.load.digest import sha256_file
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
+from auditor.load.problems import BUILT
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 FORMAT_TORCHSCRIPT = "torchscript"
@@ -75,18 +76,34 @@ def check_statically(
 
 
 def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
-    """Apply the allowlist to every import; return the verdict and the allowed globals."""
+    """Apply the allowlist to every import and every call; return the verdict and the allowed globals.
+
+    A global the pickle calls (or modifies) outside :func:`use_refusal`'s list is reported once, as
+    that use; it is not reported again as an unknown import (whose advice, ``--import``, would not help).
+    """
     issues: list[LoadIssue] = []
     allowed: dict[tuple[str, str], None] = {}
     for scan in scans:
         for problem in scan.problems:
             issues.append(LoadIssue(pickle=scan.name, module=problem.module, name=problem.name,
                                     opcode=problem.opcode, position=problem.position, reason=problem.reason))
+        refused = {(ref.module, ref.name): import_refusal(ref.module, ref.name, policy) for ref in scan.imports}
+        misused: set[tuple[str, str]] = set()
+        for (module, name, use), (opcode, position) in scan.uses.items():
+            known = refused.get((module, name))
+            reason = use_refusal(module, name, use, admitted=known is None)
+            if reason is None or (module, name) in misused or (known is not None and not known[1]):
+                continue  # allowed, reported already, or refused on its own as an import
+            misused.add((module, name))
+            issues.append(LoadIssue(pickle=scan.name, module=module, name=name, opcode=opcode,
+                                    position=position, reason=reason))
         for ref in scan.imports:
-            reason = refusal_reason(ref.module, ref.name, policy)
-            if reason is None:
+            verdict = refused[(ref.module, ref.name)]
+            if verdict is None:
                 allowed[(ref.module, ref.name)] = None
-            else:
+            elif (ref.module, ref.name) not in misused:
+                built = (ref.module, ref.name, BUILT) in scan.uses
+                reason = verdict[0] + unknown_advice(ref.module, built) if verdict[1] else verdict[0]
                 issues.append(LoadIssue(pickle=scan.name, module=ref.module, name=ref.name, opcode=ref.opcode,
                                         position=ref.position, reason=reason))
     seen = sorted({f"{ref.module}.{ref.name}" for scan in scans for ref in scan.imports})
@@ -118,10 +135,12 @@ def _policy_notes(policy: ImportPolicy) -> list[str]:
     if policy.trust_all:
         notes.append(
             "--trust was used: classes of modules outside the allowlist may be instantiated while "
-            "unpickling (the denylist still applied, and functions stayed refused)"
+            "unpickling (the denylist still applied; functions, classes with capabilities or their own "
+            "reconstruction code, and calls outside the rebuild functions stayed refused)"
         )
     if policy.trusted_imports:
-        notes.append("--import trusted every name under: " + ", ".join(policy.trusted_imports))
+        notes.append("--import admitted the data classes (never a function or a call) under: "
+                     + ", ".join(policy.trusted_imports))
     return notes
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from auditor.load.allowlist import resolve_global
-from auditor.load.pickle_scan import compat_name
+from auditor.load.pickle_uses import compat_name
 from auditor.load.problems import RefusedWhileLoading
 
 #: torch.load renames these modules before asking (``torch.tensor`` -> ``torch._tensor``); the scan saw the old name.

@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from auditor.report.coverage import coverage_line
+from auditor.report.escape import md_code, md_text
 from auditor.report.model import Finding, Report
 
 _MAX_CELL = 300
 
 
 def md_cell(text: object) -> str:
-    """Return ``text`` safe for one Markdown table cell: no pipes, newlines, HTML or backticks run wild."""
-    value = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
-    value = value.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
-    return value if len(value) <= _MAX_CELL else value[: _MAX_CELL - 1] + "…"
+    """Return ``text`` as the literal content of one Markdown table cell (cut to ``_MAX_CELL`` characters).
+
+    See :func:`auditor.report.escape.md_text`: no link, image, HTML, pipe, backtick or line break acts.
+    """
+    value = str(text)
+    return md_text(value if len(value) <= _MAX_CELL else value[: _MAX_CELL - 1] + "…")
 
 
 def findings_table(findings: Sequence[Finding]) -> list[str]:
@@ -25,7 +28,7 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
         if f.suppression is not None:
             reason = f": {f.suppression.reason}" if f.suppression.reason else ""
             status = f"accepted ({f.suppression.kind}{reason})"
-        lines.append(f"| {f.severity.value} | `{md_cell(f.rule_id)}` | {md_cell(f.title)} | "
+        lines.append(f"| {f.severity.value} | `{md_code(f.rule_id)}` | {md_cell(f.title)} | "
                      f"{md_cell(f.location or '')} | {md_cell(status)} |")
     return lines
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from auditor.report.coverage import coverage_line
+from auditor.report.escape import md_text, sarif_message
 from auditor.report.fingerprints import model_identity, with_fingerprints
 from auditor.report.model import Finding, PluginRun, Report, Severity
 
@@ -148,16 +149,16 @@ def _rule(rule_id: str, findings: list[Finding], help_uri: str | None) -> dict[s
         lines.append(f"Remediation (auditor harden --rewrite): {', '.join(remedies)}.")
     lines.append("Accept a finding with a baseline entry (--write-baseline) or a [[suppress]] rule "
                  "in auditor.toml.")
-    markdown = [f"**{first.title}** (`{rule_id}`, severity {worst.value})", ""]
-    markdown += [f"- {r.title}, {r.locator} ({r.source})" for r in refs]
+    markdown = [f"**{md_text(first.title)}** ({md_text(rule_id)}, severity {worst.value})", ""]
+    markdown += [f"- {md_text(r.title)}, {md_text(r.locator)} ({md_text(r.source)})" for r in refs]
     if remedies:
         markdown += ["", "Remediation: " + ", ".join(f"`auditor harden --rewrite {r}`" for r in remedies)]
     rule: dict[str, Any] = {
         "id": rule_id,
         "name": "".join(part.capitalize() for part in rule_id.replace(".", "-").split("-")),
-        "shortDescription": {"text": first.title},
-        "fullDescription": {"text": " ".join(lines[:2])},
-        "help": {"text": "\n".join(lines), "markdown": "\n".join(markdown)},
+        "shortDescription": {"text": sarif_message(first.title)},
+        "fullDescription": {"text": sarif_message(" ".join(lines[:2]))},
+        "help": {"text": "\n".join(map(sarif_message, lines)), "markdown": "\n".join(markdown)},
         "defaultConfiguration": {"level": sarif_level(worst)},
         "properties": {
             "security-severity": _SECURITY_SEVERITY[worst],
@@ -188,7 +189,7 @@ def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifac
         "ruleId": finding.rule_id,
         "ruleIndex": rule_index,
         "level": sarif_level(finding.severity),
-        "message": {"text": text},
+        "message": {"text": sarif_message(text)},
         "locations": [location],
         "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint or ""},
         "properties": {
@@ -213,10 +214,11 @@ def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], ex
                 ) -> dict[str, Any]:
     notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
              if plugin.status in _PLUGIN_LEVELS]
-    notes += [{"level": "note", "message": {"text": f"{model_identity(report.model.path)}: coverage: {line}"},
+    notes += [{"level": "note",
+               "message": {"text": sarif_message(f"{model_identity(report.model.path)}: coverage: {line}")},
                "descriptor": {"id": "audit.coverage"}, "properties": {"model": report.model.path}}
               for report in reports if (line := coverage_line(report))]
-    notes += [{"level": "error", "message": {"text": f"{model_identity(path)}: not audited: {message}"},
+    notes += [{"level": "error", "message": {"text": sarif_message(f"{model_identity(path)}: not audited: {message}")},
                "descriptor": {"id": "model.error"}, "properties": {"model": path}}
               for path, message in errors]
     failed = bool(errors) or any(p.status == "error" for report in reports for p in report.plugins)
@@ -236,7 +238,7 @@ def _notification(report: Report, plugin: PluginRun) -> dict[str, Any]:
         text += f": {plugin.reason}"
     notification: dict[str, Any] = {
         "level": _PLUGIN_LEVELS[plugin.status],
-        "message": {"text": f"{model_identity(report.model.path)}: {text}"},
+        "message": {"text": sarif_message(f"{model_identity(report.model.path)}: {text}")},
         "properties": {"plugin": plugin.name, "status": plugin.status, "model": report.model.path},
     }
     if plugin.category:
