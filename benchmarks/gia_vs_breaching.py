@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torchvision
@@ -30,6 +31,9 @@ from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle
 
 from auditor.plugin import default_probe_images, image_scores
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
 
 
 def _model(device: torch.device) -> torch.nn.Module:
@@ -118,7 +122,9 @@ def main() -> None:
     parser.add_argument("--tv", type=float, default=1e-4)
     parser.add_argument("--breaching-path", default=None, help="sys.path entry holding breaching")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
+    results.add_arguments(parser)
     args = parser.parse_args()
+    run, kept = results.begin(), []
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.set_num_threads(1)
     if args.breaching_path:
@@ -133,24 +139,22 @@ def main() -> None:
         wall, cpu = time.monotonic() - wall, time.process_time() - cpu
         rows = [image_scores(images[i], rec[i].clamp(0, 1), "minmax") for i in range(args.images)]
         stats = summarise(rows)
-        print(
-            json.dumps(
-                {
-                    "tool": tool,
-                    "images": names,
-                    "iterations": args.iters,
-                    "wall_s": round(wall, 2),
-                    "cpu_s": round(cpu, 2),
-                    "device": str(device),
-                    "it_per_cpu_s_per_image": round(args.iters * args.images / cpu, 3),
-                    "it_per_wall_s_per_image": round(args.iters * args.images / wall, 3),
-                    "ssim_mean": round(stats["ssim_mean"], 4),
-                    "psnr_mean": round(stats["psnr_mean"], 2),
-                    "torch": torch.__version__,
-                    "threads": torch.get_num_threads(),
-                }
-            )
-        )
+        kept.append({
+            "tool": tool,
+            "images": names,
+            "iterations": args.iters,
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "device": str(device),
+            "it_per_cpu_s_per_image": round(args.iters * args.images / cpu, 3),
+            "it_per_wall_s_per_image": round(args.iters * args.images / wall, 3),
+            "ssim_mean": round(stats["ssim_mean"], 4),
+            "psnr_mean": round(stats["psnr_mean"], 2),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        })
+        print(json.dumps(kept[-1]))
+    results.write("gia_vs_breaching", run, kept, args)
 
 
 if __name__ == "__main__":
