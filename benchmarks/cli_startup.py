@@ -4,6 +4,7 @@ Each command runs ``--repeat`` times, interleaved, as ``python -m auditor ...`` 
 thread; the child's wall seconds, CPU seconds (user + system, from ``os.wait4``) and peak RSS are
 recorded. The refused file is a ``torch.save`` of a dict whose second value reduces to
 ``os.system`` (the pickle check refuses it before anything is loaded; it is never unpickled here).
+This process never imports torch, so the children's peak RSS is their own.
 Also timed: discovering the installed plugins in a fresh interpreter.
 
 Run: ``python benchmarks/cli_startup.py [--repeat 3]``; results in ``benchmarks/results/cli_startup.json``.
@@ -20,17 +21,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import results
 
 DISCOVER = "from auditor.plugin.registry import discover_plugins; discover_plugins()"
-
-
-class _Payload:
-    def __reduce__(self) -> tuple[object, tuple[str]]:
+#: Written in a child process, so that this one never imports torch: a forked child's peak RSS counts the parent's.
+POISON = """import os, sys, torch
+class P:
+    def __reduce__(self):
         return os.system, ("true",)
+torch.save({"w": torch.zeros(4, 4), "payload": P()}, sys.argv[1])
+"""
 
 
 def measure(cmd: list[str]) -> dict[str, float]:
@@ -54,7 +55,7 @@ def main() -> None:
     run = results.begin()
     with tempfile.TemporaryDirectory() as tmp:
         bad = Path(tmp) / "poisoned_sd.pt"
-        torch.save({"w": torch.zeros(4, 4), "payload": _Payload()}, bad)
+        subprocess.run([sys.executable, "-c", POISON, str(bad)], check=True)
         auditor = [sys.executable, "-m", "auditor"]
         commands = {
             "auditor version": [*auditor, "version"],

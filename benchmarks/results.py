@@ -47,13 +47,15 @@ def _commit() -> str:
 
 
 def begin() -> dict[str, object]:
-    """The facts of this run, taken at its start."""
-    import torch
+    """The facts of this run, taken at its start (torch's threads only when the benchmark imported torch)."""
+    from importlib.metadata import version
 
+    torch = sys.modules.get("torch")
     argv = [Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix() if sys.argv[0].endswith(".py")
             and Path(sys.argv[0]).resolve().is_relative_to(ROOT) else sys.argv[0], *sys.argv[1:]]
-    return {"command": "python " + " ".join(argv), "commit": _commit(), "torch": torch.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    return {"command": "python " + " ".join(argv), "commit": _commit(), "torch": version("torch"),
+            "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads() if torch else None,
             "started": _now(), "load_start": [round(v, 2) for v in os.getloadavg()]}
 
 
@@ -103,7 +105,8 @@ def run_facts(run: dict[str, object]) -> str:
     """One line naming a run: command, commit, date, torch, threads and load average."""
     load = "–".join(f"{v[0]:.1f}" for v in (run["load_start"], run["load_end"]))
     return (f"`{run['command']}` at {run['commit']}, {str(run['started'])[:16].replace('T', ' ')} UTC, torch "
-            f"{run['torch']}, {run['cpu_count']} CPUs, {run['torch_threads']} torch thread(s), load average "
+            f"{run['torch']}, {run['cpu_count']} CPUs, "
+            f"{'' if run['torch_threads'] is None else str(run['torch_threads']) + ' torch thread(s), '}load average "
             f"(1 min) {load} at start–end")
 
 
