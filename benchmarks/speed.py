@@ -39,16 +39,16 @@ from benchmarks import results
 MODELS = ("resnet50", "vit_b_16")
 #: Phase of a scan -> (module or class, function) it is timed by; the sha256 runs in a worker thread.
 PHASES = {
-    "pickle check": ("auditor.load.loaders", "scan_checkpoint"),
-    "sha256 (worker thread)": ("auditor.load.loaders", "sha256_file"),
+    "pickle check": ("auditor.load.static_check", "scan_checkpoint"),
+    "sha256 (worker thread)": ("auditor.load.static_check", "sha256_file"),
     "safe load (gated unpickler, mmap)": ("auditor.load.loaders", "_materialise"),
     "fx trace": ("auditor.graph.trace:_Tracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
     "plugin discovery": ("auditor.audit.pipeline", "discover_plugins"),
     "plugins": ("auditor.audit.pipeline", "run_plugins"),
-    "JSON": ("auditor.report.render_json", "write_json"),
-    "HTML": ("auditor.report.render_html", "write_html"),
+    "JSON": ("auditor.report.render_json", "report_to_dict"),
+    "HTML": ("auditor.report.render_html", "render_html"),
 }
 
 
