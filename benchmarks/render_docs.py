@@ -108,32 +108,33 @@ def _headline(plugin: dict | None) -> str:
 
 
 def full_audit() -> str:
-    """``--plugins all`` cold and warm side by side, per plugin, and the capped run."""
+    """``--plugins all`` cold and warm side by side, per plugin (a side not measured says so), and capped runs."""
     runs = results.load("full_audit")
-    sides = [k for k in ("cold", "warm") if k in runs]
-    if not sides:
+    sides = ("cold", "warm")
+    if not any(k in runs for k in sides):
         return _missing(f"HOME=/tmp/empty-home {FULL_AUDIT} --results-key cold")
-    by = {k: {p["name"]: p for p in runs[k]["results"]["plugins"]} for k in sides}
+    by = {k: {p["name"]: p for p in runs[k]["results"]["plugins"]} if k in runs else {} for k in sides}
     names = list(dict.fromkeys(n for k in sides for n in by[k]))
+    absent = "not measured"
     header = ["plugin", *[f"{k}: status, wall s" for k in sides], *[f"{k}: reported leakage" for k in sides]]
-    rows = [[n, *[f"{by[k][n]['status']}, {by[k][n]['duration_s']}" if n in by[k] else "—" for k in sides],
-             *[_headline(by[k].get(n)) for k in sides]] for n in names]
-    whole = [runs[k]["results"] for k in sides]
+    rows = [[n, *[f"{by[k][n]['status']}, {by[k][n]['duration_s']}" if n in by[k] else absent for k in sides],
+             *[_headline(by[k].get(n)) if k in runs else absent for k in sides]] for n in names]
+    whole = [runs[k]["results"] if k in runs else None for k in sides]
     rows.append(["**whole scan**", *[f"**{r['wall_s']:,.0f} s wall / {r['cpu_s']:,.0f} CPU-s**, exit {r['exit']}"
-                                     for r in whole], *[""] * len(sides)])
-    text = "".join(f"- {k}: {run_facts(runs[k]['run'])}; peak RSS {runs[k]['results']['peak_rss_mb']} MB\n"
-                   for k in sides)
-    for k in ("cold", "warm"):
-        if k not in runs:
-            cmd = f"{'HOME=/tmp/empty-home ' if k == 'cold' else ''}{FULL_AUDIT} --results-key {k}"
-            text += f"- {k}: not measured in this round (`{cmd}`)\n"
+                                     if r else absent for r in whole], *[""] * len(sides)])
+    text = ""
+    for k in sides:
+        if k in runs:
+            text += f"- {k}: {run_facts(runs[k]['run'])}; peak RSS {runs[k]['results']['peak_rss_mb']} MB\n"
+        else:
+            text += f"- {k}: not measured in this round (`HOME=/tmp/empty-home {FULL_AUDIT} --results-key {k}`)\n"
     text += "\n" + table(header, rows)
-    capped = [(k, e) for k, e in runs.items() if e["results"].get("budget_s")]
-    for k, e in capped:
+    for k, e in runs.items():
         got = e["results"]
-        text += (f"\n`{k}` (every plugin capped at `--budget {got['budget_s']:g}`): {run_facts(e['run'])}: "
-                 f"**{got['wall_s']:,.1f} s wall / {got['cpu_s']:,.1f} CPU-s**, exit {got['exit']}; "
-                 + "; ".join(f"{p['name']} {p['status']} ({_headline(p)})" for p in got["plugins"]) + ".\n")
+        if got.get("budget_s"):
+            text += (f"\n`{k}` (every plugin capped at `--budget {got['budget_s']:g}`): {run_facts(e['run'])}: "
+                     f"**{got['wall_s']:,.1f} s wall / {got['cpu_s']:,.1f} CPU-s**, exit {got['exit']}; "
+                     + "; ".join(f"{p['name']} {p['status']} ({_headline(p)})" for p in got["plugins"]) + ".\n")
     return text
 
 
