@@ -114,6 +114,12 @@ def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: fl
     return torch.stack(out)
 
 
+def _kept(sink: list[dict], row: dict) -> str:
+    """Keep ``row`` for the results file and return its JSON line."""
+    sink.append(row)
+    return json.dumps(row)
+
+
 def main() -> None:
     """Run both attacks and print one JSON line per tool."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,21 +145,25 @@ def main() -> None:
         wall, cpu = time.monotonic() - wall, time.process_time() - cpu
         rows = [image_scores(images[i], rec[i].clamp(0, 1), "minmax") for i in range(args.images)]
         stats = summarise(rows)
-        kept.append({
-            "tool": tool,
-            "images": names,
-            "iterations": args.iters,
-            "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2),
-            "device": str(device),
-            "it_per_cpu_s_per_image": round(args.iters * args.images / cpu, 3),
-            "it_per_wall_s_per_image": round(args.iters * args.images / wall, 3),
-            "ssim_mean": round(stats["ssim_mean"], 4),
-            "psnr_mean": round(stats["psnr_mean"], 2),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-        })
-        print(json.dumps(kept[-1]))
+        print(
+            _kept(
+                kept,
+                {
+                    "tool": tool,
+                    "images": names,
+                    "iterations": args.iters,
+                    "wall_s": round(wall, 2),
+                    "cpu_s": round(cpu, 2),
+                    "device": str(device),
+                    "it_per_cpu_s_per_image": round(args.iters * args.images / cpu, 3),
+                    "it_per_wall_s_per_image": round(args.iters * args.images / wall, 3),
+                    "ssim_mean": round(stats["ssim_mean"], 4),
+                    "psnr_mean": round(stats["psnr_mean"], 2),
+                    "torch": torch.__version__,
+                    "threads": torch.get_num_threads(),
+                },
+            )
+        )
     results.write("gia_vs_breaching", run, kept, args)
 
 
