@@ -65,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-key", default="default",
                         help="entry of benchmarks/results/NAME.json this run replaces (default: 'default')")
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/results/NAME.json")
+    parser.add_argument("--results-note", default="", help="a condition of this run the docs should state")
 
 
 def write(name: str, run: dict[str, object], results: object, args: argparse.Namespace | None = None) -> Path | None:
@@ -74,7 +75,8 @@ def write(name: str, run: dict[str, object], results: object, args: argparse.Nam
     key = args.results_key if args is not None else "default"
     path = RESULTS / f"{name}.json"
     runs = load(name)
-    runs[key] = {"run": {**run, "finished": _now(), "load_end": [round(v, 2) for v in os.getloadavg()]},
+    note = {"note": args.results_note} if args is not None and args.results_note else {}
+    runs[key] = {"run": {**run, **note, "finished": _now(), "load_end": [round(v, 2) for v in os.getloadavg()]},
                  "results": results}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"benchmark": name, "runs": runs}, indent=1, sort_keys=False) + "\n")
@@ -108,7 +110,7 @@ def run_facts(run: dict[str, object]) -> str:
     return (f"`{run['command']}` at {run['commit']}, {str(run['started'])[:16].replace('T', ' ')} UTC, torch "
             f"{run['torch']}, {run['cpu_count']} CPUs, "
             f"{'' if run['torch_threads'] is None else str(run['torch_threads']) + ' torch thread(s), '}load average "
-            f"(1 min) {load} at start–end")
+            f"(1 min) {load} at start–end" + (f" ({run['note']})" if run.get("note") else ""))
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
