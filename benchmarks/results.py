@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def begin() -> dict[str, object]:
     torch = sys.modules.get("torch")
     argv = [Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix() if sys.argv[0].endswith(".py")
             and Path(sys.argv[0]).resolve().is_relative_to(ROOT) else sys.argv[0], *sys.argv[1:]]
-    return {"command": "python " + " ".join(argv), "commit": _commit(),
+    return {"command": "python " + shlex.join(argv), "commit": _commit(),
             "torch": torch.__version__ if torch else version("torch"),
             "python": platform.python_version(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads() if torch else None,
