@@ -8,7 +8,9 @@ excluded), one thread. Prints wall and process-CPU seconds of the whole scan, ea
 ``duration_s`` from the JSON report, every plugin's status and headline numbers (so a speed-up
 can be checked against the leakage it reports), the peak RSS and the load average.
 
-Run: ``python benchmarks/full_audit.py [--out /tmp/full-audit] [--device cpu] [--plugins all] [--budget S]``
+Run: ``python benchmarks/full_audit.py [--out /tmp/full-audit] [--device cpu] [--plugins all] [--budget S]
+[--results-key KEY]``; the results go to ``benchmarks/results/full_audit.json`` under KEY (``cold``: run
+with ``HOME`` at an empty folder, so no cached helper model; ``warm``: the same again).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results
 
 SIZE = 32
 SEED = 0
@@ -64,10 +69,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--plugins", default="all")
     parser.add_argument("--budget", type=float, help="per-plugin time budget in seconds (default: each plugin's own)")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     model = build(args.out)
+    run = results.begin()
     from auditor.cli import run_cli
 
     argv_ = ["scan", str(model), "--plugins", args.plugins, "--data", str(args.out / "digits"), "--input-shape",
@@ -78,13 +85,17 @@ def main(argv: list[str] | None = None) -> None:
     code = run_cli(argv_)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     report = json.loads((args.out / "report.json").read_text())
-    print(f"exit {code}; wall {wall:.1f} s, process CPU {cpu:.1f} s, peak RSS "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, load average "
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"exit {code}; wall {wall:.1f} s, process CPU {cpu:.1f} s, peak RSS {rss:.0f} MB, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}\n")
     print("| plugin | status | s | headline |\n|---|---|---|---|")
-    for run in report["plugins"]:
-        heads = ", ".join(f"{h['name']}={h.get('value')}" for h in run.get("headline", []))
-        print(f"| {run['name']} | {run['status']} | {run.get('duration_s')} | {heads} |")
+    plugins = []
+    for p in report["plugins"]:
+        heads = {h["name"]: {k: h.get(k) for k in ("label", "value", "floor")} for h in p.get("headline", [])}
+        plugins.append({"name": p["name"], "status": p["status"], "duration_s": p.get("duration_s"), "headline": heads})
+        print(f"| {p['name']} | {p['status']} | {p.get('duration_s')} | {heads} |")
+    results.write("full_audit", run, {"exit": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                                      "peak_rss_mb": round(rss), "budget_s": args.budget, "plugins": plugins}, args)
 
 
 if __name__ == "__main__":

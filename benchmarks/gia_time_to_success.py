@@ -58,6 +58,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext, default_probe_images, image_floor_scores, image_scores
+from benchmarks import results
 
 
 def _seed004_cnn() -> nn.Module:
@@ -414,7 +415,9 @@ def main() -> None:
     parser.add_argument("--no-breaching", action="store_true", help="auditor only")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
     parser.add_argument("--timeline", default=None, help="write every scored snapshot to this JSON file")
+    results.add_arguments(parser)
     args = parser.parse_args()
+    run = results.begin()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.set_num_threads(1)
     if args.breaching_path:
@@ -460,6 +463,7 @@ def main() -> None:
         timelines[f"breaching/{name}"] = btl
         print(json.dumps(rows[-1]), flush=True)
     _table(rows, device)
+    results.write("gia_time_to_success", run, rows, args)
     if args.timeline:
         with open(args.timeline, "w", encoding="utf-8") as fh:
             json.dump(timelines, fh)

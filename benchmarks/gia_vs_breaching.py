@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torchvision
@@ -30,6 +31,9 @@ from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle
 
 from auditor.plugin import default_probe_images, image_scores
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
 
 
 def _model(device: torch.device) -> torch.nn.Module:
@@ -110,6 +114,12 @@ def run_breaching(images: torch.Tensor, labels: torch.Tensor, iters: int, tv: fl
     return torch.stack(out)
 
 
+def _kept(sink: list[dict], row: dict) -> str:
+    """Keep ``row`` for the results file and return its JSON line."""
+    sink.append(row)
+    return json.dumps(row)
+
+
 def main() -> None:
     """Run both attacks and print one JSON line per tool."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,7 +128,9 @@ def main() -> None:
     parser.add_argument("--tv", type=float, default=1e-4)
     parser.add_argument("--breaching-path", default=None, help="sys.path entry holding breaching")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
+    results.add_arguments(parser)
     args = parser.parse_args()
+    run, kept = results.begin(), []
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.set_num_threads(1)
     if args.breaching_path:
@@ -134,7 +146,8 @@ def main() -> None:
         rows = [image_scores(images[i], rec[i].clamp(0, 1), "minmax") for i in range(args.images)]
         stats = summarise(rows)
         print(
-            json.dumps(
+            _kept(
+                kept,
                 {
                     "tool": tool,
                     "images": names,
@@ -148,9 +161,10 @@ def main() -> None:
                     "psnr_mean": round(stats["psnr_mean"], 2),
                     "torch": torch.__version__,
                     "threads": torch.get_num_threads(),
-                }
+                },
             )
         )
+    results.write("gia_vs_breaching", run, kept, args)
 
 
 if __name__ == "__main__":

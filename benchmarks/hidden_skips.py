@@ -8,7 +8,10 @@ statistics (seed 000 note, Sec. 2.9 pilot). Prints a markdown table for docs/hid
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
+from pathlib import Path
 
 import timm
 import torch
@@ -17,6 +20,9 @@ from timm.utils.model import reparameterize_model
 
 from auditor.graph.detect import fused
 from auditor.graph.trace import trace_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
 
 INPUT = (1, 3, 64, 64)
 
@@ -71,6 +77,10 @@ def row(label: str, scored: list[tuple[str, float, float]], truth: set[str]) -> 
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    results.add_arguments(parser)
+    args = parser.parse_args()
+    run = results.begin()
     torch.manual_seed(0)
     lines = ["| model (form) | convs without an identity branch: n; z and ratio min / median / max | with one |",
              "|---|---|---|"]
@@ -85,6 +95,7 @@ def main() -> None:
         bn = randomise_bn(timm.create_model(name, pretrained=False))
         lines.append(row(f"timm {name} (deploy, random BN)", scores(reparameterize_model(bn)), truth))
     print("\n".join(lines))
+    results.write("hidden_skips", run, {"table": lines}, args)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torchvision
 from auditor_gradient_inversion.attacks.ig import cosine_distance, cosine_distance_lists, list_norm, total_variation
 from auditor_gradient_inversion.oracle import GradientOracle
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
 
 Step = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 TV = 1e-4
@@ -81,8 +86,10 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, else cpu)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of each step")
     parser.add_argument("--variants", nargs="+", help="time only these steps (names as in the table)")
+    results.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    run = results.begin()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval().to(device)
@@ -115,12 +122,17 @@ def main() -> None:
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}\n")
     print("| step | CPU s / step | wall s / step | loss | max abs. diff. of the input gradient to float64 |")
     print("|---|---|---|---|---|")
+    rows = []
     for name, fn in variants.items():
         grad, loss = fn(x)
-        print(f"| {name} | {statistics.median(cpu[name]):.4f} | {statistics.median(wall[name]):.4f} | "
-              f"{float(loss):.6f} | {float((grad.double() - ref_grad).abs().max()):.2e} |")
+        rows.append({"step": name, "cpu_s": statistics.median(cpu[name]), "wall_s": statistics.median(wall[name]),
+                     "loss": float(loss), "max_abs_diff": float((grad.double() - ref_grad).abs().max())})
+        print(f"| {name} | {rows[-1]['cpu_s']:.4f} | {rows[-1]['wall_s']:.4f} | "
+              f"{rows[-1]['loss']:.6f} | {rows[-1]['max_abs_diff']:.2e} |")
     print(f"\nfloat64 reference loss {float(ref_loss.detach()):.6f}, max abs. input gradient "
           f"{float(ref_grad.abs().max()):.2e}")
+    results.write("ig_step", run, {"device": device.type, "repeat": args.repeat, "steps": args.steps,
+                                   "reference_loss": float(ref_loss.detach()), "rows": rows}, args)
     if args.profile:
         from torch.profiler import profile
 

@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import results
 from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
 
 
@@ -46,8 +47,10 @@ def main() -> None:
     parser.add_argument("--references", type=int, default=4)
     parser.add_argument("--targets", type=int, default=300)
     parser.add_argument("--plugin-root", default=None, help="another checkout's plugins/ directory to time too")
+    results.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    run, rows = results.begin(), []
     order = np.random.default_rng(0).permutation(1797)
     print(f"TinyCNN on digits, {args.targets}+{args.targets} targets, {args.references} references, "
           "recipe 30 epochs adam lr 3e-3 batch 32, bootstrap 200\n")
@@ -71,6 +74,9 @@ def main() -> None:
                 auc = m["held_out"]["auc"] if "held_out" in m else m["best_auc"]
                 power = ("passed" if res.power[0].passed else "failed") if res.power else "none"
                 print(f"| {label} | {state} | {wall:.1f} | {m['best_attack']} | {auc:.3f} | {power} |", flush=True)
+                rows.append({"plugin": label, "cache": state, "wall_s": round(wall, 1),
+                             "best_attack": m["best_attack"], "auc": auc, "power": power})
+    results.write("mia_speed", run, {"references": args.references, "targets": args.targets, "rows": rows}, args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 
 from auditor.distributed import ray_session
+from benchmarks import results
 from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
 
 
@@ -28,8 +29,10 @@ def main() -> None:
     parser.add_argument("--references", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=30, help="Reference training epochs (the cost per task).")
+    results.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    run = results.begin()
     order = np.random.default_rng(0).permutation(1797)
     with tempfile.TemporaryDirectory() as tmp:
         data = write_manifest(Path(tmp), {"train": order[:200], "test": order[1500:1700]})
@@ -50,6 +53,9 @@ def main() -> None:
           f"| in process | {args.references} x {args.epochs} | {t_local:.1f} |\n"
           f"| Ray, {args.workers} CPUs (start-up included) | {args.references} x {args.epochs} | {t_ray:.1f} |\n\n"
           f"speed-up {t_local / t_ray:.2f}x; AUC in process vs Ray: {auc}")
+    results.write("ray_lira", run, {"references": args.references, "epochs": args.epochs, "workers": args.workers,
+                                    "local_wall_s": round(t_local, 1), "ray_wall_s": round(t_ray, 1),
+                                    "auc": {a: list(v) for a, v in auc.items()}}, args)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
+
 
 def small_cnn(seed: int) -> nn.Module:
     """A 3x32x32 residual CNN with 10 classes (torchvision blocks, so the safe loader admits it), random init."""
@@ -47,7 +50,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--plugins", default="architecture-risk")
     parser.add_argument("--budget", type=float, default=None)
+    results.add_arguments(parser)
     args = parser.parse_args()
+    run = results.begin()
     extra = ["--plugins", args.plugins] + (["--budget", str(args.budget)] if args.budget else [])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "zoo"
@@ -62,6 +67,10 @@ def main() -> None:
           f"| --workers {args.workers} (local Ray, start-up included) | {args.models} | {args.plugins} | "
           f"{par[0]:.1f} | {par[1]} |\n\nspeed-up {seq[0] / par[0]:.2f}x; verdicts identical: "
           f"{', '.join(v for _, v in seq[2])}")
+    results.write("ray_scale", run, {"models": args.models, "workers": args.workers, "plugins": args.plugins,
+                                     "budget_s": args.budget, "sequential_wall_s": round(seq[0], 1),
+                                     "ray_wall_s": round(par[0], 1), "exit": [seq[1], par[1]],
+                                     "verdicts": [v for _, v in seq[2]], "identical": seq[2] == par[2]}, args)
 
 
 if __name__ == "__main__":

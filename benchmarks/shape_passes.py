@@ -11,8 +11,12 @@ Run: ``python benchmarks/shape_passes.py`` (about 4 minutes on the 2-core CPU bo
 
 from __future__ import annotations
 
+import argparse
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import timm
 import torch
@@ -23,6 +27,9 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from auditor.graph.shapes import propagate_shapes
 from auditor.graph.trace import fx_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
 
 TIMM = ("resnet18", "efficientnet_b0", "mobilenetv3_small_050", "convnext_atto", "vit_tiny_patch16_224",
         "deit_tiny_patch16_224", "swin_tiny_patch4_window7_224", "regnetx_002", "repvgg_a0", "levit_128s",
@@ -49,9 +56,13 @@ def _models() -> list[tuple[str, Callable[[], nn.Module], int | None]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    results.add_arguments(parser)
+    args = parser.parse_args()
     torch.set_num_threads(1)
+    run, cpu = results.begin(), time.process_time()
     methods: Counter[str] = Counter()
-    mismatches = 0
+    mismatches, failed = 0, []
     for name, build, size in _models():
         model = build().eval()
         size = size or (getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))[1]
@@ -67,8 +78,12 @@ def main() -> None:
         methods[method] += 1
         differing = [k for k in real if real[k] != cheap.get(k)]
         mismatches += bool(differing)
+        failed += [name] if differing else []
         print(f"{'MISMATCH' if differing else 'ok'} {name} {method} {differing[:3] if differing else ''}", flush=True)
     print(f"models {sum(methods.values())}, passes {dict(methods)}, mismatches {mismatches}")
+    results.write("shape_passes", run, {"models": sum(methods.values()), "passes": dict(methods),
+                                        "mismatches": mismatches, "mismatched_models": failed,
+                                        "cpu_s": round(time.process_time() - cpu, 1)}, args)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import functools
 import importlib
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,19 +33,22 @@ import torchvision
 
 from auditor.cli import run_cli
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
+
 MODELS = ("resnet50", "vit_b_16")
 #: Phase of a scan -> (module or class, function) it is timed by; the sha256 runs in a worker thread.
 PHASES = {
-    "pickle check": ("auditor.load.loaders", "scan_checkpoint"),
-    "sha256 (worker thread)": ("auditor.load.loaders", "sha256_file"),
+    "pickle check": ("auditor.load.static_check", "scan_checkpoint"),
+    "sha256 (worker thread)": ("auditor.load.static_check", "sha256_file"),
     "safe load (gated unpickler, mmap)": ("auditor.load.loaders", "_materialise"),
     "fx trace": ("auditor.graph.trace:LeafTracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
     "plugin discovery": ("auditor.audit.pipeline", "discover_plugins"),
     "plugins": ("auditor.audit.pipeline", "run_plugins"),
-    "JSON": ("auditor.report.render_json", "write_json"),
-    "HTML": ("auditor.report.render_html", "write_html"),
+    "JSON": ("auditor.report.render_json", "report_to_dict"),
+    "HTML": ("auditor.report.render_html", "render_html"),
 }
 
 
@@ -88,11 +92,11 @@ def _timing(fn: Callable[..., object], sink: list[float]) -> Callable[..., objec
     return wrapper
 
 
-def timed(fn: Callable[..., object], *args: object) -> float:
-    """Return the wall-clock seconds of one call."""
-    start = time.perf_counter()
+def timed(fn: Callable[..., object], *args: object) -> tuple[float, float]:
+    """Return the wall-clock and process-CPU seconds of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn(*args)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main() -> None:
@@ -101,8 +105,10 @@ def main() -> None:
     parser.add_argument("--profile", choices=MODELS)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--breakdown", action="store_true", help="also time each phase of the scan")
+    results.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    run = results.begin()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -125,8 +131,9 @@ def main() -> None:
         if args.breakdown:
             instrument(phases)
         breakdown: dict[str, dict[str, float]] = {}
+        rows = []
         for name, path in paths.items():
-            runs: dict[Callable[..., object], list[float]] = {floor: [], scan: [], floor_with_forward: []}
+            runs: dict[Callable[..., object], list[tuple[float, float]]] = {floor: [], scan: [], floor_with_forward: []}
             for fn in runs:  # warm-up
                 fn(path, out)
             for times in phases.values():
@@ -134,9 +141,12 @@ def main() -> None:
             for _ in range(args.repeat):
                 for fn, times in runs.items():
                     times.append(timed(fn, path, out))
-            f, s, f2 = (statistics.median(times) for times in runs.values())
+            f, s, f2 = (statistics.median(t[0] for t in times) for times in runs.values())
+            fc, sc, f2c = (statistics.median(t[1] for t in times) for times in runs.values())
             mb = path.stat().st_size / 1e6
             print(f"| {name} | {mb:.0f} | {f:.3f} | {s:.3f} | {s / f:.2f} | {f2:.3f} | {s / f2:.2f} |")
+            rows.append({"model": name, "file_mb": round(mb), "floor_s": f, "scan_s": s, "second_floor_s": f2,
+                         "floor_cpu_s": fc, "scan_cpu_s": sc, "second_floor_cpu_s": f2c})
             breakdown[name] = {phase: sum(t) / args.repeat for phase, t in phases.items()}
             breakdown[name]["whole scan"] = s
         if args.breakdown:
@@ -144,6 +154,8 @@ def main() -> None:
             print("|---|" + "---|" * len(breakdown))
             for phase in [*PHASES, "whole scan"]:
                 print(f"| {phase} | " + " | ".join(f"{row[phase]:.3f}" for row in breakdown.values()) + " |")
+        results.write("speed_breakdown" if args.breakdown else "speed", run,
+                      {"repeat": args.repeat, "rows": rows, "breakdown": breakdown if args.breakdown else None}, args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,326 @@
+"""Rewrite the generated regions of the docs from the benchmarks' results files.
+
+Run: ``python benchmarks/render_docs.py`` (``--check`` exits 1 and names the regions that differ instead
+of writing). Every region of :data:`DOCS` is rendered from ``benchmarks/results/*.json`` (and, for the
+rewrite tables, ``benchmarks/replication/results/seedNNN.json``); a results file that is missing renders
+as "not measured" with the command that measures it. ``tests/test_docs_results.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import results
+from benchmarks.results import run_facts, table
+
+REPLICATION = results.ROOT / "benchmarks" / "replication" / "results"
+FULL_AUDIT = "python benchmarks/full_audit.py --out /tmp/full-audit"
+
+
+def _missing(command: str) -> str:
+    return f"Not measured in this round: `{command}` measures it.\n"
+
+
+def _ordered(name: str) -> list[tuple[str, dict]]:
+    """The runs of a results file, oldest first."""
+    return sorted(results.load(name).items(), key=lambda kv: kv[1]["run"]["started"])
+
+
+def ig_step() -> str:
+    """The four IG step implementations."""
+    runs = results.load("ig_step")
+    if "default" not in runs:
+        return _missing("python benchmarks/ig_step.py --repeat 5 --steps 4")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = [[r["step"], f"{r['cpu_s']:.4f}", f"{r['wall_s']:.4f}", f"{r['loss']:.6f}", f"{r['max_abs_diff']:.2e}"]
+            for r in got["rows"]]
+    first, last = got["rows"][0], got["rows"][-1]
+    return (f"{run_facts(run)}; medians of {got['repeat']} interleaved rounds of {got['steps']} steps; float64 "
+            f"reference loss {got['reference_loss']:.6f}.\n\n"
+            + table(["step", "CPU s / step", "wall s / step", "loss",
+                     "max abs. diff. of the input gradient to float64"], rows)
+            + f"\n`{last['step']}` against `{first['step']}`: **{first['cpu_s'] / last['cpu_s']:.2f}×** "
+              "per CPU-second.\n")
+
+
+def _gvb_rows() -> list[tuple[str, dict, dict, dict]]:
+    out = []
+    for key, entry in _ordered("gia_vs_breaching"):
+        tools = {r["tool"]: r for r in entry["results"]}
+        if {"auditor", "breaching"} <= set(tools):
+            out.append((key, entry["run"], tools["auditor"], tools["breaching"]))
+    return out
+
+
+def gia_vs_breaching() -> str:
+    """auditor's IG loop against breaching's, one row per run."""
+    got = _gvb_rows()
+    if not got:
+        return _missing("python benchmarks/gia_vs_breaching.py --breaching-path DIR --iters 100 --images 2")
+    rows = [[key, run["commit"], f"{run['load_start'][0]:.1f}–{run['load_end'][0]:.1f}", a["cpu_s"],
+             a["it_per_cpu_s_per_image"], b["cpu_s"], b["it_per_cpu_s_per_image"],
+             f"**{a['it_per_cpu_s_per_image'] / b['it_per_cpu_s_per_image']:.2f}×**",
+             f"{b['wall_s'] / a['wall_s']:.2f}×", f"{a['ssim_mean']} / {b['ssim_mean']}"]
+            for key, run, a, b in got]
+    return ("".join(f"- `{key}`: {run_facts(run)}\n" for key, run, _, _ in got) + "\n"
+            + table(["run", "commit", "load (1 min, start–end)", "auditor CPU s", "auditor it/CPU-s", "breaching CPU s",
+                     "breaching it/CPU-s", "ratio per CPU-s", "ratio per wall s", "SSIM auditor / breaching"], rows))
+
+
+def gia_time_to_success() -> str:
+    """Seconds to mean SSIM over the success line, both tools."""
+    runs = results.load("gia_time_to_success")
+    if "default" not in runs:
+        return _missing("PYTHONPATH=. python benchmarks/gia_time_to_success.py --breaching-path DIR")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = []
+    for r in got:
+        aud = next((a for a in got if a["model"] == r["model"] and a["tool"] == "auditor"), None)
+        ratio = ""
+        if r["tool"] == "breaching" and aud and aud["cpu_s_to_success"]:
+            ratio = (f"**{r['cpu_s_to_success'] / aud['cpu_s_to_success']:.2f}×**" if r["cpu_s_to_success"]
+                     else f"**> {r['cap_s'] / aud['cpu_s_to_success']:.1f}×** (not reached by the cap)")
+        its = r["iteration_to_success"]
+        if r["tool"] == "auditor" and its is not None:
+            its = f"stage {r['stage_to_success']}, it {its}"
+        end = (f"{r['search_cpu_s']} (search: {r['search_stopped']})" if r["tool"] == "auditor"
+               else f"{r['cap_s']} (cap, it {r['iterations_run']})" if "cap" in r["stopped"]
+               else f"{r['run_cpu_s']} (all {r['iterations_run']} iterations)")
+        rows.append([f"{r['model']} ({r['floor_ssim']})", r["tool"], r["cpu_s_to_success"] or "not reached",
+                     its if its is not None else "—", r["ssim_at_success"] or "—", r["cpu_s_held_from"] or "never",
+                     end, r["ssim_final"], ratio])
+    return (f"{run_facts(run)}.\n\n"
+            + table(["model (floor SSIM)", "tool", "CPU s to success", "iterations", "SSIM at success",
+                     "CPU s held from", "run ends (CPU s)", "SSIM at end", "breaching / auditor"], rows))
+
+
+def _headline(plugin: dict | None) -> str:
+    if plugin is None:
+        return "—"
+    parts = [f"{k} {v['value']:.4g}" + ("" if v.get("floor") is None else f" (floor {v['floor']:.4g})")
+             for k, v in plugin["headline"].items()]
+    return ", ".join(parts) or "no headline"
+
+
+def full_audit() -> str:
+    """``--plugins all`` cold and warm side by side, per plugin (a side not measured says so), and capped runs."""
+    runs = results.load("full_audit")
+    sides = ("cold", "warm")
+    by = {k: {p["name"]: p for p in runs[k]["results"]["plugins"]} if k in runs else {} for k in sides}
+    names = list(dict.fromkeys(n for k in sides for n in by[k]))
+    absent = "not measured"
+    header = ["plugin", *[f"{k}: status, wall s" for k in sides], *[f"{k}: reported leakage" for k in sides]]
+    rows = [[n, *[f"{by[k][n]['status']}, {by[k][n]['duration_s']}" if n in by[k] else absent for k in sides],
+             *[_headline(by[k].get(n)) if k in runs else absent for k in sides]] for n in names]
+    whole = [runs[k]["results"] if k in runs else None for k in sides]
+    rows.append(["**whole scan**", *[f"**{r['wall_s']:,.0f} s wall / {r['cpu_s']:,.0f} CPU-s**, exit {r['exit']}"
+                                     if r else absent for r in whole], *[""] * len(sides)])
+    text = ""
+    for k in sides:
+        if k in runs:
+            text += f"- {k}: {run_facts(runs[k]['run'])}; peak RSS {runs[k]['results']['peak_rss_mb']} MB\n"
+        else:
+            text += f"- {k}: not measured in this round (`HOME=/tmp/empty-home {FULL_AUDIT} --results-key {k}`)\n"
+    text += "\n" + table(header, rows)
+    for k, e in runs.items():
+        got = e["results"]
+        if got.get("budget_s"):
+            text += (f"\n`{k}` (every plugin capped at `--budget {got['budget_s']:g}`): {run_facts(e['run'])}: "
+                     f"**{got['wall_s']:,.1f} s wall / {got['cpu_s']:,.1f} CPU-s**, exit {got['exit']}; "
+                     + "; ".join(f"{p['name']} {p['status']} ({_headline(p)})" for p in got["plugins"]) + ".\n")
+    return text
+
+
+def speed_ratio() -> str:
+    """``architecture-risk`` scan against the floor."""
+    runs = results.load("speed")
+    if not runs:
+        return _missing("python benchmarks/speed.py --repeat 7")
+    text, rows = "", []
+    for key, e in _ordered("speed"):
+        text += f"- `{key}`: {run_facts(e['run'])}; medians of {e['results']['repeat']} interleaved runs\n"
+        rows += [[key, r["model"], r["file_mb"], f"{r['floor_s']:.3f}", f"{r['scan_s']:.3f}",
+                  f"**{r['scan_s'] / r['floor_s']:.2f}**", f"{r['scan_cpu_s'] / r['floor_cpu_s']:.2f}",
+                  f"{r['second_floor_s']:.3f}", f"{r['scan_s'] / r['second_floor_s']:.2f}"]
+                 for r in e["results"]["rows"]]
+    return text + "\n" + table(["run", "model", "file MB", "floor wall s", "scan wall s", "**ratio (wall)**",
+                                "ratio (CPU)", "second floor wall s", "scan ÷ second floor"], rows)
+
+
+def speed_breakdown() -> str:
+    """Seconds per phase of a scan."""
+    runs = results.load("speed_breakdown")
+    if "default" not in runs:
+        return _missing("python benchmarks/speed.py --repeat 7 --breakdown")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    models = list(got["breakdown"])
+    phases = list(got["breakdown"][models[0]])
+    rows = [[p, *[f"{got['breakdown'][m][p]:.3f}" for m in models]] for p in phases]
+    rows.append(["floor (this run)", *[f"{r['floor_s']:.3f}" for r in got["rows"]]])
+    return f"{run_facts(run)}; mean wall seconds per scan.\n\n" + table(["phase", *models], rows)
+
+
+def cli_startup() -> str:
+    """Fresh-process start-up of the CLI."""
+    runs = results.load("cli_startup")
+    if "default" not in runs:
+        return _missing("python benchmarks/cli_startup.py --repeat 3")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = [[f"`{r['command']}`", ", ".join(f"{x['wall_s']:.2f}" for x in r["runs"]),
+             ", ".join(f"{x['cpu_s']:.2f}" for x in r["runs"]), f"{r['max_rss_mb']:.0f}",
+             ", ".join(str(x["exit"]) for x in r["runs"])] for r in got["rows"]]
+    return (f"{run_facts(run)}.\n\n"
+            + table(["command", "wall s (each run)", "CPU s (each run)", "peak RSS MB (median)", "exit"], rows))
+
+
+def shape_passes() -> str:
+    """The meta shape pass against a real forward pass."""
+    runs = results.load("shape_passes")
+    if "default" not in runs:
+        return _missing("python benchmarks/shape_passes.py")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    bad = f" ({', '.join(got['mismatched_models'])})" if got["mismatched_models"] else ""
+    return (f"{run_facts(run)}: **models {got['models']}, passes {got['passes']}, mismatches {got['mismatches']}**"
+            f"{bad}; {got['cpu_s']:,.0f} CPU-s.\n")
+
+
+def targets() -> str:
+    """Issue 17's targets, each with what the latest results show."""
+    gvb = [(key, a["it_per_cpu_s_per_image"] / b["it_per_cpu_s_per_image"], run) for key, run, a, b in _gvb_rows()]
+    ig = ("not measured", "`gia_vs_breaching.py`: no results") if not gvb else (
+        "**met**" if min(r for _, r, _ in gvb) >= 1.5 else "**not met**",
+        ", ".join(f"{r:.2f}× (`{k}`, load {run['load_start'][0]:.1f})" for k, r, run in gvb))
+    tts = results.load("gia_time_to_success").get("default")
+    ratios = []
+    for r in tts["results"] if tts else []:
+        aud = next(a for a in tts["results"] if a["model"] == r["model"] and a["tool"] == "auditor")
+        if r["tool"] == "breaching" and aud["cpu_s_to_success"]:
+            got = r["cpu_s_to_success"] and r["cpu_s_to_success"] / aud["cpu_s_to_success"]
+            ratios.append((r["model"], got, aud["cpu_s_to_success"], r["cpu_s_to_success"], r["cap_s"]))
+    tts_cell = ("not measured", "`gia_time_to_success.py`: no results") if not ratios else (
+        "**met**" if all(g is None or g >= 2 for _, g, *_ in ratios) else "**not met on "
+        + ", ".join(m for m, g, *_ in ratios if g is not None and g < 2) + "**",
+        "; ".join(f"{m}: auditor {a} CPU s, breaching {b} CPU s ({g:.2f}×)" if g else
+                  f"{m}: auditor {a} CPU s, breaching not within its {cap} CPU-s cap (> {cap / a:.1f}×)"
+                  for m, g, a, b, cap in ratios))
+    fa = results.load("full_audit")
+    sides = [(k, fa[k]["results"]) for k in ("cold", "warm") if k in fa]
+    fa_cell = ("not measured", f"`{FULL_AUDIT}`: no results") if not sides else (
+        "**met**" if all(r["wall_s"] <= 60 for _, r in sides) and len(sides) == 2 else "**not met**",
+        " · ".join(f"{k}: **{r['wall_s']:,.0f} s wall / {r['cpu_s']:,.0f} CPU-s**" for k, r in sides)
+        + ("" if len(sides) == 2 else " (warm not measured in this round)"))
+    rows = [["IG per step ≥ 1.5× breaching per CPU-second (`gia_vs_breaching.py --iters 100 --images 2`)", *ig],
+            ["time to mean SSIM ≥ 0.5 over the floor ≥ 2× faster than breaching (`gia_time_to_success.py`)", *tts_cell],
+            ["`--plugins all` on the small residual CNN ≤ 60 s without lowering leakage (`full_audit.py`), cold and "
+             "warm", *fa_cell],
+            ["every plugin honours `--device`, autocast on CUDA", "not verified",
+             "no GPU was lent to this task; nothing measured"]]
+    return table(["target", "status", "measured (results files)"], rows)
+
+
+def ray() -> str:
+    """Ray against in-process runs on this box."""
+    scale, lira = results.load("ray_scale").get("default"), results.load("ray_lira")
+    rows, facts = [], ""
+    if scale:
+        r = scale["results"]
+        facts += f"- `ray_scale`: {run_facts(scale['run'])}\n"
+        verdicts = ", ".join(sorted(set(r["verdicts"])))
+        rows.append([f"`{scale['run']['command']}`", f"{r['models']} static scans (`{r['plugins']}`) of small residual "
+                     "CNNs", r["sequential_wall_s"], r["ray_wall_s"],
+                     f"{'identical' if r['identical'] else 'DIFFERENT'} verdicts ({verdicts})"])
+    for key, e in sorted(lira.items()):
+        r = e["results"]
+        facts += f"- `ray_lira` `{key}`: {run_facts(e['run'])}\n"
+        same = all(a == b for a, b in r["auc"].values())
+        aucs = ", ".join(f"{k} {v[0]:.4f}" for k, v in r["auc"].items())
+        rows.append([f"`{e['run']['command']}`", f"membership inference, {r['references']} LiRA references × "
+                     f"{r['epochs']} epochs (digits MLP)", r["local_wall_s"], r["ray_wall_s"],
+                     f"{'identical' if same else 'DIFFERENT'} AUCs ({aucs})"])
+    if not rows:
+        return _missing("python benchmarks/ray_scale.py --models 8 --workers 2")
+    return facts + "\n" + table(["command", "work", "sequential wall s", "Ray, 2 CPUs, wall s (start-up included)",
+                                  "results"], rows)
+
+
+def _replication(paper: str) -> dict | None:
+    path = REPLICATION / f"seed{paper}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def per_seed(paper: str) -> str:
+    """Every condition of one paper's replication, seed by seed (the means are in replication.md)."""
+    got = _replication(paper)
+    if got is None:
+        return _missing(f"PYTHONPATH=. python benchmarks/replicate.py --only {paper}")
+    conditions: dict[tuple[str, str], list[float]] = {}
+    for claim in got["claims"]:
+        for c in claim["conditions"]:
+            conditions.setdefault((c["name"], c["metric"]), c["values"])
+    seeds = got["seeds"]
+    rows = [[name, metric, *[f"{v:.3f}" for v in values]] for (name, metric), values in conditions.items()]
+    note = " — **quick smoke run: budgets shrunk, not a measurement**" if got["quick"] else ""
+    return (f"From `benchmarks/replication/results/seed{paper}.json` (seeds {', '.join(map(str, seeds))}, torch "
+            f"{got['torch']}, {got['seconds'] / 60:.0f} min wall{note}).\n\n"
+            + table(["condition", "metric", *[f"seed {s}" for s in seeds]], rows)
+            + "\n" + "".join(f"- {c['direction']}: **{c['outcome']}**\n" for c in got["claims"]))
+
+
+def readme_rewrites() -> str:
+    """The README's summary of seeds 000 and 004: each claim, its conditions' means and the outcome."""
+    rows = []
+    for paper in ("004", "000"):
+        got = _replication(paper)
+        for claim in got["claims"] if got else []:
+            names = [c["name"] for c in claim["conditions"]]
+            means = "; ".join(f"{c['name']}{', ' + c['metric'] if names.count(c['name']) > 1 else ''} "
+                              f"{sum(c['values']) / len(c['values']):.3f}" for c in claim["conditions"])
+            rows.append([paper, claim["direction"], means, f"**{claim['outcome']}**"])
+    if not rows:
+        return _missing("PYTHONPATH=. python benchmarks/replicate.py --only 000,004")
+    return table(["seed", "direction", "means over the seeds", "outcome"], rows)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
+    "full-audit": full_audit, "speed-ratio": speed_ratio, "speed-breakdown": speed_breakdown,
+    "cli-startup": cli_startup, "shape-passes": shape_passes, "speed-targets": targets, "ray": ray,
+    "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
+    "readme-rewrites": readme_rewrites,
+}
+#: The docs with generated regions.
+DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md")
+
+
+def stale() -> dict[str, list[str]]:
+    """Doc -> the names of its regions whose text differs from what the results render."""
+    out = {}
+    for doc in DOCS:
+        found = results.regions((results.ROOT / doc).read_text())
+        out[doc] = [n for n, body in found.items() if body != RENDERERS[n]().rstrip("\n") + "\n"]
+    return out
+
+
+def main() -> None:
+    """Rewrite every generated region (or, with ``--check``, report the stale ones)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a region differs; write nothing")
+    args = parser.parse_args()
+    if args.check:
+        bad = {doc: names for doc, names in stale().items() if names}
+        print(bad or "all generated regions match their results files")
+        sys.exit(1 if bad else 0)
+    for doc in DOCS:
+        path = results.ROOT / doc
+        text = path.read_text()
+        path.write_text(results.replace_regions(text, {n: RENDERERS[n]() for n in results.regions(text)}))
+        print(f"rendered {doc}: {', '.join(results.regions(text)) or 'no regions'}")
+
+
+if __name__ == "__main__":
+    main()
