@@ -76,6 +76,18 @@ from auditor.plugin.images import (
 from auditor.plugin.images import (
     png_base64 as png_base64,
 )
+from auditor.plugin.leak import (
+    LeakJudgement as LeakJudgement,
+)
+from auditor.plugin.leak import (
+    judge_leak as judge_leak,
+)
+from auditor.plugin.measure import (
+    Floor as Floor,
+)
+from auditor.plugin.measure import (
+    against_floor as against_floor,
+)
 from auditor.plugin.measure import (
     floor_images as floor_images,
 )
@@ -84,6 +96,12 @@ from auditor.plugin.measure import (
 )
 from auditor.plugin.measure import (
     measure as measure,
+)
+from auditor.plugin.measure import (
+    top1_accuracy as top1_accuracy,
+)
+from auditor.plugin.presets import (
+    PresetConfig as PresetConfig,
 )
 from auditor.report.charts import (
     CHART_COLOURS as CHART_COLOURS,
@@ -129,13 +147,16 @@ __all__ = [
     "Artifact",
     "DataBundle",
     "Finding",
+    "Floor",
     "ImageSplit",
+    "LeakJudgement",
     "Measurement",
     "NoConfig",
     "Plugin",
     "PluginResult",
     "PluginSkipped",
     "PowerCheck",
+    "PresetConfig",
     "Reference",
     "Requirements",
     "Rule",
@@ -143,6 +164,7 @@ __all__ = [
     "Scaling",
     "Severity",
     "UnsplittableModel",
+    "against_floor",
     "chart",
     "cite",
     "content_hash",
@@ -155,6 +177,7 @@ __all__ = [
     "image_floor_scores",
     "image_grid",
     "image_scores",
+    "judge_leak",
     "lpips_distances",
     "lpips_status",
     "measure",
@@ -164,4 +187,5 @@ __all__ = [
     "split_model",
     "split_segments",
     "svg_artifact",
+    "top1_accuracy",
 ]

@@ -19,17 +19,29 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
 from auditor.errors import PluginTimeout
-from auditor.report.model import ArchitectureProfile, Artifact, Finding, Measurement, PowerCheck, Reference, Severity
+from auditor.report.model import (
+    CATEGORY_NOT_APPLICABLE,
+    CATEGORY_TOOLING_GAP,
+    ArchitectureProfile,
+    Artifact,
+    Finding,
+    Measurement,
+    PowerCheck,
+    Reference,
+    Severity,
+)
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
-PLUGIN_API_VERSION = 4  # 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
+#: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
+#: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
+PLUGIN_API_VERSION = 5
 
 
 class NoConfig(BaseModel):
@@ -63,6 +75,10 @@ class PluginSkipped(Exception):
 
     Use it when what the plugin needs turns out to be missing only at run time (a data split,
     an attribute column), so that nothing is run on made-up data.
+
+    ``category`` is ``missing-data`` (the default), ``tooling-gap`` (auditor cannot attack this
+    model: a gap, so the verdict is INCONCLUSIVE) or ``not-applicable`` (the threat does not exist
+    in this model; a threat-model reason only).
     """
 
     def __init__(self, reason: str, category: str = "missing-data") -> None:
@@ -73,10 +89,33 @@ class PluginSkipped(Exception):
 
 @dataclass(frozen=True)
 class Applicability:
-    """Whether a plugin applies to a profiled model, and why (or why not)."""
+    """Whether a plugin applies to a profiled model, and why (or why not).
+
+    A plugin that does not apply says which kind of reason it has: ``not-applicable`` (the
+    threat does not exist in this model: no split point, no image input) or ``tooling-gap`` (the
+    threat may exist but auditor cannot attack it here: no fx graph, no gradient path). A gap
+    makes the verdict INCONCLUSIVE; only ``not-applicable`` is no gap. Prefer the constructors
+    :meth:`yes`, :meth:`no_threat` and :meth:`gap`.
+    """
 
     applicable: bool
     reason: str
+    category: Literal["not-applicable", "tooling-gap"] = CATEGORY_NOT_APPLICABLE
+
+    @classmethod
+    def yes(cls, reason: str) -> Applicability:
+        """The plugin applies."""
+        return cls(True, reason)
+
+    @classmethod
+    def no_threat(cls, reason: str) -> Applicability:
+        """The threat does not exist in this model (a threat-model reason): no gap in the audit."""
+        return cls(False, reason, CATEGORY_NOT_APPLICABLE)
+
+    @classmethod
+    def gap(cls, reason: str) -> Applicability:
+        """The threat may exist but the plugin cannot attack this model (a tooling reason): INCONCLUSIVE."""
+        return cls(False, reason, CATEGORY_TOOLING_GAP)
 
 
 @dataclass(frozen=True)
@@ -144,6 +183,8 @@ class RunContext:
     data: Any = None
     started_at: float = field(default_factory=time.monotonic)
     plugin_name: str = ""
+    #: What the time budget cut short (see :meth:`cut_short`); the runner makes the run inconclusive.
+    shortfalls: list[str] = field(default_factory=list)
 
     def config_as(self, cls: type[ConfigT]) -> ConfigT:
         """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""
@@ -161,10 +202,24 @@ class RunContext:
         return self.budget_s - (time.monotonic() - self.started_at)
 
     def check_budget(self) -> None:
-        """Raise :class:`PluginTimeout` when the budget is spent; call it in long loops."""
+        """Raise :class:`PluginTimeout` when the budget is spent; call it in long loops.
+
+        The hit is recorded, so a plugin that catches the exception and returns a result anyway is
+        judged ``inconclusive`` (cut short), never ``ok``.
+        """
         left = self.remaining_s()
         if left is not None and left <= 0:
+            self.cut_short(f"the {self.budget_s:g} s time budget ran out (check_budget)")
             raise PluginTimeout(self.plugin_name, self.budget_s or 0.0)
+
+    def cut_short(self, what: str) -> None:
+        """Record that the time budget made the attack do less than it was set to (fewer steps, skipped stages).
+
+        The run is then ``inconclusive`` with category ``attack.cut-short``: a weaker attack than the
+        one configured cannot vouch for the model.
+        """
+        if what not in self.shortfalls:
+            self.shortfalls.append(what)
 
 
 @runtime_checkable

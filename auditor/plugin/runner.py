@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +18,7 @@ from auditor.errors import PluginTimeout
 from auditor.plugin.api import PluginResult, PluginSkipped, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
+    CATEGORY_CUT_SHORT,
     CATEGORY_EXCEPTION,
     CATEGORY_LOAD_FAILED,
     CATEGORY_MISSING_DATA,
@@ -24,11 +26,16 @@ from auditor.report.model import (
     CATEGORY_NO_TORCH_MODEL,
     CATEGORY_NOT_APPLICABLE,
     CATEGORY_NOT_SELECTED,
+    CATEGORY_POWER_DISPUTED,
     CATEGORY_TIMEOUT,
+    CATEGORY_TOOLING_GAP,
     CATEGORY_UNDECIDED,
+    CATEGORY_UNRESOLVED,
     ArchitectureProfile,
     Finding,
+    Measurement,
     PluginRun,
+    PowerCheck,
 )
 
 log = logging.getLogger(__name__)
@@ -104,7 +111,10 @@ def _run_one(
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
     if not verdict.applicable:
-        return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE, reason=verdict.reason, **base), []
+        # Only a threat-model reason is "not applicable"; anything else a plugin says is a gap.
+        category = CATEGORY_NOT_APPLICABLE if getattr(verdict, "category", None) == CATEGORY_NOT_APPLICABLE \
+            else CATEGORY_TOOLING_GAP
+        return PluginRun(status="skipped", category=category, reason=verdict.reason, **base), []
     if plugin.requires.data and settings.data is None:
         return PluginRun(status="skipped", category=CATEGORY_MISSING_DATA,
                          reason="needs --data; nothing is run on made-up data", **base), []
@@ -113,6 +123,10 @@ def _run_one(
                          reason="needs labelled --data (one folder per class, or a labels column); none were given",
                          **base), []
     if plugin.requires.split_point and not profile.split_points:
+        if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
+            return PluginRun(status="skipped", category=CATEGORY_TOOLING_GAP,
+                             reason="needs a split point, and the model could not be traced into a graph to find one",
+                             **base), []
         return PluginRun(status="skipped", category=CATEGORY_NOT_APPLICABLE,
                          reason="needs a split point, and the graph has none (no single tensor carries everything)",
                          **base), []
@@ -143,7 +157,7 @@ def _run_one(
     findings = [f.model_copy(update={"source": entry.name}) for f in outcome.findings]
     provenance = {"seed": settings.seed, "device": str(settings.device), "budget_s": budget,
                   "config": ctx.config.model_dump(mode="json"), **outcome.provenance}
-    status, category, reason = _judged(plugin.family, outcome, verdict.reason)
+    status, category, reason = _judged(plugin.family, outcome, verdict.reason, ctx.shortfalls)
     return PluginRun(
         status=status, category=category, reason=reason, duration_s=duration, metrics=outcome.metrics,
         provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
@@ -151,24 +165,69 @@ def _run_one(
     ), findings
 
 
-def _judged(family: str, outcome: PluginResult, applicable_reason: str) -> tuple[str, str | None, str]:
+def _judged(
+    family: str, outcome: PluginResult, applicable_reason: str, shortfalls: Sequence[str] = ()
+) -> tuple[str, str | None, str]:
     """Return ``ok`` only for a run that can vouch for itself; else ``inconclusive`` with the category and why.
 
-    Attacks (every family but ``static``) must show a passed positive control; any plugin may
-    declare itself undecided.
+    Any plugin may declare itself undecided, and any run the time budget cut short is inconclusive.
+    Attacks (every family but ``static``) must also show a positive control whose numbers meet its
+    requirement by the runner's own comparison (a plugin's ``passed`` is not taken on its word),
+    and every headline with a threshold needs a margin and its interval.
     """
+    problems: list[tuple[str, str]] = []
     if outcome.undecided:
-        return "inconclusive", CATEGORY_UNDECIDED, "; ".join(outcome.undecided)
-    if family == "static":
-        return "ok", None, applicable_reason
-    if not outcome.power:
-        return "inconclusive", CATEGORY_NO_POWER, "the attack ran no positive control, so it cannot show it could " \
-                                                  "have found a leak at this budget"
-    failed = [p for p in outcome.power if not p.passed]
-    if failed:
-        text = "; ".join(f"{p.control}: {p.metric} = {p.value:.3g}, required {p.required:.3g}, not met" for p in failed)
-        return "inconclusive", CATEGORY_NO_POWER, f"positive control failed, the attack lacked power: {text}"
+        problems.append((CATEGORY_UNDECIDED, "; ".join(outcome.undecided)))
+    if shortfalls:
+        problems.append((CATEGORY_CUT_SHORT, "the attack was cut short: " + "; ".join(shortfalls)))
+    if family != "static":
+        problems += _power_problems(outcome.power)
+        unresolved = [m for m in outcome.headline if _unresolved(m)]
+        if unresolved:
+            names = ", ".join(m.name for m in unresolved)
+            problems.append((CATEGORY_UNRESOLVED, f"headline {names} has a threshold but no margin over a floor or "
+                                                  "no 95 % interval: it can show neither a leak nor its absence"))
+    if problems:
+        return "inconclusive", problems[0][0], "; ".join(reason for _, reason in problems)
     return "ok", None, applicable_reason
+
+
+def _power_problems(power: Sequence[PowerCheck]) -> list[tuple[str, str]]:
+    """Return why the positive controls cannot vouch for the attack: none, a disputed claim, or a failure."""
+    if not power:
+        return [(CATEGORY_NO_POWER, "the attack ran no positive control, so it cannot show it could have found a "
+                                    "leak at this budget")]
+    problems = []
+    disputed = [p for p in power if p.passed and not meets(p)]
+    if disputed:
+        text = "; ".join(f"{p.control}: {p.metric} = {p.value:.3g}, required {_bound(p)}" for p in disputed)
+        problems.append((CATEGORY_POWER_DISPUTED, f"the plugin says its positive control passed, but its own "
+                                                  f"numbers say otherwise: {text}"))
+    failed = [p for p in power if not p.passed]
+    if failed:
+        text = "; ".join(f"{p.control}: {p.metric} = {p.value:.3g}, required {_bound(p)}, not met" for p in failed)
+        problems.append((CATEGORY_NO_POWER, f"positive control failed, the attack lacked power: {text}"))
+    return problems
+
+
+def _bound(check: PowerCheck) -> str:
+    return f"{check.required:.3g}" if check.comparison == ">=" else f"at most {check.required:.3g}"
+
+
+def meets(check: PowerCheck) -> bool:
+    """Return whether a power check's value meets its requirement by its comparison (NaN never does)."""
+    if not (math.isfinite(check.value) and math.isfinite(check.required)):
+        return False
+    return check.value >= check.required if check.comparison == ">=" else check.value <= check.required
+
+
+def _unresolved(m: Measurement) -> bool:
+    """Return whether a headline that sets a threshold lacks what the leak rule needs (a margin and its CI)."""
+    if m.threshold is None:
+        return False
+    if m.margin is None or m.ci is None or len(m.ci) != 2:
+        return True
+    return not all(math.isfinite(v) for v in (m.margin, *m.ci))
 
 
 def _on_one_blas_thread(run: Callable[[RunContext], PluginResult], ctx: RunContext) -> PluginResult:

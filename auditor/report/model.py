@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.5.0"
+SCHEMA_VERSION = "1.6.0"
 
 
 class _Record(BaseModel):
@@ -65,7 +65,8 @@ _SEVERITY_ORDER = [Severity.INFO, Severity.LOW, Severity.MEDIUM, Severity.HIGH, 
 CATEGORY_EXCEPTION = "plugin.exception"
 CATEGORY_TIMEOUT = "plugin.timeout"
 CATEGORY_LOAD_FAILED = "plugin.load-failed"
-CATEGORY_NOT_APPLICABLE = "not-applicable"
+CATEGORY_NOT_APPLICABLE = "not-applicable"  # the threat does not exist in this model (a threat-model reason only)
+CATEGORY_TOOLING_GAP = "tooling-gap"  # the threat may exist but auditor cannot attack it here (no fx graph ...)
 CATEGORY_MISSING_DATA = "missing-data"
 CATEGORY_MISSING_DEPENDENCY = "missing-dependency"
 CATEGORY_NOT_SELECTED = "not-selected"
@@ -73,11 +74,15 @@ CATEGORY_NO_MODEL = "no-model"
 CATEGORY_NO_TORCH_MODEL = "no-torch-model"  # only a graph (an ONNX file) was given, no PyTorch model
 CATEGORY_NO_POWER = "attack.no-power"  # the attack's positive control failed, or the plugin ran none
 CATEGORY_UNDECIDED = "attack.undecided"  # the plugin says it could not judge (e.g. its search ran out of budget)
+CATEGORY_POWER_DISPUTED = "attack.power-disputed"  # a power check's `passed` disagrees with its own numbers
+CATEGORY_UNRESOLVED = "attack.unresolved"  # a headline with a threshold has no floor or no interval
+CATEGORY_CUT_SHORT = "attack.cut-short"  # the time budget ran out and the attack did less than it was set to
 PLUGIN_CATEGORIES = (
     CATEGORY_EXCEPTION,
     CATEGORY_TIMEOUT,
     CATEGORY_LOAD_FAILED,
     CATEGORY_NOT_APPLICABLE,
+    CATEGORY_TOOLING_GAP,
     CATEGORY_MISSING_DATA,
     CATEGORY_MISSING_DEPENDENCY,
     CATEGORY_NOT_SELECTED,
@@ -85,6 +90,9 @@ PLUGIN_CATEGORIES = (
     CATEGORY_NO_TORCH_MODEL,
     CATEGORY_NO_POWER,
     CATEGORY_UNDECIDED,
+    CATEGORY_POWER_DISPUTED,
+    CATEGORY_UNRESOLVED,
+    CATEGORY_CUT_SHORT,
 )
 
 
@@ -370,13 +378,17 @@ class PowerCheck(_Record):
     """A positive control: the same attack at the same budget on a target known to leak.
 
     An attack that cannot find the control's leak cannot vouch for the model: the plugin's
-    status is then ``inconclusive``.
+    status is then ``inconclusive``. The runner recomputes ``passed`` as ``value comparison
+    required``; a plugin whose ``passed`` disagrees is ``inconclusive`` too.
     """
 
     control: str = Field(description="What was attacked, e.g. 'unprotected reference CNN of the same input size'.")
     metric: str
     value: float
     required: float = Field(description="The value the control had to reach for the attack to count as able.")
+    comparison: Literal[">=", "<="] = Field(
+        default=">=", description="How value meets required: '>=' (at least) or '<=' (at most)."
+    )
     passed: bool
     how: str = ""
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+from auditor.errors import PluginTimeout
 from auditor.plugin import (
     Applicability,
+    Measurement,
     NoConfig,
     PluginResult,
     PluginSkipped,
@@ -35,6 +37,8 @@ class FakePlugin:
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
         if self.mode == "not-applicable":
             return Applicability(False, "no attention in this model")
+        if self.mode == "gap":
+            return Applicability.gap("split ids need the torch.fx graph; this model was traced with hooks")
         return Applicability(True, "always")
 
     def run(self, ctx: RunContext) -> PluginResult:
@@ -51,12 +55,33 @@ class FakePlugin:
             while True:
                 ctx.check_budget()
                 time.sleep(0.01)
-        power = [PowerCheck(control="a leaky toy", metric="ssim", value=0.9 if self.mode != "weak" else 0.1,
-                            required=0.5, passed=self.mode != "weak")]
+        if self.mode == "swallow-timeout":
+            ctx.started_at -= ctx.budget_s or 0.0  # as if the budget were spent, before the runner's own limit
+            try:
+                ctx.check_budget()
+            except PluginTimeout:
+                pass  # a plugin that hides its overrun and reports what it has
+        if self.mode == "cut-short":
+            ctx.cut_short("ran 40 of 300 iterations")
         return PluginResult(findings=[self.rules[0].finding(message="hello", location="x")],
                             metrics={"value": 1.0}, provenance={"attack": "none"},
-                            power=[] if self.mode == "no-power" else power,
+                            power=[] if self.mode == "no-power" else [self._power()],
+                            headline=[self._headline()] if self.mode in ("no-ci", "with-ci") else [],
                             undecided=["the search ran out of budget"] if self.mode == "undecided" else [])
+
+    def _power(self) -> PowerCheck:
+        if self.mode == "lying":  # claims power its own numbers do not show
+            return PowerCheck(control="a leaky toy", metric="ssim", value=0.1, required=0.5, passed=True)
+        if self.mode == "at-most":  # a loss that must fall to 0.2 or below
+            return PowerCheck(control="a leaky toy", metric="loss", value=0.1, required=0.2, comparison="<=",
+                              passed=True)
+        weak = self.mode == "weak"
+        return PowerCheck(control="a leaky toy", metric="ssim", value=0.1 if weak else 0.9, required=0.5,
+                          passed=not weak)
+
+    def _headline(self) -> Measurement:
+        return Measurement(name="ssim", label="SSIM", value=0.6, floor=0.5, margin=0.1, threshold=0.1,
+                           ci=[0.05, 0.15] if self.mode == "with-ci" else None)
 
 
 def as_plugin(obj: object) -> Plugin:

@@ -131,6 +131,37 @@ def test_an_attack_is_ok_only_with_a_passed_positive_control(mode: str, status: 
         assert "ssim = 0.1, required 0.5, not met" in run.reason and run.power[0].passed is False
 
 
+@pytest.mark.parametrize(("mode", "status", "category"), [
+    ("lying", "inconclusive", "attack.power-disputed"),
+    ("at-most", "ok", None),
+    ("cut-short", "inconclusive", "attack.cut-short"),
+    ("no-ci", "inconclusive", "attack.unresolved"),
+    ("with-ci", "ok", None),
+])
+def test_the_runner_judges_power_budget_and_intervals_itself(mode: str, status: str, category: str | None) -> None:
+    """A plugin's word is not taken: its power check is recomputed, a cut-short or CI-less run cannot vouch."""
+    (run,), _ = _run(FakePlugin("attack", mode))
+    assert (run.status, run.category) == (status, category)
+    if mode == "lying":
+        assert "ssim = 0.1, required 0.5" in run.reason and "own numbers" in run.reason
+
+
+def test_a_swallowed_budget_overrun_is_never_ok() -> None:
+    (run,), _ = _run(FakePlugin("hider", "swallow-timeout"), budget_s=5)
+    assert (run.status, run.category) == ("inconclusive", "attack.cut-short")
+    assert "time budget ran out" in run.reason
+
+
+def test_a_tooling_gap_is_never_not_applicable() -> None:
+    runs, _ = _run(FakePlugin("gap", "gap"), FakePlugin("na", "not-applicable"))
+    assert [(r.status, r.category) for r in runs] == [("skipped", "tooling-gap"), ("skipped", "not-applicable")]
+    hooks = _PROFILE.model_copy(update={"split_points": [], "traced_with": "hooks"})
+    wants_split = FakePlugin("split", requires=Requirements(budget_s=5, split_point=True))
+    (run,), _ = run_plugins([PluginEntry("split", wants_split, "test", "0")], model=_MODEL, profile=hooks,
+                            configs={}, settings=RunSettings(device=torch.device("cpu")))
+    assert (run.status, run.category) == ("skipped", "tooling-gap")
+
+
 def test_a_static_plugin_needs_no_positive_control() -> None:
     plugin = FakePlugin("rules", "no-power")
     plugin.family = "static"
