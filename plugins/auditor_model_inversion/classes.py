@@ -43,14 +43,13 @@ def class_map(bundle: DataBundle, n_outputs: int) -> ClassMap:
     else:
         raise PluginSkipped(
             f"the model has {n_outputs} outputs but train/ has {len(own)} class folders and --data {union} in all: "
-            "put exactly the model's classes in train/ (one folder per output, in output order when sorted)",
-            category="data-mismatch",
+            "put exactly the model's classes in train/ (one folder per output, in output order when sorted)"
         )
     test = bundle.splits.get("test")
     extra = sorted({bundle.classes[int(v)] for v in test.labels} - {bundle.classes[g] for g in own}) if test else []
     if extra:
         raise PluginSkipped(f"test/ has class folders that train/ lacks ({', '.join(extra[:5])}): the private "
-                            "classes must be the same in both", category="data-mismatch")
+                            "classes must be the same in both")
     names = [""] * n_outputs
     for g, i in index.items():
         names[i] = bundle.classes[g]

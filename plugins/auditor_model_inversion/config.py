@@ -63,9 +63,10 @@ class ModelInversionConfig(BaseModel):
         description="mi.attack-accuracy needs the class-permutation p-value below this (and a positive margin "
         "over the floor); the positive control must pass the same test.",
     )
-    attack_accuracy_high: float = Field(
-        default=0.5,
+    high_by: float = Field(
+        default=0.3,
         gt=0,
         le=1,
-        description="mi.attack-accuracy is high at or above this top-1 attack accuracy.",
+        description="mi.attack-accuracy is high when the 95 % CI's low end of the top-1 margin over the floor "
+        "reaches this.",
     )

@@ -14,20 +14,23 @@ from auditor.plugin import (
     ArchitectureProfile,
     Artifact,
     Finding,
+    Floor,
+    Measurement,
     PluginResult,
     PowerCheck,
     Requirements,
     Rule,
     RunContext,
-    Severity,
     image_grid,
+    judge_leak,
     measure,
     png_base64,
+    top1_accuracy,
 )
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
 from auditor_model_inversion.nets import VAE, EvalNet, linear_control, reinitialised
-from auditor_model_inversion.prepare import Setup, accuracy, fit_judge, setup
+from auditor_model_inversion.prepare import Setup, fit_judge, setup
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
 
@@ -77,8 +80,8 @@ class ModelInversionPlugin:
         p_value = run.p_value(got)
         h1_all = scores.pop("h1")
         head = measure(
-            "attack_accuracy_top1", "evaluation-model top-1 attack accuracy", h1_all, floors[floor_kind],
-            floor_kind=floor_kind, threshold=0.0, n_boot=2000, seed=ctx.seed,
+            "attack_accuracy_top1", "evaluation-model top-1 attack accuracy", h1_all,
+            Floor.per_probe(floor_kind, floors[floor_kind]), threshold=0.0, n_boot=2000, seed=ctx.seed,
             how=f"{s.prior} inversion, {cfg.restarts} kept of {cfg.restarts * cfg.candidates} searches x {cfg.steps} "
             f"steps per class, {len(s.classes)} classes; mean of per-class accuracies, 95% CI by resampling classes "
             "(reconstructions of a class are clustered)",
@@ -108,7 +111,7 @@ class ModelInversionPlugin:
             "positive_control": control[0],
         }
         metrics["per_class"] = metrics.pop("per_class")
-        findings = self._findings(ctx.profile, cfg, metrics, p_value, head.margin or 0.0)
+        findings = self._findings(ctx.profile, cfg, metrics, p_value, head)
         art = Artifact(
             name="mi-reconstructions.png",
             media_type="image/png",
@@ -122,16 +125,14 @@ class ModelInversionPlugin:
 
     def _findings(
         self, profile: ArchitectureProfile, cfg: ModelInversionConfig, m: dict[str, Any], p_value: float,
-        margin: float,
+        head: Measurement,
     ) -> list[Finding]:
-        """Report a successful inversion, and link it to RoLSS/SSF/TTS when the last stage has skips."""
-        if not (p_value < cfg.p_value_max and margin > 0):
+        """Report a successful inversion (the leak rule and the class-permutation test), and link it to
+        RoLSS/SSF/TTS when the last stage has skips."""
+        judged = judge_leak(head, high_by=cfg.high_by, base=ATTACK_ACCURACY.severity)
+        if not (judged.leak and p_value < cfg.p_value_max):
             return []
-        severity = (
-            ATTACK_ACCURACY.severity
-            if m["attack_accuracy_top1"] < cfg.attack_accuracy_high
-            else Severity.HIGH
-        )
+        severity = judged.severity or ATTACK_ACCURACY.severity
         evidence = {
             k: m[k]
             for k in (
@@ -226,7 +227,7 @@ def _control(ctx: RunContext, cfg: ModelInversionConfig, run: _Inversions, s: Se
     control, cached = fit_judge(twin, s.xp, s.yp, cfg, cfg.control_epochs, ctx.seed + 1, ctx)
     for p in control.parameters():
         p.requires_grad_(False)
-    natural = accuracy(control, s.xt, s.yt, ctx.device)
+    natural = top1_accuracy(control, s.xt, s.yt, device=ctx.device)
     got = run.attack(control)
     top1 = float(guess_accuracy(got.hits, run.classes).mean())
     floor = max(float(v.mean()) for v in _floors(run, got.starts_hits, s.mean_pred, s.prior_freq).values())
@@ -344,10 +345,11 @@ def _floors(run: _Inversions, starts_hits: list[list[int]], mean_pred: int,
     k = len(run.classes)
     floors = {
         "chance (1 / classes)": np.full(k, 1 / run.n_classes),
-        "the search's starting images (no gradient of the target)": guess_accuracy(starts_hits, run.classes),
         "the mean train/ image for every class": guess_accuracy([[mean_pred]] * k, run.classes),
     }
-    if prior_freq is not None:
+    if prior_freq is None:
+        floors["the search's starting images (no gradient of the target)"] = guess_accuracy(starts_hits, run.classes)
+    else:  # the starts are prior samples: their class frequencies, measured on many samples instead of a few
         floors[PRIOR_FLOOR] = np.array([float(prior_freq[c]) for c in run.classes])
     return floors
 

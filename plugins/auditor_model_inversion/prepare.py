@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from auditor.plugin import PluginSkipped, RunContext, fit_cached
+from auditor.plugin import PluginSkipped, RunContext, fit_cached, top1_accuracy
 from auditor_model_inversion.classes import class_map, layout
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.nets import VAE, EvalNet, M, fit_eval, fit_vae
@@ -84,8 +84,9 @@ def setup(ctx: RunContext, cfg: ModelInversionConfig) -> Setup:
         mean_pred = int(evaluator(xp.mean(0, keepdim=True).to(dev)).argmax(1))
     return Setup(
         shape=shape, device=dev, target=target, names=cmap.names, class_rule=cmap.rule, classes=classes, xp=xp,
-        yp=yp, xt=xt, yt=yt, has_test=test is not None, natural=accuracy(target, xt, yt, dev), evaluator=evaluator,
-        eval_cached=eval_cached, eval_acc=accuracy(evaluator, xt, yt, dev) if test is not None else None,
+        yp=yp, xt=xt, yt=yt, has_test=test is not None, natural=top1_accuracy(target, xt, yt, device=dev),
+        evaluator=evaluator,
+        eval_cached=eval_cached, eval_acc=top1_accuracy(evaluator, xt, yt, device=dev) if test is not None else None,
         prior=prior, layout=layout(bundle, cmap, prior), vae=vae, vae_cached=vae_cached, prior_freq=freq,
         mean_pred=mean_pred, data_root=str(bundle.root),
     )
@@ -120,13 +121,6 @@ def prior_frequencies(vae: VAE, evaluator: EvalNet, n_out: int, latent: int, see
     with torch.no_grad():
         pred = evaluator(vae.decode(torch.randn((PRIOR_SAMPLES, latent), generator=gen).to(device))).argmax(1)
     return np.bincount(pred.cpu().numpy(), minlength=n_out)[:n_out] / PRIOR_SAMPLES
-
-
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
-    """Return top-1 accuracy of ``model`` on ``(x, y)``."""
-    with torch.no_grad():
-        pred = torch.cat([model(x[i : i + 256].to(device)).argmax(1).cpu() for i in range(0, len(x), 256)])
-    return float((pred == y).float().mean())
 
 
 def _cache(cfg: ModelInversionConfig) -> Path | None:
