@@ -45,7 +45,7 @@ class ModelInversionConfig(BaseModel):
     eval_epochs: int = Field(default=40, ge=1, description="Evaluation model: training epochs on train/.")
     eval_width: int = Field(default=32, ge=4)
     control_epochs: int = Field(
-        default=30, ge=1, description="Positive control: epochs of a re-initialised copy of the target's "
+        default=60, ge=1, description="Positive control: epochs of a re-initialised copy of the target's "
         "architecture trained on train/ (it must learn the private classes to be a leaking target)."
     )
     cache_dir: str | None = Field(
