@@ -210,7 +210,9 @@ def dataset_claims(name: str, values: dict, commands: list[str], statuses: dict,
                  c("baseline margin low", "baseline", "95 % CI low end of the margin over the floor"),
                  c("baseline usable", "baseline", "run usable (1: status ok, control passed)"),
                  c("baseline evaluator", "evaluation model", "held-out accuracy (private test/)"),
-                 c(f"{rewrite} floor", f"{rewrite} floor", "strongest no-information top-1 floor")]
+                 c(f"{rewrite} floor", f"{rewrite} floor", "strongest no-information top-1 floor"),
+                 Condition(f"baseline − {rewrite} (paired by seed, all seeds)", "attack accuracy drop",
+                           [b - a for b, a in zip(base.values, rew.values)])]
         outcome, reading = judge(base, rew, expect="lower", usable=usable, cleared=values["baseline margin low"],
                                  floor=c("baseline floor", "", ""), what=f"{rewrite}'s attack accuracy",
                                  against="the baseline's")
