@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks.replicate import load
+from benchmarks.replicate import load, render
 from benchmarks.replication import seed001, seed004
 from benchmarks.replication.common import Claim, Condition, judge, unmeasured
 
@@ -59,3 +59,8 @@ def test_seed001_depth_claim_holds_on_one_of_two_stride2_comparisons() -> None:
     claim = next(c for _, _, cs in load() for c in cs if c.direction.startswith("Depth alone"))
     assert claim.outcome == "cannot tell" and "It holds on 1 of 2 stride-2 comparisons" in claim.reading
     assert seed001.rejudge(dataclasses.replace(claim, outcome="holds")).outcome == "cannot tell"
+
+
+def test_replication_doc_is_generated_from_the_results() -> None:
+    doc = Path(__file__).resolve().parents[1] / "docs" / "replication.md"
+    assert doc.read_text() == render(load())

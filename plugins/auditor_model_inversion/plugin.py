@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -352,14 +352,3 @@ def _floors(run: _Inversions, starts_hits: list[list[int]], mean_pred: int,
     else:  # the starts are prior samples: their class frequencies, measured on many samples instead of a few
         floors[PRIOR_FLOOR] = np.array([float(prior_freq[c]) for c in run.classes])
     return floors
-
-
-def _diagonal_counts(hits: Sequence[Sequence[int]], classes: list[int]) -> np.ndarray:
-    """Return ``[k, k]`` counts: reconstructions for inverted class i that the evaluator labels inverted class j."""
-    index = {c: j for j, c in enumerate(classes)}
-    counts = np.zeros((len(classes), len(classes)), dtype=int)
-    for i, row in enumerate(hits):
-        for label in row:
-            if label in index:
-                counts[i, index[label]] += 1
-    return counts
