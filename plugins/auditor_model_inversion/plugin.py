@@ -187,7 +187,8 @@ def _score(s: Setup, recons: list[torch.Tensor], confs: list[torch.Tensor]) -> d
         with torch.no_grad():
             top = s.evaluator(recon).topk(k, dim=1).indices.cpu()
             feats = s.evaluator.features(recon).cpu()
-        h1, h5 = float((top[:, 0] == cls).float().mean()), float((top == cls).any(1).float().mean())
+        # exact shares (k / restarts), so a margin of 0 is 0 and not a float32 rounding above it
+        h1, h5 = int((top[:, 0] == cls).sum()) / len(top), int((top == cls).any(1).sum()) / len(top)
         dist = torch.cdist(feats.double(), priv[s.yp == cls].double()).min(1).values
         per_class[s.names[cls]] = {
             "attack_accuracy_top1": round(h1, 4),

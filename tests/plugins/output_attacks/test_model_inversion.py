@@ -264,3 +264,12 @@ def test_the_control_is_the_target_architecture_redrawn() -> None:
             return x * self.scale
 
     assert reinitialised(nn.Sequential(_cnn(), Scaled()), seed=1) is None  # a bare parameter cannot be redrawn
+
+
+def test_harden_labels_follow_train_folders_in_the_gmi_layout(tmp_path: Path) -> None:
+    """harden fine-tunes on train/ with train/'s own class order, so public/ classes do not shift the labels."""
+    from auditor.commands.harden import _splits
+
+    bundle = write_manifest(tmp_path, {"train": PUBLIC[:30], "test": PUBLIC[30:40], "public": PRIVATE[:10]})
+    (_, y), (_, yt) = _splits(bundle, (1, 8, 8), 0.2, 0)
+    assert set(y.tolist()) | set(yt.tolist()) <= set(range(5)) and y.max() == 4
