@@ -49,12 +49,15 @@ def save(paper: str, claims: list[Claim], seeds: list[int], quick: bool, seconds
 
 
 def load() -> list[tuple[str, dict, list[Claim]]]:
-    """Every kept paper result: (paper, run facts, claims)."""
+    """Every kept paper result: (paper, run facts, claims), each claim judged again by its seed module's
+    ``rejudge`` (the one rule of :func:`benchmarks.replication.common.judge`) from the stored per-seed values."""
     out = []
     for path in sorted(RESULTS.glob("seed*.json")):
         run = json.loads(path.read_text())
+        paper = path.stem.removeprefix("seed")
         claims = [Claim(**{**c, "conditions": [Condition(**k) for k in c["conditions"]]}) for c in run["claims"]]
-        out.append((path.stem.removeprefix("seed"), run, claims))
+        rejudge = getattr(importlib.import_module(f"benchmarks.replication.seed{paper}"), "rejudge", None)
+        out.append((paper, run, [rejudge(c) for c in claims] if rejudge else claims))
     return out
 
 
@@ -82,10 +85,16 @@ def render(results: list[tuple[str, dict, list[Claim]]]) -> str:
         "the intervals separate; *does not hold* means it is measured and reversed or absent with intervals tight "
         "enough to see it; *cannot tell* means the intervals overlap or the setting cannot show it at this scale.",
         "",
+        "One rule for every claim (`benchmarks/replication/common.py: judge`): a seed whose baseline run was "
+        "inconclusive, or did not clear its no-information floor on that seed, is left out of the means and "
+        "counted in the reading; at least two seeds must remain; where the claim is about an attack, the "
+        "baseline attack's interval over the kept seeds must clear its floor before any difference counts. A "
+        "direction the paper never claimed is marked *beyond the paper*: its outcome says nothing about the paper.",
+        "",
         "| seed | direction | outcome |",
         "|---|---|---|",
     ]
-    lines += [f"| {c.seed} | {c.direction} | **{c.outcome}** |" for c in claims]
+    lines += [f"| {c.seed} | {c.direction} | **{c.outcome}**{_beyond(c)} |" for c in claims]
     for seed in sorted({c.seed for c in claims}):
         lines += ["", f"## Seed {seed}: {PAPERS.get(seed, '')}"]
         for c in (c for c in claims if c.seed == seed):
@@ -94,8 +103,13 @@ def render(results: list[tuple[str, dict, list[Claim]]]) -> str:
             for k in c.conditions:
                 lo, hi = k.ci95
                 lines.append(f"| {k.name} | {k.metric} | {k.mean:.3f} | [{lo:.3f}, {hi:.3f}] | {len(k.values)} |")
-            lines += ["", f"**{c.outcome}.** {c.reading}", "", "Commands:", "", "```sh", *c.commands, "```"]
+            lines += ["", f"**{c.outcome}**{_beyond(c)}. {c.reading}", "", "Commands:", "", "```sh", *c.commands,
+                      "```"]
     return "\n".join(lines) + "\n"
+
+
+def _beyond(c: Claim) -> str:
+    return " (beyond the paper)" if c.beyond_paper else ""
 
 
 def main() -> None:

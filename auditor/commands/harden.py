@@ -73,15 +73,32 @@ class HardenResult:
 
 def _splits(bundle: DataBundle, shape: tuple[int, ...], holdout: float, seed: int
             ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """Return (train, held-out) tensors: the manifest's train/test, else a seeded split of all images."""
+    """Return (train, held-out) tensors: the manifest's train/test, else a seeded split of all images.
+
+    Labels follow train/'s own sorted class folders (as ``ImageFolder(train/)``), so a public/ split
+    with other classes (the model-inversion layout) does not shift them.
+    """
     if "train" in bundle.splits and "test" in bundle.splits:
-        return bundle.splits["train"].tensors(shape, seed=seed), bundle.splits["test"].tensors(shape, seed=seed)
+        (x, y), (xt, yt) = (bundle.splits[s].tensors(shape, seed=seed) for s in ("train", "test"))
+        return (x, _own_order(bundle, y)), (xt, _own_order(bundle, yt))
     split = bundle.splits.get("train") or bundle.splits["all"]
     x, y = split.tensors(shape, seed=seed)
+    y = _own_order(bundle, y) if "train" in bundle.splits else y
     n_test = max(1, round(holdout * len(y)))
     if len(y) - n_test < 1:
         raise InputError(f"--data {bundle.root}: too few images to hold out {holdout:.0%} for accuracy")
     return (x[n_test:], y[n_test:]), (x[:n_test], y[:n_test])
+
+
+def _own_order(bundle: DataBundle, y: torch.Tensor) -> torch.Tensor:
+    """Return bundle-wide labels ``y`` as indices into train/'s own sorted classes."""
+    index = {g: i for i, g in enumerate(sorted(set(bundle.splits["train"].labels)))}
+    if len(index) == len(bundle.classes):
+        return y
+    missing = sorted({bundle.classes[int(v)] for v in y if int(v) not in index})
+    if missing:
+        raise InputError(f"--data {bundle.root}: test/ has classes train/ lacks ({', '.join(missing[:5])})")
+    return torch.tensor([index[int(v)] for v in y], dtype=torch.long)
 
 
 @torch.no_grad()

@@ -54,6 +54,7 @@ class Claim:
     outcome: Outcome
     reading: str  # why this outcome: the comparison that decided it
     seeds: list[int] = field(default_factory=list)
+    beyond_paper: bool = False  # a direction the paper never claimed (our extension): never "the paper is wrong"
 
 
 def _t975(df: int) -> float:
@@ -74,6 +75,60 @@ def compare(lower: Condition, higher: Condition) -> Outcome:
     if separated(higher, lower):
         return "does not hold"
     return "cannot tell"
+
+
+def unmeasured(*conds: Condition) -> str:
+    """Why ``conds`` cannot be compared (fewer than two seeds, or a seed without a number), else ''."""
+    for c in conds:
+        if len(c.values) < 2:
+            return f"{c.name}: {len(c.values)} usable seed(s)."
+        if any(math.isnan(v) for v in c.values):
+            return f"{c.name}: no number on some seed ({c.values}); see the plugin status in the setting."
+    return ""
+
+
+def _kept(c: Condition, keep: list[int]) -> Condition:
+    return Condition(c.name, c.metric, [c.values[i] for i in keep])
+
+
+def judge(base: Condition, arm: Condition, *, expect: Literal["lower", "higher"], what: str, against: str,
+          usable: list[float] | None = None, cleared: list[float] | None = None,
+          floor: Condition | None = None, gate: Condition | None = None) -> tuple[Outcome, str]:
+    """The one rule every replication claim is judged by; return the outcome and the reading.
+
+    1. A seed whose baseline run is not usable (``usable`` 0: the plugin was inconclusive) or did not
+       clear its floor on that seed (``cleared`` <= 0, e.g. the low end of its margin CI) is
+       inconclusive: it is left out of both arms' means, and counted in the reading.
+    2. At least two seeds must remain, each with a number.
+    3. With ``floor`` (per seed), the baseline's (or ``gate``'s: the attack on the undefended model when
+       ``base`` is itself a defended arm) 95 % interval over the kept seeds must lie above the floor's
+       mean before any difference can count.
+    4. ``holds`` when ``arm``'s interval lies wholly on the ``expect`` side of ``base``'s, ``does not
+       hold`` when wholly on the other, else ``cannot tell``.
+    """
+    n = len(base.values)
+    keep = [i for i in range(n) if (usable is None or usable[i] == 1)
+            and (cleared is None or (not math.isnan(cleared[i]) and cleared[i] > 0))]
+    note = (f"; {n - len(keep)} of {n} seed(s) inconclusive (the baseline run was not usable or did not clear its "
+            "floor on that seed) and left out of the means" if len(keep) < n else "")
+    b, a = _kept(base, keep), _kept(arm, keep)
+    why = unmeasured(b, a)
+    if why:
+        return "cannot tell", f"Rule: needs a number on each of at least two usable seeds. {why}{note}."
+    numbers = (f"{what} {a.mean:.3f} [{a.ci95[0]:.3f}, {a.ci95[1]:.3f}] vs {against} {b.mean:.3f} "
+               f"[{b.ci95[0]:.3f}, {b.ci95[1]:.3f}] over {len(keep)} seed(s){note}")
+    if floor is not None:
+        f, g = _kept(floor, keep), _kept(gate or base, keep)
+        if unmeasured(g, f) or g.ci95[0] <= f.mean:
+            return "cannot tell", (f"Rule: the baseline's interval ({g.name}: {g.mean:.3f} [{g.ci95[0]:.3f}, "
+                                   f"{g.ci95[1]:.3f}]) must clear its no-information floor ({f.mean:.3f}) before a "
+                                   f"difference can mean anything; it does not. {numbers}.")
+    low, high = (a, b) if expect == "lower" else (b, a)
+    if separated(low, high):
+        return "holds", f"Rule: the 95 % intervals separate in the stated direction. {numbers}."
+    if separated(high, low):
+        return "does not hold", f"Rule: the intervals separate in the reverse direction. {numbers}."
+    return "cannot tell", f"Rule: the 95 % intervals overlap, so no direction is established. {numbers}."
 
 
 def auditor(*args: str, check: bool = False) -> tuple[int, str]:

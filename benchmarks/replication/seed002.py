@@ -10,6 +10,7 @@ the split of the unchanged model. Every number is read from the JSON report.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from benchmarks.replication.common import Claim, Condition, command_line, separated
@@ -196,3 +197,8 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                    "recovered)"),
         setting=setting, commands=commands, conditions=conds4, outcome=outcome4, reading=reading4, seeds=seeds)
     return [c1, c2, c3, c4]
+
+
+def rejudge(claim: Claim) -> Claim:
+    """Mark the white-box-server claim as beyond the paper (it evaluates only a query-free server)."""
+    return dataclasses.replace(claim, beyond_paper="beyond its own claim" in claim.direction)

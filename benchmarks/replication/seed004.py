@@ -11,13 +11,15 @@ image), plus the same model with its noise held at 0.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 from torch import nn
 
 from benchmarks.replication import common
-from benchmarks.replication.common import Claim, Condition, separated
-from benchmarks.replication.seed000 import harden, shown, unmeasured
+from benchmarks.replication.common import Claim, Condition, judge
+from benchmarks.replication.seed000 import harden, shown
 
 SIZE = 32
 #: Training epochs of the target (full / quick) and ``harden --epochs`` (full / quick).
@@ -37,8 +39,6 @@ group_iterations = 0
 search = false
 """)
 REWRITES = (("cvb", []), ("precode", ["--before-head"]))
-SUCCESS = 0.5  # the paper's SSIM threshold for a successful reconstruction (ASR)
-MARGIN = 0.1  # the plugin's leak margin over the no-information floor (margin_ssim)
 TARGET_NOTE = ("# $WORK/cnn-target/{seed}/model.pt and digits/: benchmarks/replication/seed004.py cnn_target "
                "(seed 004's CNN as nn.Sequential, trained on examples/digits.py data); other seeds: --seed N")
 
@@ -112,8 +112,6 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         ("precode", "PRECODE before the head", "PRECODE at its default place: ASR 0 % under plain IG"),
     ):
         plain = c(f"{rewrite} plain", f"{rewrite} (after), plain IG")
-        outcome, reading = _lower(base, plain, f"{rewrite}'s plain-IG SSIM", "the undefended CNN's")
-        reading += _floor_note(base, floor)
         out.append(Claim(
             seed="004",
             direction=f"{label} lowers plain Inverting-Gradients reconstruction quality (paper: {paper})",
@@ -121,31 +119,25 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
             conditions=[base, plain, c(f"{rewrite} noise0", f"{rewrite} (after), noise held at 0"), floor,
                         c("baseline accuracy", "undefended CNN", "held-out accuracy"),
                         c(f"{rewrite} accuracy", f"{rewrite} + fine-tune (sampling at eval)", "held-out accuracy")],
-            outcome=outcome, reading=reading, seeds=seeds))
+            outcome="cannot tell", reading="", seeds=seeds))
     pre_plain, pre_ignore = c("precode plain", "precode, plain IG"), c("precode ignore", "precode, Ignore+IG")
-    outcome, reading = _higher(pre_plain, pre_ignore, "Ignore's SSIM on PRECODE", "plain IG's")
-    reading += _floor_note(base, floor)
     out.append(Claim(
         seed="004",
         direction="The Ignore attack (match only the gradients upstream of the sampling node) recovers much of "
                   "what PRECODE before the head hides (paper: ASR 0 % under IG → 85.94 % under Ignore)",
         setting=setting, commands=commands, conditions=[pre_plain, pre_ignore, base, floor],
-        outcome=outcome, reading=reading, seeds=seeds))
+        outcome="cannot tell", reading="", seeds=seeds))
     cvb_plain, cvb_ignore = c("cvb plain", "cvb, plain IG"), c("cvb ignore", "cvb, Ignore+IG")
-    outcome, reading = _lower(base, cvb_ignore, "Ignore's SSIM on CVB@P1", "the undefended CNN's")
-    reading += _floor_note(base, floor)
     out.append(Claim(
         seed="004",
         direction="CVB placed early (P1) still holds under the Ignore attack (paper: SSIM 0.21, ASR 0 % under "
                   "Ignore+IG on the CNN, against 0.87 undefended)",
         setting=setting, commands=commands, conditions=[base, cvb_plain, cvb_ignore, floor],
-        outcome=outcome, reading=reading, seeds=seeds))
+        outcome="cannot tell", reading="", seeds=seeds))
     for rewrite in ("cvb", "precode"):
         best = Condition(f"{rewrite}, best of plain IG and Ignore", "IG mean SSIM (min-max scaled)",
                          [max(a, b) for a, b in zip(values[f"{rewrite} plain"], values[f"{rewrite} ignore"])])
         joint = c(f"{rewrite} joint", f"{rewrite}, joint-eps+IG")
-        outcome, reading = _higher(best, joint, f"joint-eps's SSIM on {rewrite}", "the best of plain IG and Ignore")
-        reading += _floor_note(base, floor)
         out.append(Claim(
             seed="004",
             direction=f"Joint-eps (optimising the bottleneck's noise with the image) recovers {rewrite.upper()} "
@@ -153,47 +145,33 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                       "300 iterations, SSIM 0.52 / ASR 67 % vs Ignore 0.18 / 0 %)",
             setting=setting, commands=commands,
             conditions=[best, joint, c(f"{rewrite} noise0", f"{rewrite}, noise held at 0"), base, floor],
-            outcome=outcome, reading=reading, seeds=seeds))
-    return out
+            outcome="cannot tell", reading="", seeds=seeds))
+    return [rejudge(c) for c in out]
 
 
-def _numbers(lo: Condition, hi: Condition, what: str, against: str) -> str:
-    return (f"{what} {hi.mean:.3f} [{hi.ci95[0]:.3f}, {hi.ci95[1]:.3f}] vs {against} {lo.mean:.3f} "
-            f"[{lo.ci95[0]:.3f}, {lo.ci95[1]:.3f}] over {len(lo.values)} seeds")
+def _usable(setting: str) -> list[float] | None:
+    """Per seed, 1 when the undefended CNN's before audit (the CVB harden's) was conclusive, from the setting text."""
+    found = re.search(r"cvb before: ([a-z, ]+);", setting)
+    return [float(v.strip() == "ok") for v in found.group(1).split(",")] if found else None
 
 
-def _floor_note(base: Condition, floor: Condition) -> str:
-    """A caveat when the undefended model's IG is not clearly better than the no-information floor."""
-    if unmeasured(base, floor) or base.mean - floor.mean >= MARGIN:
-        return ""
-    return (f" Caveat: the undefended CNN's IG SSIM ({base.mean:.3f}) is within {MARGIN} of the class-mean-image floor "
-            f"({floor.mean:.3f}), the plugin's leak margin: at this budget plain IG on digits is hardly better than "
-            "guessing the known label's mean image, so these are differences in SSIM, not in a demonstrated leak.")
+def rejudge(claim: Claim) -> Claim:
+    """Judge a seed-004 claim by the one rule (:func:`common.judge`) from its stored per-seed values.
 
-
-def _lower(base: Condition, defended: Condition, what: str, against: str) -> tuple[str, str]:
-    """holds: defended's 95 % interval wholly below base's, with the base attack succeeding (mean SSIM >= 0.5)."""
-    numbers = (f"{what} {defended.mean:.3f} [{defended.ci95[0]:.3f}, {defended.ci95[1]:.3f}] vs {against} "
-               f"{base.mean:.3f} [{base.ci95[0]:.3f}, {base.ci95[1]:.3f}] over {len(base.values)} seeds")
-    if unmeasured(base, defended):
-        return "cannot tell", f"Rule: needs a number on each of at least two seeds. {unmeasured(base, defended)}"
-    if base.ci95[0] < SUCCESS:
-        return "cannot tell", (f"Rule: a drop means something only when plain IG succeeds on the undefended model "
-                               f"(interval above the paper's SSIM {SUCCESS}); it does not here. {numbers}.")
-    if separated(defended, base):
-        return "holds", f"Rule: the 95 % intervals separate in the paper's direction. {numbers}."
-    if separated(base, defended):
-        return "does not hold", f"Rule: the intervals separate in the reverse direction. {numbers}."
-    return "cannot tell", f"Rule: the 95 % intervals overlap. {numbers}."
-
-
-def _higher(weak: Condition, strong: Condition, what: str, against: str) -> tuple[str, str]:
-    """holds: strong's 95 % interval wholly above weak's; does not hold: wholly below; else cannot tell."""
-    if unmeasured(weak, strong):
-        return "cannot tell", f"Rule: needs a number on each of at least two seeds. {unmeasured(weak, strong)}"
-    numbers = _numbers(weak, strong, what, against)
-    if separated(weak, strong):
-        return "holds", f"Rule: the 95 % intervals separate in the stated direction. {numbers}."
-    if separated(strong, weak):
-        return "does not hold", f"Rule: the intervals separate in the reverse direction. {numbers}."
-    return "cannot tell", f"Rule: the 95 % intervals overlap. {numbers}."
+    Every claim is gated on the undefended CNN: its plain-IG SSIM must clear the class-mean-image floor
+    (per seed, and its interval over the kept seeds), and seeds whose before audit was inconclusive
+    are left out. Joint-eps is the seed note's extension, not the paper's claim.
+    """
+    by = {c.name: c for c in claim.conditions}
+    base, floor = by["undefended CNN (before), plain IG"], by["no-information floor (class-mean image)"]
+    first, second = claim.conditions[0], claim.conditions[1]
+    if claim.direction.startswith(("The Ignore attack", "Joint-eps")):
+        ref, arm, expect, what = first, second, "higher", f"{second.name}'s SSIM"
+    elif claim.direction.startswith("CVB placed early"):
+        ref, arm, expect, what = base, by["cvb, Ignore+IG"], "lower", "Ignore's SSIM on CVB@P1"
+    else:
+        ref, arm, expect, what = base, second, "lower", f"{second.name}'s SSIM"
+    outcome, reading = judge(ref, arm, expect=expect, what=what, against=f"{ref.name}'s", usable=_usable(claim.setting),
+                             cleared=[b - f for b, f in zip(base.values, floor.values)], floor=floor, gate=base)
+    return dataclasses.replace(claim, outcome=outcome, reading=reading, beyond_paper=claim.direction.startswith(
+        "Joint-eps"))

@@ -21,20 +21,37 @@ class ModelInversionConfig(BaseModel):
         default=None, description="Classes to invert; default: the first max_classes."
     )
     max_classes: int = Field(default=10, ge=1)
-    restarts: int = Field(default=8, ge=1, description="Independent restarts (reconstructions) per class.")
+    restarts: int = Field(default=8, ge=1, description="Reconstructions kept per class.")
+    candidates: int = Field(
+        default=4, ge=1, description="Searches per kept reconstruction: restarts x candidates run, the restarts "
+        "the target is most confident about under selection_shifts random shifts are kept (PPA's selection)."
+    )
     steps: int = Field(default=200, ge=1)
     lr: float = Field(default=0.1, gt=0)
+    loss: Literal["margin", "poincare", "ce"] = Field(
+        default="margin", description="Identity loss: the target's logit margin (best other logit minus the "
+        "class's), PPA's Poincare loss, or plain cross-entropy."
+    )
+    shift: float = Field(
+        default=0.125, ge=0, le=0.5, description="Augmentation during the search: each step the candidate is "
+        "translated by up to this fraction of its width (at least one pixel); 0 disables it."
+    )
+    selection_shifts: int = Field(default=8, ge=0, description="Random shifts averaged in the final selection.")
     tv_weight: float = Field(default=0.05, ge=0, description="Pixel prior: total-variation weight.")
     l2_weight: float = Field(default=0.01, ge=0, description="Pixel prior: weight of mean(x^2).")
-    latent_dim: int = Field(default=8, ge=1, description="VAE prior: latent size.")
+    latent_dim: int = Field(default=16, ge=1, description="VAE prior: latent size.")
     latent_weight: float = Field(default=1e-3, ge=0, description="VAE prior: weight of ||w||^2.")
     prior_epochs: int = Field(default=60, ge=1, description="VAE prior: training epochs on public/.")
     eval_epochs: int = Field(default=40, ge=1, description="Evaluation model: training epochs on train/.")
     eval_width: int = Field(default=32, ge=4)
+    control_epochs: int = Field(
+        default=60, ge=1, description="Positive control: epochs of a re-initialised copy of the target's "
+        "architecture trained on train/ (it must learn the private classes to be a leaking target)."
+    )
     cache_dir: str | None = Field(
         default="~/.cache/auditor/mi-evaluators",
-        description="The evaluation model and the softmax-regression control depend only on train/ and these "
-        "settings, so they are cached here by content hash; null disables the cache.",
+        description="The evaluation model, the positive control and the VAE prior depend only on the data, the "
+        "architecture and these settings, so they are cached here by content hash; null disables the cache.",
     )
     max_private: int = Field(
         default=5000, ge=10, description="Most train/ images used (evaluation model, KNN)."
@@ -46,9 +63,10 @@ class ModelInversionConfig(BaseModel):
         description="mi.attack-accuracy needs the class-permutation p-value below this (and a positive margin "
         "over the floor); the positive control must pass the same test.",
     )
-    attack_accuracy_high: float = Field(
-        default=0.5,
+    high_by: float = Field(
+        default=0.3,
         gt=0,
         le=1,
-        description="mi.attack-accuracy is high at or above this top-1 attack accuracy.",
+        description="mi.attack-accuracy is high when the 95 % CI's low end of the top-1 margin over the floor "
+        "reaches this.",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -74,11 +75,35 @@ def linear_control(shape: tuple[int, ...], classes: int, side: int = 32) -> nn.M
     """Return softmax regression on the pixels (average-pooled to at most ``side`` x ``side``).
 
     The textbook target that inversion recovers class templates from (Fredrikson et al., 2015): the
-    plugin's positive control.
+    fallback control when the target's own architecture cannot be re-initialised.
     """
     c, h, w = shape
     pool = (min(h, side), min(w, side))
     return nn.Sequential(nn.AdaptiveAvgPool2d(pool), nn.Flatten(), nn.Linear(c * pool[0] * pool[1], classes))
+
+
+def reinitialised(model: nn.Module, seed: int) -> nn.Module | None:
+    """Return a copy of ``model`` with every parameter re-drawn (seeded), or None when some cannot be.
+
+    Every module with ``reset_parameters`` is reset; a parameter outside such a module (a custom
+    ``nn.Parameter``) would keep the audited weights, so the copy is refused then.
+    """
+    try:
+        twin = copy.deepcopy(model)
+    except Exception:  # scripted or otherwise uncopyable models: the caller falls back to the linear control
+        return None
+    torch.manual_seed(seed)
+    covered: set[int] = set()
+    for module in twin.modules():
+        if callable(getattr(module, "reset_parameters", None)):
+            module.reset_parameters()
+            covered.update(id(p) for p in module.parameters(recurse=False))
+    params = list(twin.parameters())
+    if not params or any(id(p) not in covered for p in params):
+        return None
+    for p in params:
+        p.requires_grad_(True)
+    return twin
 
 
 def fit_eval(

@@ -14,8 +14,9 @@ EXACT_UP_TO = 8
 def permutation_p_value(hits: np.ndarray, *, n_perm: int = 20000, seed: int = 0) -> float:
     """Return the one-sided p-value of the diagonal of ``hits`` under random relabelling of the class clusters.
 
-    ``hits[i, j]`` counts reconstructions aimed at inverted class i that the evaluation model puts in
-    inverted class j. Reconstructions of one class share a target and are not independent, so the
+    ``hits[i, j]`` scores how much the reconstructions aimed at inverted class i look like inverted
+    class j to the evaluation model: a count of top-1 verdicts, or (finer, so fewer ties) their mean
+    probability of class j. Reconstructions of one class share a target and are not independent, so the
     unit of the test is the class: under the null (the evaluator's verdict does not depend on which
     class was inverted) every assignment of the k target labels to the k clusters is equally likely.
     Exact for k <= :data:`EXACT_UP_TO`, else Monte Carlo with ``(1 + count) / (1 + n_perm)``.
@@ -23,7 +24,7 @@ def permutation_p_value(hits: np.ndarray, *, n_perm: int = 20000, seed: int = 0)
     k = hits.shape[0]
     if k < 2:
         return 1.0
-    observed = np.trace(hits)
+    observed = np.trace(hits) - 1e-9 * max(1.0, float(np.abs(hits).max()))  # float sums in another order
     if k <= EXACT_UP_TO:
         perms = np.array(list(itertools.permutations(range(k))))
         stats = hits[np.arange(k), perms].sum(1)
