@@ -33,8 +33,7 @@ from auditor.load.export_scan import (
     is_export_payload,
     scan_export_graph,
 )
-from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
-from auditor.load.hf import confinement_problems, weight_files
+from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
 from auditor.load.problems import ImportRef, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
 from auditor.load.ziparchive import archive_problems
@@ -113,7 +112,13 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
     if sniffed.container is Container.SAFETENSORS:
         return []
     if sniffed.container is Container.HF_DIR:
-        return _scan_hf_dir(sniffed)
+        from auditor.load.dir_scan import scan_hf_dir  # it scans each file with this function
+
+        return scan_hf_dir(sniffed)
+    if sniffed.container is Container.LEGACY_TAR:
+        reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
+                  "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
+        return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
     if sniffed.container is Container.LEGACY_PICKLE:
         with sniffed.path.open("rb") as fh:
             return scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT)
@@ -122,23 +127,6 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
             return _scan_zip(zf, "", sniffed.container, 0, max_tensor_bytes)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError) as exc:
         raise TruncatedArchive(sniffed.path, str(exc) or type(exc).__name__) from exc
-
-
-def _scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors).
-
-    A directory whose files resolve outside it, or whose config names files or downloads, is refused first.
-    """
-    escapes = confinement_problems(sniffed.path)
-    if escapes:
-        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes]
-    files, pickled = weight_files(sniffed.path)
-    scans = []
-    for file in files if pickled else []:
-        for scan in scan_checkpoint(sniff(file)):
-            scan.name = f"{file.name}:{scan.name}"
-            scans.append(scan)
-    return scans
 
 
 def scan_stream(fh: BinaryIO, name: str, max_pickles: int) -> list[PickleScan]:

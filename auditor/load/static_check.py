@@ -24,6 +24,7 @@ FORMAT_TORCHSCRIPT = "torchscript"
 FORMAT_SAFETENSORS = "safetensors"
 FORMAT_TORCH_EXPORT = "torch-export"
 FORMAT_LEGACY_PICKLE = "legacy-pickle"
+FORMAT_LEGACY_TAR = "legacy-tar"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 
 
@@ -108,6 +109,7 @@ def static_format(sniffed: Sniffed) -> str:
         Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
         Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
         Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
+        Container.LEGACY_TAR: FORMAT_LEGACY_TAR,
         Container.SAFETENSORS: FORMAT_SAFETENSORS,
         Container.HF_DIR: FORMAT_HF_DIR,
     }[sniffed.container]
