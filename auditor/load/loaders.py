@@ -7,6 +7,7 @@ subclasses with a one-line message.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import warnings
 import zipfile
@@ -52,6 +53,9 @@ CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 #: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
 _SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
 _PROBE_SHAPE = (3, 224, 224)
+#: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
+MAX_DECLARED_SIDE = 4096
+MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -167,10 +171,14 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
 
     Raises:
         RefusedWhileLoading: the child exceeded a limit (memory, CPU, time, a file write).
+        UnknownFormat: torch could not load the archive in the child; it is never loaded again outside it.
     """
     result = probe(_SANDBOXED[sniffed.container], sniffed.path, shape, file_bytes=sniffed.size_bytes)
     if result.violation is not None:
         raise RefusedWhileLoading(sniffed.path.name, "sandbox", f"the sandboxed load was stopped: {result.violation}")
+    if result.load_failed:
+        raise UnknownFormat(sniffed.path, f"torch could not load it in the sandbox ({result.detail}); it is not "
+                                          "loaded again outside the sandbox")
     confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
                 else "network and file system not isolated: user namespaces are unavailable")
     return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
@@ -327,18 +335,30 @@ def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
 
 
 def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str | None]:
-    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size)."""
+    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size).
+
+    A size over :data:`MAX_DECLARED_SIDE` per dimension or :data:`MAX_DECLARED_ELEMENTS` in all is
+    ignored: the checkpoint chose it, and auditor would allocate inputs of that size.
+    """
     size = _timm_cfg(model).get("input_size")
     if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
-        return list(size), "timm pretrained_cfg"
+        return _capped(list(size), "timm pretrained_cfg")
     image_size = getattr(model, "image_size", None)
     if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
-        return [3, image_size, image_size], f"{type(model).__name__}.image_size"
+        return _capped([3, image_size, image_size], f"{type(model).__name__}.image_size")
     config = getattr(model, "config", None)  # a Hugging Face vision model
     hf_size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
     if isinstance(hf_size, int) and not isinstance(hf_size, bool) and hf_size > 0 and isinstance(channels, int):
-        return [channels, hf_size, hf_size], "Hugging Face config image_size"
+        return _capped([channels, hf_size, hf_size], "Hugging Face config image_size")
     return None, None
+
+
+def _capped(shape: list[int], source: str) -> tuple[list[int] | None, str | None]:
+    """Return ``shape`` and its source, or (None, None) when it is larger than auditor builds inputs for."""
+    if any(isinstance(d, bool) or d > MAX_DECLARED_SIDE for d in shape) or math.prod(shape) > MAX_DECLARED_ELEMENTS:
+        logger.warning("ignored the input size %s from %s: larger than auditor builds inputs for", shape, source)
+        return None, None
+    return shape, source
 
 
 def _timm_architecture(model: torch.nn.Module) -> str | None:

@@ -36,7 +36,7 @@ from auditor.load.export_scan import (
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
 from auditor.load.problems import ImportRef, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
-from auditor.load.ziparchive import archive_problems
+from auditor.load.ziparchive import archive_problems, native_code_reason
 
 logger = logging.getLogger(__name__)
 
@@ -415,8 +415,9 @@ def _scan_zip(
     ambiguities = archive_problems(zf, zf.fp)  # type: ignore[arg-type]  # the file zipfile reads from
     if ambiguities:
         return [PickleScan(prefix + p.member, problems=[ScanProblem("zip", 0, p.reason)]) for p in ambiguities]
-    scans: list[PickleScan] = []
     infos = [info for info in zf.infolist() if not info.is_dir()]
+    scans: list[PickleScan] = [PickleScan(prefix + info.filename, problems=[ScanProblem("native", 0, reason)])
+                               for info in infos if (reason := native_code_reason(zf, info)) is not None]
     raw_payloads: set[str] = set()
     if container is Container.TORCH_EXPORT:
         raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, max_tensor_bytes)

@@ -18,6 +18,7 @@ any difference in a member's name, offset, sizes or method refuses the archive.
 
 from __future__ import annotations
 
+import re
 import struct
 import zipfile
 from dataclasses import dataclass
@@ -28,6 +29,15 @@ _LOCAL_MAGIC = b"PK\x03\x04"
 _DATA_DESCRIPTOR_FLAG = 0x08
 MAX_INFLATION = 64  # declared size / stored size above which a deflated member is a zip bomb
 MIN_BOMB_BYTES = 16 << 20  # members that inflate to less than this are never called bombs
+
+
+#: Leading bytes of executables and shared libraries (ELF, Mach-O thin and fat, PE).
+NATIVE_MAGICS = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                 b"\xca\xfe\xba\xbe", b"MZ")
+NATIVE_SUFFIXES = (".so", ".dll", ".dylib", ".pyd", ".exe", ".bin.so")
+#: Where torch.export.load finds AOTInductor models: every one is a shared library it dlopens.
+AOTI_DIR = "data/aotinductor/"
+_TENSOR_DIRS = ("/data/", "data/weights/", "data/constants/")
 
 
 @dataclass(frozen=True)
@@ -234,3 +244,20 @@ def parity_problems(zf: zipfile.ZipFile, fh: BinaryIO) -> list[ArchiveProblem]:
             return [ArchiveProblem(name, "torch's reader and Python's disagree on this member's name, offset, size or "
                                          "compression")]
     return []
+
+
+def native_code_reason(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
+    """Why a member is native code torch could load (an AOTInductor model, a shared library), or None."""
+    lowered = info.filename.lower()
+    if f"/{AOTI_DIR}" in f"/{lowered}":
+        return ("AOTInductor model: torch.export.load dlopens its shared library, whose code runs on load and "
+                "cannot be checked")
+    if lowered.endswith(NATIVE_SUFFIXES) or re.search(r"\.so(\.\d+)+$", lowered):
+        return "archive member is a native library by its name: native code cannot be checked"
+    tensor_data = any(part in f"/{lowered}" for part in _TENSOR_DIRS) and lowered.rsplit("/", 1)[-1].isdigit()
+    if info.file_size >= 64 and not tensor_data:
+        with zf.open(info) as fh:
+            head = fh.read(4)
+        if head.startswith(NATIVE_MAGICS):
+            return "archive member is an executable or shared library (ELF, Mach-O, PE): native code cannot be checked"
+    return None
