@@ -83,8 +83,8 @@ def check_payload_configs(
         try:
             config = json.loads(zf.read(info))["config"]
             entries = [(str(fqn), meta) for fqn, meta in config.items()]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            scans.append(_problem(label, "config", f"payload config cannot be read: {exc}"))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            scans.append(_problem(label, "config", f"payload config cannot be read: {_json_error(exc)}"))
             continue
         folder = info.filename.rsplit("/", 1)[0].lower()
         problems = []
@@ -149,10 +149,11 @@ def scan_export_graph(data: bytes, name: str) -> PickleScan:
     scan = PickleScan(name)
     try:
         document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        scan.problems.append(ScanProblem("json", 0, f"exported graph is not valid JSON: {exc}"))
+        strings = list(_graph_strings(document))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        scan.problems.append(ScanProblem("json", 0, f"exported graph is not valid JSON: {_json_error(exc)}"))
         return scan
-    for kind, value in _graph_strings(document):
+    for kind, value in strings:
         position = max(data.find(json.dumps(value)[1:-1].encode()), 0)
         if kind == "target":
             reason = graph_target_reason(value) or _value_read_reason(value)
@@ -207,6 +208,11 @@ def _graph_strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
                 yield "name", value
             else:
                 yield from _graph_strings(value, key)
+
+
+def _json_error(exc: BaseException) -> str:
+    """Word a JSON reading error in one line (a recursion error: the document nests too deeply)."""
+    return "it nests too deeply to read" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _problem(label: str, kind: str, reason: str) -> PickleScan:

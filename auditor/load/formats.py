@@ -147,6 +147,8 @@ def _looks_like_safetensors(path: Path, head: bytes, size: int) -> bool:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TruncatedArchive(path, f"safetensors header is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise TruncatedArchive(path, "safetensors header nests too deeply to read") from exc
     return isinstance(header, dict)
 
 

@@ -30,6 +30,7 @@ from auditor.load.arch import fit_state_dict
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
+from auditor.load.limits import address_space_limit, load_budget
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe
 from auditor.load.static_check import (
@@ -239,10 +240,12 @@ def _torch_load(
     """Run ``torch.load`` through the gated C unpickler that resolves only the statically allowed globals.
 
     ``mmap`` (zip archives only) maps the tensor data copy-on-write instead of copying it into memory.
+    The load runs under an address-space limit (:mod:`auditor.load.limits`) that grows with the file.
     """
     try:
-        obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed), weights_only=False,
-                         mmap=mmap)
+        with address_space_limit(load_budget(path.stat().st_size), path.name):
+            obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed),
+                             weights_only=False, mmap=mmap)
     except (InputError, RefusedWhileLoading):
         raise
     except Exception as exc:  # translated at this boundary

@@ -50,6 +50,8 @@ _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _LARGE_PUTS = frozenset({"PUT", "LONG_BINPUT"})  # memo slots past the opcode's own offset are refused
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
+_HASHED_OPS = frozenset({"TUPLE1", "TUPLE2", "TUPLE3", "TUPLE", "FROZENSET"})  # hashing walks all of one
+MAX_HASHED_ELEMENTS = 1 << 24  # values (repeats through the memo counted) one tuple or frozenset may hold
 _FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
 _UINT4 = struct.Struct("<I").unpack_from
 # Opcodes with meaning beyond their declared stack effect, all replayed by ``_Replay._step``
@@ -59,6 +61,7 @@ _SPECIAL_OPS = (
     | _PUT_OPS
     | _GET_OPS
     | _EXT_OPS
+    | _HASHED_OPS
     | {"GLOBAL", "INST", "STACK_GLOBAL", "MEMOIZE", "DUP", "MARK", "PROTO", "STOP"}
 )
 _Effect = tuple[int, bool, bool]  # values popped below the mark (or in all), pops to a mark, pushes one
@@ -91,6 +94,10 @@ class _Opaque:
 
 
 _OPAQUE = _Opaque()
+
+
+class _Sized(int):
+    """A tuple or frozenset the scanner built: the int is how many values hashing it visits."""
 
 
 class _Malformed(Exception):
@@ -338,9 +345,26 @@ class _Replay:
             stack.append(self._top(name))
         elif name == "MARK":
             self.marks.append(len(stack))
+        elif name in _HASHED_OPS:
+            self._hashed(name, i)
         else:
             self._apply(*_effect(op))
         return end
+
+    def _hashed(self, name: str, i: int) -> None:
+        """Build a tuple or frozenset; refuse one whose hash would visit more than MAX_HASHED_ELEMENTS values."""
+        if name in ("TUPLE", "FROZENSET"):
+            items = self.stack[self.marks[-1] :] if self.marks else []
+            self._pop_to_mark()
+        else:
+            items = [self._pop() for _ in range(int(name[-1]))]
+        weight = 1 + sum(item if isinstance(item, _Sized) else 1 for item in items)
+        if weight > MAX_HASHED_ELEMENTS:
+            reason = (f"{name} builds a container that holds, through shared references, {weight} values: hashing "
+                      "it once (as a dict key or a set element) would take that long (a hash bomb)")
+            self.scan.problems.append(ScanProblem("hash-bomb", i, reason))
+            weight = 1
+        self.stack.append(_Sized(weight))
 
     def _argument(self, op: pickletools.OpcodeInfo, i: int) -> tuple[object, int]:
         """Read the argument of the opcode at ``i`` with pickletools; return it and where it ends."""
