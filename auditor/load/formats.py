@@ -97,12 +97,15 @@ def _is_tar(path: Path) -> bool:
 
 
 def _unpickles(path: Path) -> bool:
-    """Tell whether ``path`` starts with a complete pickle of any protocol (replayed, never unpickled)."""
-    from auditor.load.pickle_scan import scan_pickle  # the scanner sniffs nested archives with this module
-
+    """Tell whether ``path`` starts with a complete opcode stream of any protocol (read, never unpickled)."""
     with path.open("rb") as fh:
-        scan = scan_pickle(fh, path.name)
-    return not any(problem.opcode == "malformed" for problem in scan.problems)
+        try:
+            for op, _, _ in pickletools.genops(fh):
+                if op.name == "STOP":
+                    return True
+        except (ValueError, EOFError, UnicodeDecodeError, OverflowError):
+            return False
+    return False
 
 
 def classify_zip_members(names: list[str]) -> Container | None:

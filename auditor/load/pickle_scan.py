@@ -119,9 +119,7 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
     if sniffed.container is Container.SAFETENSORS:
         return []
     if sniffed.container is Container.HF_DIR:
-        from auditor.load.dir_scan import scan_hf_dir  # it scans each file with this function
-
-        return scan_hf_dir(sniffed)
+        raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_hf_dir")
     if sniffed.container is Container.LEGACY_TAR:
         reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
                   "delimit; torch.load would unpickle its members (re-save the model with torch.save)")

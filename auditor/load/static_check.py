@@ -14,6 +14,7 @@ from pathlib import Path
 from auditor.errors import NotAPyTorchModel
 from auditor.load.allowlist import ImportPolicy, refusal_reason
 from auditor.load.digest import sha256_file
+from auditor.load.dir_scan import scan_hf_dir
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
@@ -70,7 +71,10 @@ def check_statically(
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
-    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
+    if sniffed.container is Container.HF_DIR:
+        scans = scan_hf_dir(sniffed)
+    else:
+        scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
     safety, allowed = judge(scans, policy)
     return StaticCheck(path, sniffed, safety, allowed, _policy_notes(policy), hashing)
 
