@@ -5,7 +5,7 @@ Builds the corpus of :mod:`benchmarks.scanner_corpus` in a temporary directory, 
 ``torch.export.load``; a directory: ``torch.load`` of its hostile sidecar) to record whether the
 payload runs (creates its canary, hangs past 10 s, or asks for more memory than a 4 GiB limit),
 (2) runs ``auditor scan`` and each peer's CLI on it. A scanner *flags* a file when its exit code says
-so (auditor: the checkpoint refused, exit 1, or not loaded, exit 2; picklescan, modelscan, fickling
+so (auditor: the load verdict ``unsafe``, or not loaded, exit 2; picklescan, modelscan, fickling
 ``--check-safety`` and modelaudit: exit 1, i.e. any issue). Peers run from their own virtual
 environment (``--peers-venv``); the versions that ran are recorded.
 
@@ -70,7 +70,15 @@ def run_auditor(case: Any, workdir: Path) -> dict[str, Any]:
         command += ["--arch", case.arch]
     code = _run(command)
     verdict = json.loads(out.read_text())["model"]["load_safety"]["verdict"] if out.exists() else None
-    return {"exit_code": code, "flagged": code in (1, 2), "load_safety": verdict}
+    return {"exit_code": code, "flagged": auditor_flagged(code, verdict), "load_safety": verdict}
+
+
+def auditor_flagged(exit_code: int, load_safety: str | None) -> bool:
+    """Auditor flags a file it refuses (load verdict unsafe) or does not load at all (exit 2, no report).
+
+    Exit 1 on a file that loaded as safe is an architecture finding, not a load refusal.
+    """
+    return load_safety == "unsafe" or (load_safety is None and exit_code == 2)
 
 
 def run_peer(tool: str, path: Path, venv: Path) -> dict[str, Any]:
@@ -84,11 +92,13 @@ def run_peer(tool: str, path: Path, venv: Path) -> dict[str, Any]:
 
 
 def _run(command: list[str]) -> int:
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=SCAN_TIMEOUT_S, check=False,
-                              env={**os.environ, **_QUIET_ENV}).returncode
-    except subprocess.TimeoutExpired:
-        return 124
+    """Run a scanner in a scratch directory (fickling writes ``safety_results.json`` into its cwd)."""
+    with tempfile.TemporaryDirectory(prefix="scanner-cwd-") as cwd:
+        try:
+            return subprocess.run(command, capture_output=True, text=True, timeout=SCAN_TIMEOUT_S, check=False,
+                                  cwd=cwd, env={**os.environ, **_QUIET_ENV}).returncode
+        except subprocess.TimeoutExpired:
+            return 124
 
 
 def peer_versions(venv: Path) -> dict[str, str]:
@@ -141,8 +151,9 @@ def render(results: dict[str, Any]) -> str:
              "file the plain way did (`torch.load(weights_only=False)`, `torch.jit.load`, `torch.export.load`; "
              "for a directory, `torch.load` of its sidecar): created the payload's canary, hung past "
              f"{PLAIN_TIMEOUT_S} s, or asked for more than a 4 GiB address space. A scanner *flags* a file when "
-             "its exit code says so: auditor refuses it (exit 1) or does not load it (exit 2); a peer exits 1 "
-             "(any issue; modelaudit's warnings included).", "",
+             "its report or exit code says so: auditor refuses it (load verdict `unsafe`) or does not load it "
+             "(exit 2, no report); a peer exits 1 (any issue; modelaudit's warnings included). Auditor's exit 1 "
+             "on a file that loaded as safe comes from architecture findings and is not counted.", "",
              "## Per technique class (files flagged / files in the class)", "",
              "| technique class | files | plain load | " + " | ".join(scanners) + " |",
              "|---|---|---|" + "---|" * len(scanners)]

@@ -109,7 +109,11 @@ def _unpickles(path: Path) -> bool:
 
 
 def classify_zip_members(names: list[str]) -> Container | None:
-    """Return the container a zip with these member names is, or None if it is no torch archive."""
+    """Return the container a zip with these member names is, or None if it is no torch archive.
+
+    Names are compared case-insensitively, as torch's reader finds members.
+    """
+    names = [name.lower() for name in names]
     if any(_basename(n) in ("archive_format", "serialized_exported_program.json") for n in names):
         return Container.TORCH_EXPORT
     if any("/code/" in f"/{n}" or _basename(n) == "constants.pkl" for n in names):

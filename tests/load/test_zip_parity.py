@@ -99,3 +99,13 @@ def test_legit_archives_with_zip64_extras_still_load(tmp_path: Path) -> None:
     plain.write_bytes(plain_zip(source))
     for file in (path, plain):
         assert not [p for scan in scan_checkpoint(sniff(file)) for p in scan.problems]
+
+
+def test_archive_whose_only_pickle_is_upper_case_is_checked_not_unknown(tmp_path: Path, canary: Path) -> None:
+    members = {name.replace("data.pkl", "DATA.PKL"): data for name, data in _hostile(canary).items()}
+    path = tmp_path / "upper.pt"
+    path.write_bytes(plain_zip(members))
+    torch.load(path, weights_only=False)  # torch's case-insensitive lookup finds DATA.PKL
+    assert canary.exists()
+    canary.unlink()
+    _refused(path, canary, "posix.system", opcode="GLOBAL")
