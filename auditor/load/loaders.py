@@ -202,17 +202,23 @@ def _materialise(
         model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
         notes.extend(arch_notes)
         return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    budget = load_budget(sniffed.size_bytes)
     if sniffed.container is Container.TORCHSCRIPT:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), address_space_limit(budget, path.name):
                 warnings.simplefilter("ignore", FutureWarning)
                 model = torch.jit.load(str(path), map_location="cpu")
+        except RefusedWhileLoading:
+            raise
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.jit.load") from exc
         return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
     if sniffed.container is Container.TORCH_EXPORT:
         try:
-            model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+            with address_space_limit(budget, path.name):
+                model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+        except RefusedWhileLoading:
+            raise
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.export.load") from exc
         return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
