@@ -174,7 +174,8 @@ def render(results: dict[str, Any]) -> str:
         cells = [_cell(row.get(s)) for s in scanners]
         lines.append(f"| {row['technique']} | {row['instance']} | {row.get('plain_load', '')} | "
                      + " | ".join(cells) + " |")
-    lines += ["", "Cells: `flagged` or `passed`, with the exit code; `n/a` when the tool was not installed.", ""]
+    lines += ["", "Cells: `flagged` or `passed`, with the exit code (auditor's also with its load verdict: exit 1 "
+              "on a file loaded `safe` is an architecture finding); `n/a` when the tool was not installed.", ""]
     return "\n".join(lines)
 
 
@@ -186,7 +187,8 @@ def _count(rows: list[dict[str, Any]], scanner: str) -> str:
 def _cell(result: dict[str, Any] | None) -> str:
     if result is None:
         return "n/a"
-    return f"{'flagged' if result['flagged'] else 'passed'} ({result['exit_code']})"
+    verdict = f", load {result['load_safety'] or '—'}" if "load_safety" in result else ""
+    return f"{'flagged' if result['flagged'] else 'passed'} ({result['exit_code']}{verdict})"
 
 
 def main() -> None:
