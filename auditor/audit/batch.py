@@ -27,7 +27,7 @@ from auditor.report.model import Report
 
 #: How bad an exit code is when several models are combined: error > fail > any other code > pass.
 _EXIT_RANK = {int(ExitCode.PASS): 0, int(ExitCode.FAIL): 2, int(ExitCode.ERROR): 3}
-_SKIP_DIRS = ("__pycache__", "node_modules")
+_SKIP_DIRS = ("__pycache__", "node_modules", ".git", ".hg", ".svn")
 
 Progress = Callable[[str], None]
 Executor = Callable[[Callable[[Path], "ScanRow"], Sequence[Path]], list["ScanRow"]]
@@ -50,9 +50,11 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
     """Expand directories into the checkpoints under them, sniffed by content, in sorted order.
 
     A path named explicitly is kept even when it is no checkpoint (its row then says why), unless
-    ``exclude`` matches it or ``include`` does not; inside directories, files whose bytes match no
-    checkpoint format are left out, and so are hidden folders. A Hugging Face ``save_pretrained``
-    directory is one checkpoint. Globs match the POSIX path and the file name.
+    ``exclude`` matches it or ``include`` does not; inside directories every file is sniffed by its
+    bytes, whatever its name (pickles of any protocol, zip and legacy tar archives, safetensors,
+    ONNX), and files that match no format are left out, as are version-control folders. A Hugging
+    Face ``save_pretrained`` directory is one checkpoint, whose scan also checks every other file
+    in it that torch could load. Globs match the POSIX path and the file name.
     """
     from auditor.load.formats import sniff
     from auditor.load.hf import is_hf_dir
@@ -64,7 +66,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
             continue
         for folder, dirs, files in os.walk(root):
             here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
             for d in list(dirs):
                 if is_hf_dir(here / d):
                     found.append(here / d)

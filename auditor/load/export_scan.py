@@ -38,6 +38,10 @@ _ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 1
                   15: 1, 16: 1, 17: 1, 18: 1, 19: 1, 20: 4, 21: 2}
 
 
+#: aten ops whose output is a tensor's value as a Python number (an unbacked symbol in the exported graph).
+VALUE_READ_OPS = frozenset({"item", "_local_scalar_dense", "tolist"})
+
+
 def is_export_graph(name: str) -> bool:
     """Return True for a graph JSON member (``models/<name>.json``, or the pre-2.6 layout's)."""
     lowered = name.lower()
@@ -79,8 +83,8 @@ def check_payload_configs(
         try:
             config = json.loads(zf.read(info))["config"]
             entries = [(str(fqn), meta) for fqn, meta in config.items()]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            scans.append(_problem(label, "config", f"payload config cannot be read: {exc}"))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            scans.append(_problem(label, "config", f"payload config cannot be read: {_json_error(exc)}"))
             continue
         folder = info.filename.rsplit("/", 1)[0].lower()
         problems = []
@@ -145,13 +149,14 @@ def scan_export_graph(data: bytes, name: str) -> PickleScan:
     scan = PickleScan(name)
     try:
         document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        scan.problems.append(ScanProblem("json", 0, f"exported graph is not valid JSON: {exc}"))
+        strings = list(_graph_strings(document))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        scan.problems.append(ScanProblem("json", 0, f"exported graph is not valid JSON: {_json_error(exc)}"))
         return scan
-    for kind, value in _graph_strings(document):
+    for kind, value in strings:
         position = max(data.find(json.dumps(value)[1:-1].encode()), 0)
         if kind == "target":
-            reason = graph_target_reason(value)
+            reason = graph_target_reason(value) or _value_read_reason(value)
             module, _, attr = value.rpartition(".")
         elif kind == "expr_str":
             reason = sym_expr_reason(value)
@@ -168,6 +173,15 @@ def scan_export_graph(data: bytes, name: str) -> PickleScan:
         if reason is not None:
             scan.problems.append(ScanProblem(kind, position, f"{reason}: {value[:80]!r}", module, attr))
     return scan
+
+
+def _value_read_reason(target: str) -> str | None:
+    """Why a node that turns a tensor's value into a Python number is refused (sizes would follow the input)."""
+    parts = target.split(".")
+    if parts[:3] == ["torch", "ops", "aten"] and len(parts) > 3 and parts[3] in VALUE_READ_OPS:
+        return (f"graph calls {target}, which reads a tensor's value into a Python number: sizes and loops that "
+                "follow it depend on the input, so auditor cannot bound what running the model allocates")
+    return None
 
 
 def _graph_strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
@@ -195,6 +209,11 @@ def _graph_strings(node: object, key: str = "") -> Iterator[tuple[str, str]]:
                 yield "name", value
             else:
                 yield from _graph_strings(value, key)
+
+
+def _json_error(exc: BaseException) -> str:
+    """Word a JSON reading error in one line (a recursion error: the document nests too deeply)."""
+    return "it nests too deeply to read" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _problem(label: str, kind: str, reason: str) -> PickleScan:

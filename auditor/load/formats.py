@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import pickletools
 import struct
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +22,8 @@ ZIP_MAGIC = b"PK\x03\x04"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 PICKLE_PROTOCOLS = range(2, 6)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+#: First bytes of a pickle stream: any opcode (protocol 0 and 1 pickles start without ``PROTO``).
+PICKLE_FIRST_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
 #: ``ModelProto`` field numbers and their wire types (0 varint, 2 length-delimited), onnx.proto.
 ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
@@ -31,6 +35,7 @@ class Container(str, Enum):
     TORCHSCRIPT = "torchscript"
     TORCH_EXPORT = "torch-export"
     LEGACY_PICKLE = "legacy-pickle"
+    LEGACY_TAR = "legacy-tar"  # torch's pre-1.0 tar layout: pickles between raw storage bytes
     SAFETENSORS = "safetensors"
     ONNX = "onnx"
     HF_DIR = "hf-pretrained-dir"  # a save_pretrained directory: config.json + weights
@@ -69,17 +74,46 @@ def sniff(path: Path) -> Sniffed:
         head = fh.read(16)
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         return _sniff_zip(path, size)
+    if _is_tar(path):  # torch.load tries the legacy tar layout before anything but a zip
+        return Sniffed(path, Container.LEGACY_TAR, size)
     if len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS:
         return Sniffed(path, Container.LEGACY_PICKLE, size)
     if _looks_like_safetensors(path, head, size):
         return Sniffed(path, Container.SAFETENSORS, size)
     if _looks_like_onnx(path, head, size):
         return Sniffed(path, Container.ONNX, size)
+    if head[0] in PICKLE_FIRST_BYTES and _unpickles(path):
+        return Sniffed(path, Container.LEGACY_PICKLE, size)
     raise UnknownFormat(path, f"leading bytes {head[:8].hex(' ')}")
 
 
+def _is_tar(path: Path) -> bool:
+    """Tell whether Python's ``tarfile`` (which ``torch.load`` tries first) opens ``path``."""
+    try:
+        with tarfile.open(path, "r:"):
+            return True
+    except (tarfile.TarError, OSError, ValueError, EOFError, UnicodeDecodeError):
+        return False
+
+
+def _unpickles(path: Path) -> bool:
+    """Tell whether ``path`` starts with a complete opcode stream of any protocol (read, never unpickled)."""
+    with path.open("rb") as fh:
+        try:
+            for op, _, _ in pickletools.genops(fh):
+                if op.name == "STOP":
+                    return True
+        except (ValueError, EOFError, UnicodeDecodeError, OverflowError):
+            return False
+    return False
+
+
 def classify_zip_members(names: list[str]) -> Container | None:
-    """Return the container a zip with these member names is, or None if it is no torch archive."""
+    """Return the container a zip with these member names is, or None if it is no torch archive.
+
+    Names are compared case-insensitively, as torch's reader finds members.
+    """
+    names = [name.lower() for name in names]
     if any(_basename(n) in ("archive_format", "serialized_exported_program.json") for n in names):
         return Container.TORCH_EXPORT
     if any("/code/" in f"/{n}" or _basename(n) == "constants.pkl" for n in names):
@@ -120,6 +154,8 @@ def _looks_like_safetensors(path: Path, head: bytes, size: int) -> bool:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TruncatedArchive(path, f"safetensors header is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise TruncatedArchive(path, "safetensors header nests too deeply to read") from exc
     return isinstance(header, dict)
 
 

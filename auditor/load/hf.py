@@ -44,6 +44,11 @@ _DOWNLOAD_FLAGS = frozenset({"pretrained", "use_pretrained_backbone"})
 _PROVENANCE_KEYS = frozenset({"_name_or_path", "transformers_version"})  # recorded, never opened
 _REMOTE_PREFIXES = ("hf-hub:", "hf_hub:", "http://", "https://", "ftp://", "file:", "local-dir:", "s3://", "gs://")
 
+#: How much larger (float32) than the weight files the model a config declares may be (half precision and
+#: quantised weights are smaller on disk), plus a fixed slack for small models.
+MAX_PARAM_BYTES_PER_WEIGHT_BYTE = 4
+PARAM_BYTES_SLACK = 64 << 20
+
 WeightReader = Callable[[Path], Mapping[str, "torch.Tensor"]]
 
 
@@ -108,9 +113,11 @@ def confinement_problems(path: Path) -> list[tuple[str, str]]:
         return problems
     try:
         raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        return list(_config_problems(raw, ""))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return []  # reported as an input error when the config is read
-    return list(_config_problems(raw, ""))
+    except RecursionError:
+        return [(CONFIG_FILE, f"{CONFIG_FILE} nests too deeply to read")]
 
 
 def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
@@ -151,13 +158,17 @@ def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module
     """
     import torch
 
+    from auditor.load.limits import address_space_limit, load_budget
+
     config, cls, arch = _config_and_class(path)
     files, _ = weight_files(path)
+    on_disk = sum(file.stat().st_size for file in files)
+    _check_declared_size(path, cls, config, arch, on_disk)
     state: dict[str, torch.Tensor] = {}
     for file in files:
         state.update(read(file))
     try:
-        with _quiet_transformers():
+        with _quiet_transformers(), address_space_limit(load_budget(on_disk), CONFIG_FILE):
             model, info = cls.from_pretrained(None, config=config, state_dict=state, output_loading_info=True,
                                               local_files_only=True, dtype=torch.float32)
     except Exception as exc:  # third-party loaders can raise anything; shape mismatches land here
@@ -168,11 +179,35 @@ def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module
     return model, arch, [note]
 
 
+def _check_declared_size(path: Path, cls: Any, config: Any, arch: str, on_disk: int) -> None:
+    """Refuse a config whose model (sized on the meta device, nothing allocated) dwarfs the weights on disk.
+
+    A config is text: ``vocab_size: 10**9`` costs nothing to write, and building the model from it
+    would allocate every parameter before the weights are found not to fit.
+
+    Raises:
+        HFDirectoryError: the model would hold more than :data:`MAX_PARAM_BYTES_PER_WEIGHT_BYTE` times the
+            weight files' bytes (plus :data:`PARAM_BYTES_SLACK`), or cannot be sized.
+    """
+    import torch
+
+    try:
+        with _quiet_transformers(), torch.device("meta"):
+            sized = cls._from_config(config)
+    except Exception as exc:  # third-party code: any failure means the model cannot be sized
+        raise HFDirectoryError(path, f"{arch} cannot be sized from {CONFIG_FILE} before building: "
+                                     f"{_one_line(exc)}") from exc
+    declared = sum(p.numel() for p in sized.parameters()) * 4  # built in float32
+    if declared > MAX_PARAM_BYTES_PER_WEIGHT_BYTE * on_disk + PARAM_BYTES_SLACK:
+        raise HFDirectoryError(path, f"{CONFIG_FILE} declares {declared >> 20} MiB of float32 parameters for {arch}, "
+                                     f"but the weight files hold {on_disk >> 20} MiB; the model is not built")
+
+
 def _shards(path: Path, index: Path) -> list[Path]:
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         names = sorted(set(weight_map.values()))
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise HFDirectoryError(path, f"{index.name} is not a valid shard index ({type(exc).__name__})") from exc
     absent = [name for name in names if Path(name).name != name or not (path / name).is_file()]
     if absent:
@@ -185,6 +220,8 @@ def _read_config(path: Path) -> dict[str, object]:
         raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HFDirectoryError(path, f"{CONFIG_FILE} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise HFDirectoryError(path, f"{CONFIG_FILE} nests too deeply to read") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
         raise HFDirectoryError(path, f"{CONFIG_FILE} has no model_type")
     if "auto_map" in raw:

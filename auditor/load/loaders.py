@@ -7,6 +7,7 @@ subclasses with a one-line message.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import warnings
 import zipfile
@@ -29,6 +30,7 @@ from auditor.load.arch import fit_state_dict
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
+from auditor.load.limits import address_space_limit, load_budget
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe
@@ -53,6 +55,9 @@ CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 #: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
 _SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
 _PROBE_SHAPE = (3, 224, 224)
+#: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
+MAX_DECLARED_SIDE = 4096
+MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
 _TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
@@ -182,10 +187,14 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
 
     Raises:
         RefusedWhileLoading: the child exceeded a limit (memory, CPU, time, a file write).
+        UnknownFormat: torch could not load the archive in the child; it is never loaded again outside it.
     """
     result = probe(_SANDBOXED[sniffed.container], sniffed.path, shape, file_bytes=sniffed.size_bytes)
     if result.violation is not None:
         raise RefusedWhileLoading(sniffed.path.name, "sandbox", f"the sandboxed load was stopped: {result.violation}")
+    if result.load_failed:
+        raise UnknownFormat(sniffed.path, f"torch could not load it in the sandbox ({result.detail}); it is not "
+                                          "loaded again outside the sandbox")
     confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
                 else "network and file system not isolated: user namespaces are unavailable")
     return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
@@ -208,17 +217,23 @@ def _materialise(
         model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
         notes.extend(arch_notes)
         return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    budget = load_budget(sniffed.size_bytes)
     if sniffed.container is Container.TORCHSCRIPT:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), address_space_limit(budget, path.name):
                 warnings.simplefilter("ignore", FutureWarning)
                 model = torch.jit.load(str(path), map_location="cpu")
+        except RefusedWhileLoading:
+            raise
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.jit.load") from exc
         return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
     if sniffed.container is Container.TORCH_EXPORT:
         try:
-            model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+            with address_space_limit(budget, path.name):
+                model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+        except RefusedWhileLoading:
+            raise
         except Exception as exc:  # translated at this boundary
             raise _translate(exc, path, "torch.export.load") from exc
         return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
@@ -246,10 +261,12 @@ def _torch_load(
     """Run ``torch.load`` through the gated C unpickler that resolves only the statically allowed globals.
 
     ``mmap`` (zip archives only) maps the tensor data copy-on-write instead of copying it into memory.
+    The load runs under an address-space limit (:mod:`auditor.load.limits`) that grows with the file.
     """
     try:
-        obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed), weights_only=False,
-                         mmap=mmap)
+        with address_space_limit(load_budget(path.stat().st_size), path.name):
+            obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed),
+                             weights_only=False, mmap=mmap)
     except (InputError, RefusedWhileLoading):
         raise
     except Exception as exc:  # translated at this boundary
@@ -342,18 +359,30 @@ def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
 
 
 def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str | None]:
-    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size)."""
+    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size).
+
+    A size over :data:`MAX_DECLARED_SIDE` per dimension or :data:`MAX_DECLARED_ELEMENTS` in all is
+    ignored: the checkpoint chose it, and auditor would allocate inputs of that size.
+    """
     size = _timm_cfg(model).get("input_size")
     if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
-        return list(size), "timm pretrained_cfg"
+        return _capped(list(size), "timm pretrained_cfg")
     image_size = getattr(model, "image_size", None)
     if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
-        return [3, image_size, image_size], f"{type(model).__name__}.image_size"
+        return _capped([3, image_size, image_size], f"{type(model).__name__}.image_size")
     config = getattr(model, "config", None)  # a Hugging Face vision model
     hf_size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
     if isinstance(hf_size, int) and not isinstance(hf_size, bool) and hf_size > 0 and isinstance(channels, int):
-        return [channels, hf_size, hf_size], "Hugging Face config image_size"
+        return _capped([channels, hf_size, hf_size], "Hugging Face config image_size")
     return None, None
+
+
+def _capped(shape: list[int], source: str) -> tuple[list[int] | None, str | None]:
+    """Return ``shape`` and its source, or (None, None) when it is larger than auditor builds inputs for."""
+    if any(isinstance(d, bool) or d > MAX_DECLARED_SIDE for d in shape) or math.prod(shape) > MAX_DECLARED_ELEMENTS:
+        logger.warning("ignored the input size %s from %s: larger than auditor builds inputs for", shape, source)
+        return None, None
+    return shape, source
 
 
 def _timm_architecture(model: torch.nn.Module) -> str | None:

@@ -32,14 +32,15 @@ from auditor.load.export_scan import (
     is_export_payload,
     scan_export_graph,
 )
-from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members, sniff
-from auditor.load.hf import confinement_problems, weight_files
+from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
 from auditor.load.pickle_uses import (
     CALL,
     FAST_CODES,
     USE_OPS,
+    Sized,
     call,
     fast_use,
+    hashed_weight,
     record,
     replay_use,
     tuple_of,
@@ -47,7 +48,7 @@ from auditor.load.pickle_uses import (
 from auditor.load.pickle_uses import record_import as _record
 from auditor.load.problems import PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
-from auditor.load.ziparchive import archive_problems
+from auditor.load.ziparchive import archive_problems, native_code_reason
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ _SPECIAL_OPS = (
     | _GET_OPS
     | _EXT_OPS
     | USE_OPS
+    | {"FROZENSET"}
     | {"GLOBAL", "INST", "STACK_GLOBAL", "MEMOIZE", "DUP", "MARK", "PROTO", "STOP"}
 )
 _Effect = tuple[int, bool, bool]  # values popped below the mark (or in all), pops to a mark, pushes one
@@ -124,7 +126,11 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
     if sniffed.container is Container.SAFETENSORS:
         return []
     if sniffed.container is Container.HF_DIR:
-        return _scan_hf_dir(sniffed)
+        raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_hf_dir")
+    if sniffed.container is Container.LEGACY_TAR:
+        reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
+                  "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
+        return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
     if sniffed.container is Container.LEGACY_PICKLE:
         with sniffed.path.open("rb") as fh:
             return scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT)
@@ -133,23 +139,6 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
             return _scan_zip(zf, "", sniffed.container, 0, max_tensor_bytes)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError) as exc:
         raise TruncatedArchive(sniffed.path, str(exc) or type(exc).__name__) from exc
-
-
-def _scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory (none when it has safetensors).
-
-    A directory whose files resolve outside it, or whose config names files or downloads, is refused first.
-    """
-    escapes = confinement_problems(sniffed.path)
-    if escapes:
-        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes]
-    files, pickled = weight_files(sniffed.path)
-    scans = []
-    for file in files if pickled else []:
-        for scan in scan_checkpoint(sniff(file)):
-            scan.name = f"{file.name}:{scan.name}"
-            scans.append(scan)
-    return scans
 
 
 def scan_stream(fh: BinaryIO, name: str, max_pickles: int) -> list[PickleScan]:
@@ -262,7 +251,7 @@ class _Replay:
                     if code == 133:  # TUPLE1: a tuple holding a global is kept for the call it feeds
                         if len(stack) == floor:
                             raise _Malformed("stack underflow")
-                        stack[-1] = tuple_of(stack[-1:], opaque)
+                        stack[-1] = tuple_of(self.scan, stack[-1:], "TUPLE1", i)
                         last, i = i, i + 1
                         continue
                     if code == 82:  # REDUCE
@@ -379,9 +368,17 @@ class _Replay:
             stack.append(self._top(name))
         elif name == "MARK":
             self.marks.append(len(stack))
+        elif name == "FROZENSET":
+            self._frozenset(i)
         else:
             self._apply(*_effect(op))
         return end
+
+    def _frozenset(self, i: int) -> None:
+        """Build a frozenset; refuse one whose hash would visit more than MAX_HASHED_ELEMENTS values."""
+        items = self.stack[self.marks[-1] :] if self.marks else []
+        self._pop_to_mark()
+        self.stack.append(Sized(hashed_weight(self.scan, items, "FROZENSET", i)))
 
     def _argument(self, op: pickletools.OpcodeInfo, i: int) -> tuple[object, int]:
         """Read the argument of the opcode at ``i`` with pickletools; return it and where it ends."""
@@ -440,8 +437,9 @@ def _scan_zip(
     ambiguities = archive_problems(zf, zf.fp)  # type: ignore[arg-type]  # the file zipfile reads from
     if ambiguities:
         return [PickleScan(prefix + p.member, problems=[ScanProblem("zip", 0, p.reason)]) for p in ambiguities]
-    scans: list[PickleScan] = []
     infos = [info for info in zf.infolist() if not info.is_dir()]
+    scans: list[PickleScan] = [PickleScan(prefix + info.filename, problems=[ScanProblem("native", 0, reason)])
+                               for info in infos if (reason := native_code_reason(zf, info)) is not None]
     raw_payloads: set[str] = set()
     if container is Container.TORCH_EXPORT:
         raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, max_tensor_bytes)

@@ -30,6 +30,16 @@ class ArgTuple:
     """A tuple built by the pickle that holds at least one imported global (or such a tuple)."""
 
     items: tuple[object, ...]
+    weight: int = 1  # how many values hashing it visits (see :class:`Sized`)
+
+
+class Sized(int):
+    """Any other tuple or frozenset the pickle builds: the int is how many values hashing it visits."""
+
+
+#: Values (repeats through the memo counted) one tuple or frozenset may hold: hashing a container
+#: built from shared references visits every one of them, so nesting doubles the work per level.
+MAX_HASHED_ELEMENTS = 1 << 24
 
 
 _TRACKED = (Global, ArgTuple)
@@ -86,7 +96,7 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
             return False
         items = stack[-count:]
         del stack[-count:]
-        stack.append(tuple_of(items, opaque))
+        stack.append(tuple_of(replay.scan, items, f"TUPLE{count}", position))
         return True
     if code in _MARK_CODES:
         marks = replay.marks
@@ -96,7 +106,7 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
         items = stack[mark:]
         del stack[mark:]
         if code == 0x74:
-            stack.append(tuple_of(items, opaque))
+            stack.append(tuple_of(replay.scan, items, "TUPLE", position))
             return True
         target = stack[-1]
         if type(target) is Global:
@@ -124,19 +134,32 @@ def fast_use(replay: Stack, code: int, position: int, floor: int, opaque: object
     return True
 
 
-def tuple_of(items: list[object], opaque: object) -> object:
+def tuple_of(scan: PickleScan, items: list[object], opcode: str, position: int) -> object:
     """What a tuple of ``items`` is on the symbolic stack: an :class:`ArgTuple` when it holds a global."""
+    weight = hashed_weight(scan, items, opcode, position)
     for item in items:
         if type(item) in _TRACKED:
-            return ArgTuple(tuple(items))
-    return opaque
+            return ArgTuple(tuple(items), weight)
+    return Sized(weight)
+
+
+def hashed_weight(scan: PickleScan, items: list[object], opcode: str, position: int) -> int:
+    """Return how many values hashing a container of ``items`` visits; record a hash bomb past the limit."""
+    weight = 1 + sum(item if type(item) is Sized else item.weight if type(item) is ArgTuple else 1  # type: ignore[misc]
+                     for item in items)
+    if weight > MAX_HASHED_ELEMENTS:
+        reason = (f"{opcode} builds a container that holds, through shared references, {weight} values: hashing "
+                  "it once (as a dict key or a set element) would take that long (a hash bomb)")
+        scan.problems.append(ScanProblem("hash-bomb", position, reason))
+        return 1
+    return weight
 
 
 def replay_use(replay: Stack, name: str, position: int, opaque: object) -> None:
     """Replay one of :data:`USE_OPS` at ``position``: record what it calls or modifies, keep tuples of globals."""
     if name in _TUPLE_SIZES or name == "TUPLE":
         items = replay._pop_to_mark() if name == "TUPLE" else _pop_n(replay, _TUPLE_SIZES[name])
-        replay.stack.append(tuple_of(items, opaque))
+        replay.stack.append(tuple_of(replay.scan, items, name, position))
         return
     if name == "BINPERSID":
         replay.stack.append(_persistent(replay._pop(), opaque))

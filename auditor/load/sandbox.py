@@ -15,8 +15,10 @@ it and runs one forward pass, confined with the standard tools only:
 - its working directory, ``HOME`` and ``TMPDIR`` in that scratch directory, removed afterwards.
 
 A child that runs out of memory, CPU or time, writes a file or dies by a signal makes the archive
-refused as unsafe, with the reason. A child that fails with an ordinary error (a wrong input shape)
-is not a violation: the in-process load reports that error as usual.
+refused as unsafe, with the reason. A child that cannot *load* the archive is no violation, but the
+archive is then never loaded outside the sandbox (a second, unconfined try is how a payload that
+fails on purpose inside would run). A child that loads it and fails to *run* it (a wrong input
+shape) is not a violation either: the in-process run reports that error as usual.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ BASE_ADDRESS_SPACE = 6 << 30
 ADDRESS_SPACE_PER_FILE_BYTE = 8
 CPU_SECONDS = 30
 WALL_SECONDS = 60.0
-_EXIT_OK, _EXIT_ERROR, _EXIT_MEMORY, _EXIT_WRITE = 0, 3, 4, 5
+_EXIT_OK, _EXIT_ERROR, _EXIT_MEMORY, _EXIT_WRITE, _EXIT_LOAD_ERROR = 0, 3, 4, 5, 6
 _WRITE_MARKERS = ("File too large", "Read-only file system")
 #: Run in the new namespaces: a tmpfs on the scratch directory, every other mount read-only, then the child.
 _CONFINE = (
@@ -59,6 +61,7 @@ class SandboxResult:
     violation: str | None
     detail: str
     network_isolated: bool
+    load_failed: bool = False  # torch raised while loading the archive (not while running it)
 
 
 def probe(
@@ -87,12 +90,13 @@ def probe(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     detail = (done.stderr.strip().splitlines() or [""])[-1][:300]
-    return SandboxResult(_violation(done.returncode, limit, cpu_s, detail), detail, isolated)
+    return SandboxResult(_violation(done.returncode, limit, cpu_s, detail), detail, isolated,
+                         done.returncode == _EXIT_LOAD_ERROR)
 
 
 def _violation(code: int, limit: int, cpu_s: int, detail: str) -> str | None:
     """Name the limit a child's exit status shows it hit (None for success or an ordinary error)."""
-    if code in (_EXIT_OK, _EXIT_ERROR):
+    if code in (_EXIT_OK, _EXIT_ERROR, _EXIT_LOAD_ERROR):
         return None
     if code == _EXIT_MEMORY:
         return f"it asked for more memory than the sandbox's {limit >> 20} MiB address space ({detail})"
@@ -129,13 +133,16 @@ def _limit(address_space: int, cpu_s: int) -> None:
 
 def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> int:
     """Load and run the archive; the exit status tells the parent what happened."""
+    import tempfile
     import warnings
 
     _limit(int(address_space), int(cpu_s))
+    tempfile.tempdir = os.getcwd()  # the scratch directory: gettempdir() would probe it with a write, which fails
 
     import torch
 
     torch.set_num_threads(1)
+    loaded = False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -143,6 +150,7 @@ def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> 
                 model = torch.jit.load(path, map_location="cpu")
             else:
                 model = torch.export.load(path).module(check_guards=False)
+            loaded = True
             with torch.no_grad():
                 model(torch.zeros(1, *map(int, shape.split(","))))
     except MemoryError as exc:
@@ -153,7 +161,9 @@ def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> 
         print(f"{type(exc).__name__}: {lines[-1] if lines else ''}", file=sys.stderr)
         if any(marker in str(exc) for marker in _MEMORY_MARKERS):
             return _EXIT_MEMORY
-        return _EXIT_WRITE if any(marker in str(exc) for marker in _WRITE_MARKERS) else _EXIT_ERROR
+        if any(marker in str(exc) for marker in _WRITE_MARKERS):
+            return _EXIT_WRITE
+        return _EXIT_ERROR if loaded else _EXIT_LOAD_ERROR
     return _EXIT_OK
 
 

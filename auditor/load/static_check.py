@@ -14,6 +14,7 @@ from pathlib import Path
 from auditor.errors import NotAPyTorchModel
 from auditor.load.allowlist import ImportPolicy, import_refusal, unknown_advice, use_refusal
 from auditor.load.digest import sha256_file
+from auditor.load.dir_scan import scan_hf_dir
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
@@ -25,6 +26,7 @@ FORMAT_TORCHSCRIPT = "torchscript"
 FORMAT_SAFETENSORS = "safetensors"
 FORMAT_TORCH_EXPORT = "torch-export"
 FORMAT_LEGACY_PICKLE = "legacy-pickle"
+FORMAT_LEGACY_TAR = "legacy-tar"
 FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
 
 
@@ -70,7 +72,10 @@ def check_statically(
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
-    scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
+    if sniffed.container is Container.HF_DIR:
+        scans = scan_hf_dir(sniffed)
+    else:
+        scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
     safety, allowed = judge(scans, policy)
     return StaticCheck(path, sniffed, safety, allowed, _policy_notes(policy), hashing)
 
@@ -125,6 +130,7 @@ def static_format(sniffed: Sniffed) -> str:
         Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
         Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
         Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
+        Container.LEGACY_TAR: FORMAT_LEGACY_TAR,
         Container.SAFETENSORS: FORMAT_SAFETENSORS,
         Container.HF_DIR: FORMAT_HF_DIR,
     }[sniffed.container]

@@ -6,8 +6,10 @@ code. Every call in that source is checked against a known-safe op set: the oper
 registers in the ``aten``/``prim``/quantization namespaces (minus those that touch files, processes
 or the network: ``aten::from_file``, ``aten::save``, ``prim::rpc_*`` ...), TorchScript builtins,
 ``math`` functions and the archive's own classes. ``__setstate__`` may not loop or print, since
-it runs during the load itself. The archive's pickles (``data.pkl``, ``constants.pkl``) are
-checked by :mod:`auditor.load.pickle_scan` like every other pickle.
+it runs during the load itself. No method may hold a ``while`` loop or a ``for`` loop whose bound
+comes from a tensor's *values* (``int(x.sum())``, ``.item()``, ``.tolist()``): auditor runs the
+model on many inputs, and such a loop could make one of them run for ever. The archive's pickles
+(``data.pkl``, ``constants.pkl``) are checked by :mod:`auditor.load.pickle_scan` like every other pickle.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ SAFE_BUILTIN_CALLS = frozenset({
 _SETSTATE_BANNED_CALLS = frozenset({"print", "fork", "wait", "warn", "_print", "Print"})
 _OP_PREFIXES = (("torch", "ops"), ("ops",))
 _MODULE_ROOTS = frozenset({"torch", "ops", "math", "__torch__"})
+#: Calls that turn a tensor's values into Python numbers or lists: a loop bounded by them depends on the input.
+_VALUE_CALLS = frozenset({"int", "float", "bool", "item", "tolist", "Int", "Float", "Bool", "_local_scalar_dense",
+                          "IntImplicit", "FloatImplicit", "ScalarImplicit"})
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,15 @@ def _check_function(func: ast.FunctionDef, member: str, method: str, offsets: li
     local = {node.id for node in nodes if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     local.update(arg.arg for arg in func.args.args)
     problems = []
+    tainted = _value_derived(nodes)
     for node in nodes:
         where = offsets[min(getattr(node, "lineno", 1), len(offsets)) - 1] + getattr(node, "col_offset", 0)
         if setstate and isinstance(node, (ast.While, ast.For)):
             reason = "__setstate__ loops while torch.jit.load runs it (a load that may never end)"
+            problems.append(CodeProblem(member, method, "loop", where, reason))
+        elif isinstance(node, ast.While) or (isinstance(node, ast.For) and _depends_on(node.iter, tainted)):
+            reason = ("loops for as long as a tensor's values say (a while loop, or a range taken from int(), "
+                      ".item() or .tolist()): an input could make it run for ever")
             problems.append(CodeProblem(member, method, "loop", where, reason))
         if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in inner:
             continue
@@ -93,6 +103,35 @@ def _check_function(func: ast.FunctionDef, member: str, method: str, offsets: li
         if reason is not None:
             problems.append(CodeProblem(member, method, name if "." in name else f"builtins.{name}", where, reason))
     return problems
+
+
+def _value_derived(nodes: list[ast.AST]) -> set[str]:
+    """Names of a method assigned (directly or through other names) from a tensor's values."""
+    assigns = [node for node in nodes if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    tainted: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            if node.value is None or not _depends_on(node.value, tainted):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - tainted:
+                tainted.add(name)
+                changed = True
+    return tainted
+
+
+def _depends_on(expr: ast.AST, tainted: set[str]) -> bool:
+    """Tell whether ``expr`` reads a tensor's values: a value call or a name derived from one."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in tainted:
+            return True
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func) or (node.func.attr if isinstance(node.func, ast.Attribute) else "")
+            if name.rsplit(".", 1)[-1] in _VALUE_CALLS:
+                return True
+    return False
 
 
 def is_code_member(name: str) -> bool:

@@ -156,9 +156,10 @@ def runaway_problems(model: onnx.ModelProto, feeds: Mapping[str, Sequence[int]])
 
     Shape inference (with constant propagation) runs first, on the skeleton with the fed shapes
     fixed; a tensor it sizes above ``MAX_TENSOR_BYTES`` is refused, so is a ``ConstantOfShape`` or
-    ``Range`` whose output size it cannot fix, and a ``Loop`` without a constant trip count of at
-    most ``MAX_LOOP_TRIPS``. (``Expand``/``Tile`` of unknown size are left to onnxruntime: exports
-    of token models use them with shapes data propagation does not always fix.)
+    ``Range`` whose output size it cannot fix, and a ``Loop`` without a constant trip count, or
+    whose trip count times those of the Loops around it passes ``MAX_LOOP_TRIPS``. (``Expand``/
+    ``Tile`` of unknown size are left to onnxruntime: exports of token models use them with shapes
+    data propagation does not always fix.)
     """
     skel = skeleton(model)
     for value in skel.graph.input:
@@ -177,10 +178,27 @@ def runaway_problems(model: onnx.ModelProto, feeds: Mapping[str, Sequence[int]])
     for node in _all_nodes(model.graph):
         if node.op_type in _SIZED_BY_DATA and any(sizes.get(out) is None for out in node.output):
             problems.append(f"{node.op_type} node {node.name!r} has an output size shape inference cannot fix")
+    return problems + _loop_problems(model.graph, constants, 1)
+
+
+def _loop_problems(graph: onnx.GraphProto, constants: Mapping[str, int], outer: int) -> list[str]:
+    """Refuse a Loop without a constant trip count, or whose trips times its enclosing Loops' pass the cap."""
+    problems = []
+    for node in graph.node:
+        inner = outer
         if node.op_type == "Loop":
             trips = constants.get(node.input[0]) if node.input and node.input[0] else None
             if trips is None or trips > MAX_LOOP_TRIPS:
                 problems.append(f"Loop node {node.name!r} has no constant trip count of at most {MAX_LOOP_TRIPS}")
+                continue
+            inner = outer * max(trips, 1)
+            if inner > MAX_LOOP_TRIPS:
+                problems.append(f"Loop node {node.name!r} runs {inner} times with the Loops around it (the cap on "
+                                f"nested trip counts is {MAX_LOOP_TRIPS})")
+                continue
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                problems.extend(_loop_problems(sub, constants, inner))
     return problems
 
 

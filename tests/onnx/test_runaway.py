@@ -75,3 +75,53 @@ def test_bounded_graphs_still_run() -> None:
     out = run_onnx(_constant_of_shape(16).SerializeToString(), {"x": np.zeros((1, 4), np.float32)})
     assert out[0].shape == (1, 4)
     assert runaway_problems(_endless_loop(3), {"x": (1, 4)}) == []
+
+
+def _nested_loops(trips: list[int]) -> onnx.ModelProto:
+    """Loops nested ``len(trips)`` deep, each with a constant trip count that passes the cap on its own."""
+    def body(depth: int, nodes: list[onnx.NodeProto]) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("Identity", [f"c_in{depth}"], [f"c_out{depth}"]), *nodes], f"body{depth}",
+            [helper.make_tensor_value_info(f"i{depth}", TensorProto.INT64, []),
+             helper.make_tensor_value_info(f"c_in{depth}", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"v_in{depth}", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info(f"c_out{depth}", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(f"v_out{depth}", TensorProto.FLOAT, [1, 4])])
+
+    last = len(trips) - 1
+    graph = body(last, [helper.make_node("Identity", [f"v_in{last}"], [f"v_out{last}"])])
+    for depth in reversed(range(last)):
+        loop = helper.make_node("Loop", [f"M{depth + 1}", "cond", f"v_in{depth}"], [f"v_out{depth}"], body=graph,
+                                name=f"loop{depth + 1}")
+        graph = body(depth, [loop])
+    inits = [helper.make_tensor("cond", TensorProto.BOOL, [], [True])]
+    inits += [helper.make_tensor(f"M{d}", TensorProto.INT64, [], [t]) for d, t in enumerate(trips)]
+    return _model([helper.make_node("Loop", ["M0", "cond", "x"], ["y"], body=graph, name="loop0")], inits)
+
+
+@pytest.mark.parametrize("trips", [[65_536, 65_536], [2_000, 2_000, 2_000], [300, 300, 300, 300]],
+                         ids=["2-deep", "3-deep", "4-deep"])
+def test_nested_loops_whose_trips_multiply_past_the_cap_hang_and_are_refused(tmp_path: Path,
+                                                                            trips: list[int]) -> None:
+    import subprocess
+    import sys
+
+    model = _nested_loops(trips)
+    path = tmp_path / "nested.onnx"
+    onnx.save(model, path)
+    code = ("import numpy as np, onnxruntime as ort\n"
+            "o = ort.SessionOptions(); o.intra_op_num_threads = 1; o.inter_op_num_threads = 1\n"
+            f"s = ort.InferenceSession({str(path)!r}, o, providers=['CPUExecutionProvider'])\n"
+            "s.run(None, {'x': np.zeros((1, 4), np.float32)})\n")
+    with pytest.raises(subprocess.TimeoutExpired):  # plain onnxruntime runs for hours
+        subprocess.run([sys.executable, "-c", code], timeout=8, check=False, capture_output=True)
+    problems = runaway_problems(model, {"x": (1, 4)})
+    assert any("with the Loops around it" in p for p in problems), problems
+    with pytest.raises(OnnxRuntimeFailed, match="with the Loops around it"):
+        run_onnx(path, {"x": np.zeros((1, 4), np.float32)})
+
+
+def test_nested_loops_within_the_cap_still_run() -> None:
+    model = _nested_loops([16, 16, 16])
+    assert runaway_problems(model, {"x": (1, 4)}) == []
+    assert run_onnx(model.SerializeToString(), {"x": np.zeros((1, 4), np.float32)})[0].shape == (1, 4)
