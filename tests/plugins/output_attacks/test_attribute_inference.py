@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,18 +27,6 @@ def _ink_above_class_median() -> np.ndarray:
         sel = digits.target == c
         out[sel] = ink[sel] > np.median(ink[sel])
     return out
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread and one BLAS thread, as the runner gives every plugin (the box is shared)."""
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,18 +21,6 @@ from tests.plugins.output_attacks._mia_fixtures import ORDER, NoisyMLP, noisy_di
 
 IMPORT = ["--import", "tests.plugins.output_attacks._mia_fixtures", "--input-shape", "1,8,8"]
 MEMBERS, NON_MEMBERS = ORDER[:300], ORDER[300:700]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread and one BLAS thread, as the runner gives every plugin (the box is shared)."""
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

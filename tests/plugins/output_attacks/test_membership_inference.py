@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +19,6 @@ from auditor.plugin.runner import _judged
 from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
 
 ORDER = np.random.default_rng(0).permutation(1797)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread and one BLAS thread, as the runner gives every plugin (the box is shared)."""
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-    torch.set_num_threads(threads)
 
 
 def _config(tmp_path: Path, recipe: Recipe, references: int = 4) -> MembershipInferenceConfig:
