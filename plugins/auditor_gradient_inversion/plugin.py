@@ -156,13 +156,44 @@ class Search:
         return {"winner": self.winner, "stopped": self.stopped, "tried": self.tried}
 
 
+@dataclass(frozen=True)
+class DefenceVerdict:
+    """A stochastic defence against plain IG, Ignore and joint-ε, judged on the drop from its undefended baseline.
+
+    ``ssim`` and ``leaks`` are by attack (``plain``, ``ignore``, ``joint-eps``); the fields after
+    ``drop`` are set only when the baseline was attacked.
+    """
+
+    sampling_nodes: list[dict[str, Any]]
+    ssim: dict[str, float]
+    leaks: dict[str, bool]
+    baseline_ssim: float | None
+    drop: Measurement | None = None
+    baseline_leaks: bool | None = None
+    strongest_attack: str | None = None
+    verdict: str = "cannot tell: no undefended baseline was attacked"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the verdict as reported in ``metrics.stochastic_defence`` and in its findings' evidence."""
+        out: dict[str, Any] = {
+            "sampling_nodes": self.sampling_nodes,
+            **{f"{k.replace('-', '_')}_ssim": v for k, v in self.ssim.items()},
+            "leaks": self.leaks,
+            "baseline_ssim": self.baseline_ssim,
+            "drop": self.drop.model_dump() if self.drop is not None else None,
+        }
+        if self.drop is not None:
+            out |= {"baseline_leaks": self.baseline_leaks, "strongest_attack": self.strongest_attack}
+        return {**out, "verdict": self.verdict}
+
+
 @dataclass
 class Attacked:
     """What the attacks at the winning setting found: headline, power, stochastic verdict, ranking, control."""
 
     headline: list[Measurement] = field(default_factory=list)
     power: list[PowerCheck] = field(default_factory=list)
-    verdict: dict[str, Any] | None = None
+    verdict: DefenceVerdict | None = None
     ranking: list[dict[str, Any]] = field(default_factory=list)
     control: dict[str, Any] | None = None
 
@@ -215,8 +246,8 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
     batch1 = [r for r in camp.rows if r["group"] == "all" and r["batch_size"] == 1]
     strongest = max((r for r in batch1 if r["noise"] != "zero"), key=lambda r: r["ssim_mean"])
     out.headline = image_measurements(strongest, floors.scores, floors.kind, _how(strongest, camp, search), ctx.seed)
-    if out.verdict is not None and out.verdict.get("drop") is not None:
-        out.headline.append(Measurement.model_validate(out.verdict["drop"]))
+    if out.verdict is not None and out.verdict.drop is not None:
+        out.headline.append(out.verdict.drop)
     if cfg.control:
         out.power, out.control = _control(camp, ctx, best, known, floors.scores, floors.kind, skipped)
     else:
@@ -247,7 +278,7 @@ def _metrics(camp: Campaign, search: Search, floors: Floors, attacked: Attacked,
         "floors": {"kind": floors.kind, **{k: sum(v) / len(v) for k, v in floors.scores.items()}},
         "group_ranking": attacked.ranking,
         "positive_control": attacked.control,
-        "stochastic_defence": attacked.verdict,
+        "stochastic_defence": attacked.verdict.as_dict() if attacked.verdict else None,
         "lpips": lp_reason,
         "skipped": skipped,
         "success_ssim": SUCCESS_SSIM,
@@ -542,7 +573,7 @@ def _stochastic(
     floor_kind: str,
     skipped: list[str],
     ctx: RunContext,
-) -> dict[str, Any] | None:
+) -> DefenceVerdict | None:
     """Attack a stochastic model with Ignore and joint-ε next to plain IG, and its undefended baseline.
 
     Ignore and joint-ε each try the plain search's winner and :data:`ADAPTIVE` (one batch) and keep
@@ -555,19 +586,16 @@ def _stochastic(
     n = camp.images.shape[0]
     rows, baseline = _adaptive_attacks(camp, split, plain, best, known, skipped, ctx)
     ssim = {k: image_measurements(r, floors, floor_kind, "", ctx.seed)[0] for k, r in rows.items()}
-    verdict: dict[str, Any] = {
-        "sampling_nodes": [s.__dict__ for s in split.sampling],
-        **{f"{k.replace('-', '_')}_ssim": r["ssim_mean"] for k, r in rows.items()},
-        "leaks": {k: leaks(m) for k, m in ssim.items()},
-        "baseline_ssim": baseline["ssim_mean"] if baseline else None,
-        "drop": None,
-    }
+    verdict = DefenceVerdict(
+        sampling_nodes=[s.__dict__ for s in split.sampling],
+        ssim={k: r["ssim_mean"] for k, r in rows.items()},
+        leaks={k: leaks(m) for k, m in ssim.items()},
+        baseline_ssim=baseline["ssim_mean"] if baseline else None,
+    )
     strongest = max(rows, key=lambda k: rows[k]["ssim_mean"])
     if baseline is None:
-        verdict["verdict"] = "cannot tell: no undefended baseline was attacked"
         return verdict
-    base_m = image_measurements(baseline, floors, floor_kind, "", ctx.seed)[0]
-    verdict["baseline_leaks"] = leaks(base_m)
+    base_leaks = leaks(image_measurements(baseline, floors, floor_kind, "", ctx.seed)[0])
     drop = measure(
         "ssim-drop",
         f"SSIM drop: undefended model (noise at 0) minus the strongest attack on the defended one "
@@ -580,13 +608,9 @@ def _stochastic(
         f"{n} probes, seed {camp.seed}",
         seed=ctx.seed,
     )
-    verdict["drop"] = drop.model_dump()
-    verdict["strongest_attack"] = strongest
-    verdict["verdict"] = defence_verdict(
-        verdict["baseline_leaks"], any(verdict["leaks"].values()), drop, strongest,
-        rows[strongest]["ssim_mean"], baseline["ssim_mean"],
-    )
-    return verdict
+    text = defence_verdict(base_leaks, any(verdict.leaks.values()), drop, strongest, rows[strongest]["ssim_mean"],
+                           baseline["ssim_mean"])
+    return replace(verdict, drop=drop, baseline_leaks=base_leaks, strongest_attack=strongest, verdict=text)
 
 
 def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: dict[str, Any], best: IGSettings, known: bool,
@@ -749,7 +773,7 @@ def _findings(
     camp: Campaign,
     floors: dict[str, list[float]],
     floor_kind: str,
-    verdict: dict[str, Any] | None,
+    verdict: DefenceVerdict | None,
     ranking: list[dict[str, Any]],
     seed: int,
 ) -> list:
@@ -810,8 +834,9 @@ def _findings(
     return out
 
 
-def _defence_findings(verdict: dict[str, Any]) -> list:
+def _defence_findings(defence: DefenceVerdict) -> list:
     """Return the bypassed / held finding of a stochastic defence from its verdict (:func:`_stochastic`)."""
+    verdict = defence.as_dict()
     text = verdict["verdict"]
     attacks = ", ".join(
         f"{k[:-5].replace('_', '-')} {v:.2f}"
