@@ -144,7 +144,7 @@ class Snap:
 class _SearchDone(Exception):
     """Raised after the plugin's search returns, to skip the rest of the audit."""
 
-    def __init__(self, search: dict[str, Any]) -> None:
+    def __init__(self, search: Any) -> None:
         super().__init__("search done")
         self.search = search
 
@@ -174,14 +174,14 @@ def run_auditor(
     calls: list[dict[str, Any]] = []
 
     class Ctx(RunContext):
-        def check_budget(self) -> None:  # called by invert at the top of every iteration
+        def check_budget(self) -> None:  # called by _descend at the top of every iteration
             cpu, wall = time.process_time(), time.monotonic()
             f = sys._getframe(1)
-            if f.f_code.co_name == "_invert":
+            if f.f_code.co_name == "_descend":
                 loc = f.f_locals
-                it = loc["it"]
+                it, trials = loc["it"], loc["t"]
                 if it == 0:
-                    calls.append({"order": list(loc["order"]), "settings": [s.describe() for s in loc["group"]]})
+                    calls.append({"order": list(trials.order), "settings": [s.describe() for s in trials.group]})
                 if it % every == 0:
                     clock.exclude(cpu, wall)
                     t_cpu, t_wall, cpu, wall = clock.now()
@@ -192,7 +192,7 @@ def run_auditor(
     original, load = gi_plugin._search, gi_plugin._private_inputs
     loading: list[float] = []
 
-    def search_then_stop(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def search_then_stop(*args: Any, **kwargs: Any) -> Any:
         raise _SearchDone(original(*args, **kwargs))
 
     def load_untimed(*args: Any, **kwargs: Any) -> Any:  # breaching is handed the probes too
@@ -214,14 +214,14 @@ def run_auditor(
         end_cpu, end_wall, _, _ = clock.now()
     finally:
         gi_plugin._search, gi_plugin._private_inputs = original, load
-    winner = search["winner"]
+    winner = search.winner
     return {
         "snaps": snaps,
         "calls": calls,
         "search_cpu_s": end_cpu,
         "search_wall_s": end_wall,
-        "stopped": search["stopped"],
-        "tried": search["tried"],
+        "stopped": search.stopped,
+        "tried": search.tried,
         "winner": None if winner is None else {k: winner[k] for k in ("key", "setting", "ssim_mean", "psnr_mean")},
         "iterations_cap": config.iterations,
         "probe_loading_cpu_s": sum(loading),

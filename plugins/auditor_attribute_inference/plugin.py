@@ -212,7 +212,7 @@ class AttributeInferencePlugin:
         def hook(_m: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             seen.append((args[0] if use_input else out).flatten(1).double().cpu())
 
-        model = model.to(ctx.device).eval()
+        model.eval()  # ctx.model and the control's copy are both on ctx.device already
         handle = module.register_forward_hook(hook)
         predicted = []
         try:

@@ -14,8 +14,8 @@ not to fit the remaining budget are skipped, listed and recorded as cut short (n
 from __future__ import annotations
 
 import platform
-from dataclasses import replace
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -83,133 +83,241 @@ class GradientInversionPlugin:
         return Applicability.yes("image model: a FedSGD client's gradient can be inverted")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Run the attacks the budget allows; return findings, headline numbers, power and the grid."""
+        """Run the attacks the budget allows; return findings, headline numbers, power and the grid.
+
+        The stages: choose the probes, set up the campaign, the closed forms and floors, the IG search,
+        the attacks at the winning setting, DLG/iDLG, and the report. ``ctx.model`` is already on ``ctx.device``.
+        """
         cfg = ctx.config_as(GradientInversionConfig)
-        model = ctx.model.to(ctx.device)
-        shape = tuple(ctx.profile.input_shape)
         if not any(True for _ in ctx.model.parameters()):
             raise PluginSkipped("the model has no parameter, so there is no gradient path to attack", "tooling-gap")
-        images, labels, data_desc, pool = _private_inputs(ctx.data, shape, cfg)
-        if images.shape[0] < 2 and pool is None:
+        probes = _private_inputs(ctx.data, tuple(ctx.profile.input_shape), cfg)
+        if probes.images.shape[0] < 2 and probes.pool is None:
             return PluginResult(undecided=["one probe and no other image: the no-information floor would be "
                                            "the probe itself, so no margin can be measured; give --data with "
                                            "more images or images >= 2"])
-        bn_note = _set_mode(model, cfg.bn_mode, images[:1].to(ctx.device))
-        with torch.no_grad(), seeded_rng(ctx.seed, ctx.device):
-            num_classes = int(model(images[:1].to(ctx.device)).shape[-1])
-        labels = labels % num_classes
-        mean, std = (
-            torch.tensor(v[:1] * shape[0] if len(v) == 1 else v).view(-1, 1, 1).to(ctx.device)
-            for v in NORMALISATIONS[cfg.normalisation]
-        )
-        head = last_linear(model)
-        camp = Campaign(
-            model=model,
-            images=images,
-            labels=labels,
-            mean=mean,
-            std=std,
-            seed=ctx.seed,
-            noise_seed=ctx.seed + cfg.noise_seed_offset,
-            head=head if head and model.get_submodule(head).out_features == num_classes else None,
-            num_classes=num_classes,
-            scaling=cfg.ssim_scaling,
-            check_budget=ctx.check_budget,
-        )
+        camp, bn_note = _campaign(ctx, cfg, probes)
         known = cfg.label_mode == "known"
-        floors, floor_kind = _floors(camp, known, pool)
+        floors = Floors(*_floors(camp, known, probes.pool))
         findings, skipped, undecided = _analytic(camp, ctx.profile), [], []
-        split = split_parameters(model)
-        all_names = [n for n, _ in model.named_parameters()]
-        search = _search(camp, cfg, all_names, known, floors, floor_kind, skipped, undecided, ctx)
-        winner = search["winner"]
-        headline: list[Measurement] = []
-        power: list[PowerCheck] = []
-        verdict, ranking, control = None, [], None
-        if winner is not None:
-            best = search["settings"][winner["key"]]
-            for batch in cfg.batch_sizes:
-                if batch == 1:
-                    continue
-                if batch > images.shape[0]:
-                    skipped.append(f"batch {batch}: only {images.shape[0]} images")
-                elif camp.fits(images.shape[0] // batch, cfg.iterations * cfg.restarts, ctx.remaining_s()):
-                    camp.run_ig(f"ig-b{batch}", "IG", all_names, batch, [best], known_labels=known)
-                else:
-                    skipped.append(f"IG batch {batch}: predicted not to fit the remaining budget")
-            verdict = _stochastic(camp, split, winner, best, known, floors, floor_kind, skipped, ctx)
-            ranking = _rank_groups(camp, parameter_groups(model, ctx.profile), cfg, best, known, skipped, ctx)
-            batch1 = [r for r in camp.rows if r["group"] == "all" and r["batch_size"] == 1]
-            strongest = max((r for r in batch1 if r["noise"] != "zero"), key=lambda r: r["ssim_mean"])
-            how = _how(strongest, camp, search)
-            headline = image_measurements(strongest, floors, floor_kind, how, ctx.seed)
-            if verdict is not None and verdict.get("drop") is not None:
-                headline.append(Measurement.model_validate(verdict["drop"]))
-            if cfg.control:
-                power, control = _control(camp, ctx, best, known, floors, floor_kind, skipped)
-            else:
-                skipped.append("positive control: switched off (control = false), so power is not shown")
+        split = split_parameters(camp.model)
+        all_names = [n for n, _ in camp.model.named_parameters()]
+        search = _search(camp, cfg, all_names, known, floors.scores, floors.kind, skipped, undecided, ctx)
+        attacked = Attacked()
+        if search.winner is not None:
+            attacked = _attack_at_winner(camp, cfg, ctx, search, split, floors, known, all_names, skipped)
         if cfg.run_dlg:
-            for idlg in (False, True):
-                if camp.fits(images.shape[0], cfg.iterations * 2, ctx.remaining_s()):
-                    camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
-                else:
-                    skipped.append(f"{'iDLG' if idlg else 'DLG'}: predicted not to fit the remaining budget")
-        findings += _findings(camp, floors, floor_kind, verdict, ranking, ctx.seed)
+            _dlg(camp, cfg, ctx, skipped)
+        findings += _findings(camp, floors.scores, floors.kind, attacked.verdict, attacked.ranking, ctx.seed)
         for s in skipped:
             if "predicted not to fit" in s and not s.startswith("IG search"):
                 ctx.cut_short(s)
-        lp_ok, lp_reason = lpips_status()
-        if lp_ok:
-            for row in camp.rows:
-                orig = camp.images[: camp.recons[row["key"]].shape[0]]
-                row["lpips_mean"] = sum(lpips_distances(orig, camp.recons[row["key"]])) / orig.shape[0]
-        grid = [("original", images)] + [(k, v) for k, v in camp.recons.items()][:9]
-        artifact = Artifact(
-            name="gradient-inversion-grid.png",
-            media_type="image/png",
-            description="Originals (top row) and best-loss reconstructions per setting",
-            data_base64=png_base64(image_grid(grid)),
-        )
-        metrics = {
-            "settings": camp.rows,
-            "search": {k: v for k, v in search.items() if k != "settings"},
-            "floors": {"kind": floor_kind, **{k: sum(v) / len(v) for k, v in floors.items()}},
-            "group_ranking": ranking,
-            "positive_control": control,
-            "stochastic_defence": verdict,
-            "lpips": lp_reason,
-            "skipped": skipped,
-            "success_ssim": SUCCESS_SSIM,
-            "margin_ssim": MARGIN_SSIM,
-        }
-        provenance = {
-            "threat_model": "FedSGD, one honest-but-curious server, one client, one local step; "
-            "server knows model, weights and loss",
-            "data": data_desc,
-            "seed": ctx.seed,
-            "noise_seed": camp.noise_seed,
-            "device": str(ctx.device),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "budget_s": ctx.budget_s,
-            "bn_mode": bn_note,
-            "config": cfg.model_dump(),
-            "preset_filled": cfg.filled(),
-            "ssim": f"skimage.metrics.structural_similarity, scaling={cfg.ssim_scaling}, data_range=1",
-            "attention_backend": "torch.nn.attention.sdpa_kernel(SDPBackend.MATH)",
-            "stochastic_split": split.as_dict(),
-        }
+        metrics = _metrics(camp, search, floors, attacked, skipped)
+        provenance = _provenance(ctx, cfg, camp, probes.description, bn_note, split)
         return PluginResult(
             findings=[f.model_copy(update={"source": self.name}) for f in findings],
             metrics=metrics,
             provenance=provenance,
-            artifacts=[artifact],
-            headline=headline,
-            power=power,
+            artifacts=[_grid(probes.images, camp)],
+            headline=attacked.headline,
+            power=attacked.power,
             undecided=undecided,
         )
+
+
+class Probes(NamedTuple):
+    """The private images to reconstruct, their labels, a description, and the floor pool (images, labels)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    description: str
+    pool: tuple[torch.Tensor, torch.Tensor | None] | None
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The no-information guess's scores per probe (``ssim``, ``psnr``) and what the guess was."""
+
+    scores: dict[str, list[float]]
+    kind: str
+
+
+@dataclass(frozen=True)
+class Search:
+    """The staged IG search at batch 1: the best row, every setting by row key, why it stopped, the rows tried."""
+
+    winner: dict[str, Any] | None
+    settings: dict[str, IGSettings]
+    stopped: str
+    tried: list[dict[str, Any]]
+
+    def as_metrics(self) -> dict[str, Any]:
+        """Return the search as reported in ``metrics.search``."""
+        return {"winner": self.winner, "stopped": self.stopped, "tried": self.tried}
+
+
+@dataclass(frozen=True)
+class DefenceVerdict:
+    """A stochastic defence against plain IG, Ignore and joint-ε, judged on the drop from its undefended baseline.
+
+    ``ssim`` and ``leaks`` are by attack (``plain``, ``ignore``, ``joint-eps``); the fields after
+    ``drop`` are set only when the baseline was attacked.
+    """
+
+    sampling_nodes: list[dict[str, Any]]
+    ssim: dict[str, float]
+    leaks: dict[str, bool]
+    baseline_ssim: float | None
+    drop: Measurement | None = None
+    baseline_leaks: bool | None = None
+    strongest_attack: str | None = None
+    verdict: str = "cannot tell: no undefended baseline was attacked"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the verdict as reported in ``metrics.stochastic_defence`` and in its findings' evidence."""
+        out: dict[str, Any] = {
+            "sampling_nodes": self.sampling_nodes,
+            **{f"{k.replace('-', '_')}_ssim": v for k, v in self.ssim.items()},
+            "leaks": self.leaks,
+            "baseline_ssim": self.baseline_ssim,
+            "drop": self.drop.model_dump() if self.drop is not None else None,
+        }
+        if self.drop is not None:
+            out |= {"baseline_leaks": self.baseline_leaks, "strongest_attack": self.strongest_attack}
+        return {**out, "verdict": self.verdict}
+
+
+@dataclass
+class Attacked:
+    """What the attacks at the winning setting found: headline, power, stochastic verdict, ranking, control."""
+
+    headline: list[Measurement] = field(default_factory=list)
+    power: list[PowerCheck] = field(default_factory=list)
+    verdict: DefenceVerdict | None = None
+    ranking: list[dict[str, Any]] = field(default_factory=list)
+    control: dict[str, Any] | None = None
+
+
+def _campaign(ctx: RunContext, cfg: GradientInversionConfig, probes: Probes) -> tuple[Campaign, str]:
+    """Put the model in the client's norm mode and set up the campaign; return it and the norm-mode note."""
+    model, shape = ctx.model, tuple(ctx.profile.input_shape)
+    bn_note = _set_mode(model, cfg.bn_mode, probes.images[:1].to(ctx.device))
+    with torch.no_grad(), seeded_rng(ctx.seed, ctx.device):
+        num_classes = int(model(probes.images[:1].to(ctx.device)).shape[-1])
+    mean, std = (
+        torch.tensor(v[:1] * shape[0] if len(v) == 1 else v).view(-1, 1, 1).to(ctx.device)
+        for v in NORMALISATIONS[cfg.normalisation]
+    )
+    head = last_linear(model)
+    camp = Campaign(
+        model=model,
+        images=probes.images,
+        labels=probes.labels % num_classes,
+        mean=mean,
+        std=std,
+        seed=ctx.seed,
+        noise_seed=ctx.seed + cfg.noise_seed_offset,
+        head=head if head and model.get_submodule(head).out_features == num_classes else None,
+        num_classes=num_classes,
+        scaling=cfg.ssim_scaling,
+        check_budget=ctx.check_budget,
+    )
+    return camp, bn_note
+
+
+def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunContext, search: Search,
+                      split: StochasticSplit, floors: Floors, known: bool, all_names: list[str],
+                      skipped: list[str]) -> Attacked:
+    """Attack at the search's winning setting: other batch sizes, adaptive attacks, groups, control."""
+    best = search.settings[search.winner["key"]]
+    n = camp.images.shape[0]
+    for batch in cfg.batch_sizes:
+        if batch == 1:
+            continue
+        if batch > n:
+            skipped.append(f"batch {batch}: only {n} images")
+        elif camp.fits(n // batch, cfg.iterations * cfg.restarts, ctx.remaining_s()):
+            camp.run_ig(f"ig-b{batch}", "IG", all_names, batch, [best], known_labels=known)
+        else:
+            skipped.append(f"IG batch {batch}: predicted not to fit the remaining budget")
+    out = Attacked()
+    out.verdict = _stochastic(camp, split, search.winner, best, known, floors.scores, floors.kind, skipped, ctx)
+    out.ranking = _rank_groups(camp, parameter_groups(camp.model, ctx.profile), cfg, best, known, skipped, ctx)
+    batch1 = [r for r in camp.rows if r["group"] == "all" and r["batch_size"] == 1]
+    strongest = max((r for r in batch1 if r["noise"] != "zero"), key=lambda r: r["ssim_mean"])
+    out.headline = image_measurements(strongest, floors.scores, floors.kind, _how(strongest, camp, search), ctx.seed)
+    if out.verdict is not None and out.verdict.drop is not None:
+        out.headline.append(out.verdict.drop)
+    if cfg.control:
+        out.power, out.control = _control(camp, ctx, best, known, floors.scores, floors.kind, skipped)
+    else:
+        skipped.append("positive control: switched off (control = false), so power is not shown")
+    return out
+
+
+def _dlg(camp: Campaign, cfg: GradientInversionConfig, ctx: RunContext, skipped: list[str]) -> None:
+    """Run DLG and iDLG where they are predicted to fit the remaining budget."""
+    for idlg in (False, True):
+        if camp.fits(camp.images.shape[0], cfg.iterations * 2, ctx.remaining_s()):
+            camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
+        else:
+            skipped.append(f"{'iDLG' if idlg else 'DLG'}: predicted not to fit the remaining budget")
+
+
+def _metrics(camp: Campaign, search: Search, floors: Floors, attacked: Attacked, skipped: list[str]
+             ) -> dict[str, Any]:
+    """Add LPIPS to the rows when it can run; return the plugin's metrics."""
+    lp_ok, lp_reason = lpips_status()
+    if lp_ok:
+        for row in camp.rows:
+            orig = camp.images[: camp.recons[row["key"]].shape[0]]
+            row["lpips_mean"] = sum(lpips_distances(orig, camp.recons[row["key"]])) / orig.shape[0]
+    return {
+        "settings": camp.rows,
+        "search": search.as_metrics(),
+        "floors": {"kind": floors.kind, **{k: sum(v) / len(v) for k, v in floors.scores.items()}},
+        "group_ranking": attacked.ranking,
+        "positive_control": attacked.control,
+        "stochastic_defence": attacked.verdict.as_dict() if attacked.verdict else None,
+        "lpips": lp_reason,
+        "skipped": skipped,
+        "success_ssim": SUCCESS_SSIM,
+        "margin_ssim": MARGIN_SSIM,
+    }
+
+
+def _grid(images: torch.Tensor, camp: Campaign) -> Artifact:
+    """Return the grid of originals and the first reconstructions as a PNG artifact."""
+    grid = [("original", images)] + [(k, v) for k, v in camp.recons.items()][:9]
+    return Artifact(
+        name="gradient-inversion-grid.png",
+        media_type="image/png",
+        description="Originals (top row) and best-loss reconstructions per setting",
+        data_base64=png_base64(image_grid(grid)),
+    )
+
+
+def _provenance(ctx: RunContext, cfg: GradientInversionConfig, camp: Campaign, data_desc: str, bn_note: str,
+                split: StochasticSplit) -> dict[str, Any]:
+    """Return the threat model, data, seeds, versions and settings the run used."""
+    return {
+        "threat_model": "FedSGD, one honest-but-curious server, one client, one local step; "
+        "server knows model, weights and loss",
+        "data": data_desc,
+        "seed": ctx.seed,
+        "noise_seed": camp.noise_seed,
+        "device": str(ctx.device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "budget_s": ctx.budget_s,
+        "bn_mode": bn_note,
+        "config": cfg.model_dump(),
+        "preset_filled": cfg.filled(),
+        "ssim": f"skimage.metrics.structural_similarity, scaling={cfg.ssim_scaling}, data_range=1",
+        "attention_backend": "torch.nn.attention.sdpa_kernel(SDPBackend.MATH)",
+        "stochastic_split": split.as_dict(),
+    }
 
 
 #: Images of ``--data`` beside the probes that the floors may use as the attacker's knowledge of the data.
@@ -218,7 +326,7 @@ FLOOR_POOL = 200
 
 def _private_inputs(
     data: DataBundle | None, shape: tuple[int, ...], cfg: GradientInversionConfig
-) -> tuple[torch.Tensor, torch.Tensor, str, tuple[torch.Tensor, torch.Tensor | None] | None]:
+) -> Probes:
     """Return the probes to protect, their labels, a description and the floor pool.
 
     With ``--data`` the probes are a seeded sample of the ``train`` split (else the first split)
@@ -231,7 +339,7 @@ def _private_inputs(
         split = data.splits.get("train") or next(iter(data.splits.values()))
         imgs, labels = split.tensors(shape, limit=n + FLOOR_POOL, seed=0)
         pool = (imgs[n:], labels[n:]) if imgs.shape[0] > n else None
-        return (
+        return Probes(
             imgs[:n],
             labels[:n],
             f"--data {data.root} split '{split.name}', {min(n, imgs.shape[0])} images with their labels; "
@@ -242,8 +350,8 @@ def _private_inputs(
     labels = torch.full((imgs.shape[0],), cfg.probe_label, dtype=torch.long)
     desc = f"scikit-image bundled images {names[:n]}, label {cfg.probe_label} (no --data)"
     if n == 1:  # a floor from the probe alone would be the probe itself: the next bundled image is the guess
-        return imgs[:1], labels[:1], f"{desc}; floor from the bundled image {names[1]!r}", (imgs[1:], None)
-    return imgs, labels, desc, None
+        return Probes(imgs[:1], labels[:1], f"{desc}; floor from the bundled image {names[1]!r}", (imgs[1:], None))
+    return Probes(imgs, labels, desc, None)
 
 
 def _set_mode(model: nn.Module, mode: str, example: torch.Tensor) -> str:
@@ -323,7 +431,7 @@ def _search(
     skipped: list[str],
     undecided: list[str],
     ctx: RunContext,
-) -> dict[str, Any]:
+) -> Search:
     """Run IG over all parameters at batch 1 stage by stage; keep the setting with the highest mean SSIM.
 
     Stops after the first stage that establishes a leak (:func:`leaks` on the margin over the
@@ -352,25 +460,25 @@ def _search(
         undecided.append("no IG setting fit the budget, so nothing was attacked")
     elif "predicted not to fit" in stopped:
         undecided.append(f"the IG search ended early without finding a leak: {stopped}")
-    return {
-        "winner": winner,
-        "settings": settings,
-        "stopped": stopped,
-        "tried": [
+    return Search(
+        winner=winner,
+        settings=settings,
+        stopped=stopped,
+        tried=[
             {k: r[k] for k in ("key", "setting", "ssim_mean", "psnr_mean", "steps_mean", "seconds")}
             for r in tried
         ],
-    }
+    )
 
 
-def _how(row: dict[str, Any], camp: Campaign, search: dict[str, Any]) -> str:
+def _how(row: dict[str, Any], camp: Campaign, search: Search) -> str:
     """Say which attack, settings, budget, probes and seed produced ``row``."""
     return (
         f"{row['attack']} over {row['params_matched']} parameter tensors, batch {row['batch_size']}, "
         f"{row['label_mode']} labels, {row['setting']}, at most {row['iterations']} iterations "
-        f"(mean {row['steps_mean']:.0f} run, plateau stop), best of {len(search['tried'])} IG settings "
+        f"(mean {row['steps_mean']:.0f} run, plateau stop), best of {len(search.tried)} IG settings "
         "searched "
-        f"({search['stopped']}); {row['n']} probes, seed {camp.seed}, noise {row['noise']}"
+        f"({search.stopped}); {row['n']} probes, seed {camp.seed}, noise {row['noise']}"
     )
 
 
@@ -465,7 +573,7 @@ def _stochastic(
     floor_kind: str,
     skipped: list[str],
     ctx: RunContext,
-) -> dict[str, Any] | None:
+) -> DefenceVerdict | None:
     """Attack a stochastic model with Ignore and joint-ε next to plain IG, and its undefended baseline.
 
     Ignore and joint-ε each try the plain search's winner and :data:`ADAPTIVE` (one batch) and keep
@@ -475,6 +583,40 @@ def _stochastic(
     """
     if not split.sampling:
         return None
+    n = camp.images.shape[0]
+    rows, baseline = _adaptive_attacks(camp, split, plain, best, known, skipped, ctx)
+    ssim = {k: image_measurements(r, floors, floor_kind, "", ctx.seed)[0] for k, r in rows.items()}
+    verdict = DefenceVerdict(
+        sampling_nodes=[s.__dict__ for s in split.sampling],
+        ssim={k: r["ssim_mean"] for k, r in rows.items()},
+        leaks={k: leaks(m) for k, m in ssim.items()},
+        baseline_ssim=baseline["ssim_mean"] if baseline else None,
+    )
+    strongest = max(rows, key=lambda k: rows[k]["ssim_mean"])
+    if baseline is None:
+        return verdict
+    base_leaks = leaks(image_measurements(baseline, floors, floor_kind, "", ctx.seed)[0])
+    drop = measure(
+        "ssim-drop",
+        f"SSIM drop: undefended model (noise at 0) minus the strongest attack on the defended one "
+        f"({strongest})",
+        baseline["per_image_ssim"],
+        rows[strongest]["per_image_ssim"],
+        floor_kind=f"{strongest} on the defended model",
+        threshold=MARGIN_SSIM,
+        how=f"same IG setting ({best.describe()}) and budget ({best.iterations} iterations) on both; "
+        f"{n} probes, seed {camp.seed}",
+        seed=ctx.seed,
+    )
+    text = defence_verdict(base_leaks, any(verdict.leaks.values()), drop, strongest, rows[strongest]["ssim_mean"],
+                           baseline["ssim_mean"])
+    return replace(verdict, drop=drop, baseline_leaks=base_leaks, strongest_attack=strongest, verdict=text)
+
+
+def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: dict[str, Any], best: IGSettings, known: bool,
+                      skipped: list[str], ctx: RunContext
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Run Ignore, joint-ε and the undefended baseline where they fit; return the rows by attack and the baseline."""
     n = camp.images.shape[0]
     everything = [name for name, _ in camp.model.named_parameters()]
     rows: dict[str, dict[str, Any]] = {"plain": plain}
@@ -491,58 +633,22 @@ def _stochastic(
         )
     else:
         skipped.append("Ignore: predicted not to fit the remaining budget")
-    baseline = None
     if not split.gaussian_only:
         skipped.append("joint-eps and the undefended baseline: only Gaussian sampling nodes are modelled")
+        return rows, None
+    if camp.fits(trials, best.iterations, ctx.remaining_s()):
+        rows["joint-eps"] = max(
+            camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
+                        noise="joint"),
+            key=lambda r: r["ssim_mean"],
+        )
     else:
-        if camp.fits(trials, best.iterations, ctx.remaining_s()):
-            rows["joint-eps"] = max(
-                camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
-                            noise="joint"),
-                key=lambda r: r["ssim_mean"],
-            )
-        else:
-            skipped.append("joint-eps: predicted not to fit the remaining budget")
-        if camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
-            baseline = camp.run_ig(
-                "undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
-                noise="zero",
-            )[0]
-        else:
-            skipped.append("undefended baseline: predicted not to fit the remaining budget")
-    ssim = {k: image_measurements(r, floors, floor_kind, "", ctx.seed)[0] for k, r in rows.items()}
-    verdict: dict[str, Any] = {
-        "sampling_nodes": [s.__dict__ for s in split.sampling],
-        **{f"{k.replace('-', '_')}_ssim": r["ssim_mean"] for k, r in rows.items()},
-        "leaks": {k: leaks(m) for k, m in ssim.items()},
-        "baseline_ssim": baseline["ssim_mean"] if baseline else None,
-        "drop": None,
-    }
-    strongest = max(rows, key=lambda k: rows[k]["ssim_mean"])
-    if baseline is None:
-        verdict["verdict"] = "cannot tell: no undefended baseline was attacked"
-        return verdict
-    base_m = image_measurements(baseline, floors, floor_kind, "", ctx.seed)[0]
-    verdict["baseline_leaks"] = leaks(base_m)
-    drop = measure(
-        "ssim-drop",
-        f"SSIM drop: undefended model (noise at 0) minus the strongest attack on the defended one "
-        f"({strongest})",
-        baseline["per_image_ssim"],
-        rows[strongest]["per_image_ssim"],
-        floor_kind=f"{strongest} on the defended model",
-        threshold=MARGIN_SSIM,
-        how=f"same IG setting ({best.describe()}) and budget ({best.iterations} iterations) on both; "
-        f"{n} probes, seed {camp.seed}",
-        seed=ctx.seed,
-    )
-    verdict["drop"] = drop.model_dump()
-    verdict["strongest_attack"] = strongest
-    verdict["verdict"] = defence_verdict(
-        verdict["baseline_leaks"], any(verdict["leaks"].values()), drop, strongest,
-        rows[strongest]["ssim_mean"], baseline["ssim_mean"],
-    )
-    return verdict
+        skipped.append("joint-eps: predicted not to fit the remaining budget")
+    if camp.fits(n * best.restarts, best.iterations, ctx.remaining_s()):
+        return rows, camp.run_ig("undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
+                                 noise="zero")[0]
+    skipped.append("undefended baseline: predicted not to fit the remaining budget")
+    return rows, None
 
 
 def defence_verdict(
@@ -667,7 +773,7 @@ def _findings(
     camp: Campaign,
     floors: dict[str, list[float]],
     floor_kind: str,
-    verdict: dict[str, Any] | None,
+    verdict: DefenceVerdict | None,
     ranking: list[dict[str, Any]],
     seed: int,
 ) -> list:
@@ -728,8 +834,9 @@ def _findings(
     return out
 
 
-def _defence_findings(verdict: dict[str, Any]) -> list:
+def _defence_findings(defence: DefenceVerdict) -> list:
     """Return the bypassed / held finding of a stochastic defence from its verdict (:func:`_stochastic`)."""
+    verdict = defence.as_dict()
     text = verdict["verdict"]
     attacks = ", ".join(
         f"{k[:-5].replace('_', '-')} {v:.2f}"

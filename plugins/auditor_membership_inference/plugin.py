@@ -78,7 +78,7 @@ class MembershipInferencePlugin:
         x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
         member = np.arange(len(x)) < len(xm)
         select = selection_half(member, ctx.seed)
-        model = ctx.model.to(ctx.device).eval()
+        model = ctx.model.eval()
         target_logits = logits(model, x, ctx.device)
         gap = _gap(target_logits, y, member)
         n_classes = target_logits.shape[1]

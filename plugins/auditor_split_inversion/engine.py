@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -217,10 +217,72 @@ class SplitAuditResult:
     train_sets: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+@dataclass
+class Cut:
+    """The model cut at the chosen splits: the head blocks, the server tail, and the notes on points dropped."""
+
+    model: nn.Module
+    splits: list
+    split_note: str
+    blocks: list[nn.Module]
+    server: nn.Module
+    notes: list[str]
+
+
+@dataclass
+class Inverted:
+    """The probes' features per split, every attack's reconstructions and the floor they are judged against."""
+
+    probes: torch.Tensor
+    labels: torch.Tensor | None
+    feats: list[torch.Tensor]
+    recons: dict[str, list[torch.Tensor | None]]
+    predicted: torch.Tensor | None
+    classes: int
+    floor: dict[str, Any]
+
+
+@dataclass
+class Rmle:
+    """rMLE's best reconstruction and setting per split, and the record of what it tried."""
+
+    recons: list[torch.Tensor | None]
+    settings: list[dict[str, float] | None]
+    record: dict[str, Any]
+
+
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
           budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> SplitAuditResult:
-    """Run every attack at every chosen split and return per-split scores, reconstructions and records."""
-    model = model.to(device).eval().requires_grad_(False)
+    """Run every attack at every chosen split and return per-split scores, reconstructions and records.
+
+    The stages, in order: cut the model, train the inverters (DCI), invert the probes, run rMLE,
+    train the evaluator, score the splits. ``model`` is already on ``device``.
+    """
+    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device)
+    records: dict[str, dict[str, Any]] = {}
+    snapshots, train_sets = train_inverters(cut, inputs, cfg, budget, records, seed=seed, device=device, clock=clock)
+    inv = invert_probes(cut, inputs, snapshots, records, seed=seed, device=device)
+    settings_of: dict[str, list[dict[str, float] | None]] = {}
+    if "rmle" in cfg.attacks:
+        rmle = run_rmle(cut.blocks, inv, tuple(profile.input_shape), cfg, budget, seed=seed, device=device,
+                        clock=clock)
+        inv.recons["rmle"], settings_of["rmle"], records["rmle"] = rmle.recons, rmle.settings, rmle.record
+    evaluator = train_probe_evaluator(inputs, budget, records, seed=seed, device=device, clock=clock)
+    out = SplitAuditResult(splits=cut.splits, split_note=cut.split_note, notes=cut.notes, records=records,
+                           probes=inv.probes, blocks=cut.blocks, server=cut.server, feats=inv.feats,
+                           snapshots=snapshots, recons=inv.recons, predicted=inv.predicted, classes=inv.classes,
+                           floor=inv.floor, lpips=lpips_status()[1], settings=settings_of, train_sets=train_sets)
+    if evaluator is not None and inv.labels is not None:
+        others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
+        inv.floor["evaluator_acc"] = round(top1_accuracy(evaluator, others, inv.labels), 4)
+        out.evaluator_clean_acc = round(top1_accuracy(evaluator, inv.probes, inv.labels), 4)
+    score_splits(out, inv, evaluator, cfg, seed=seed, probe_source=inputs.probe_source)
+    return out
+
+
+def cut_model(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
+              budget: Budget, device: torch.device) -> Cut:
+    """Choose the splits, keep those the model can be cut at and cut it (behind the normaliser, if any)."""
     splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
     example = inputs.probes[:1].to(device)
     splits, dropped = cuttable(model, splits, example)
@@ -232,27 +294,33 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     if norm is not None:
         pieces[0] = nn.Sequential(norm, pieces[0])
         model = nn.Sequential(norm, model)
-    blocks, server = pieces[:-1], pieces[-1]
-    shape = tuple(profile.input_shape)
-    probes = inputs.probes.to(device)
-    notes, records = dropped, {}
+    return Cut(model=model, splits=splits, split_note=split_note, blocks=pieces[:-1], server=pieces[-1], notes=dropped)
 
-    tokens = [p.id for p in splits[:-1] if len(p.shape) != 4] if len(splits) > 1 else []
-    snapshots: dict[str, list] = {}
-    train_sets: dict[str, torch.Tensor] = {}
+
+def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
+                    records: dict[str, dict[str, Any]], *, seed: int, device: torch.device, clock: Clock
+                    ) -> tuple[dict[str, list], dict[str, torch.Tensor]]:
+    """Train DCI's inverters when asked and the features are C×H×W; return the snapshots and training sets."""
+    tokens = [p.id for p in cut.splits[:-1] if len(p.shape) != 4] if len(cut.splits) > 1 else []
     if "dci" in cfg.attacks and tokens:
-        notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
-                     f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
+        cut.notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
+                         f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
     elif "dci" in cfg.attacks:
-        snapshots, train_sets = run_dci(model, blocks, inputs, cfg, budget, records, notes, seed=seed,
-                                        device=device, clock=clock)
+        return run_dci(cut.model, cut.blocks, inputs, cfg, budget, records, cut.notes, seed=seed, device=device,
+                       clock=clock)
+    return {}, {}
 
+
+def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], records: dict[str, dict[str, Any]], *,
+                  seed: int, device: torch.device) -> Inverted:
+    """Compute the probes' features per split, run the trained inverters on them, and the floor."""
+    probes = inputs.probes.to(device)
     with seeded(seed, STAGES["probes"], device), torch.no_grad():
         feats, x = [], probes
-        for b in blocks:
+        for b in cut.blocks:
             x = b(x)
             feats.append(x)
-        recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(blocks) for a in snapshots}
+        recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(cut.blocks) for a in snapshots}
         for name, snaps in snapshots.items():
             t0, c0 = time.monotonic(), time.process_time()
             for k, snap in enumerate(snaps):
@@ -260,53 +328,60 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             records[name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
             records[name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
         labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
-        predicted, classes = predictions(model, probes)
-        fl = floor_scores(probes, predicted, labels, *_pool(model, inputs, device))
+        predicted, classes = predictions(cut.model, probes)
+        fl = floor_scores(probes, predicted, labels, *_pool(cut.model, inputs, device))
     fl["mean_image_only"] = floor(probes)
-    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
-    settings_of: dict[str, list[dict[str, float] | None]] = {}
-    if "rmle" in cfg.attacks:
-        clock.stage("rmle")
-        steps = budget.rmle_steps
-        recons["rmle"] = [None] * len(blocks)
-        settings_of["rmle"] = [None] * len(blocks)
-        tried, t0, c0 = [], time.monotonic(), time.process_time()
-        for k in range(len(blocks)):
-            with seeded(seed, STAGES["rmle"] * 100 + k, device):
-                runs = search(nn.Sequential(*blocks[:k + 1]), feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
-                              tick=clock.tick)
-            scored = [(settings, recon, summarise(per_image(probes, recon))) for settings, recon in runs]
-            settings, recons["rmle"][k], _ = max(scored, key=lambda r: closeness(r[2], fl, thresholds))
-            settings_of["rmle"][k] = settings
-            tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
-        records["rmle"] = {"steps_per_run": steps,
-                                  "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
-                                  "search": "one run per TV weight, scored at half and at all of the steps; "
-                                            "per split the setting closest to the leak rule counts",
-                                  "tried_per_split": tried,
-                                  "seconds_all_splits": round(time.monotonic() - t0, 2),
-                                  "cpu_seconds_all_splits": round(time.process_time() - c0, 2)}
+    return Inverted(probes=probes, labels=labels, feats=feats, recons=recons, predicted=predicted, classes=classes,
+                    floor=fl)
 
-    evaluator = None
-    if inputs.aux is not None and inputs.aux_labels is not None and inputs.probe_labels is not None:
-        clock.stage("evaluator")
-        with seeded(seed, STAGES["evaluator"], device):
-            evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
-                                           steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
-        records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
-                                       "trained_on": "auxiliary data (never the probes)"}
-    lp_ok, lpips_note = lpips_status()
-    out = SplitAuditResult(splits=splits, split_note=split_note, notes=notes, records=records, probes=probes,
-                           blocks=blocks, server=server, feats=feats, snapshots=snapshots, recons=recons,
-                           predicted=predicted, classes=classes, floor=fl, lpips=lpips_note,
-                           settings=settings_of, train_sets=train_sets)
-    if evaluator is not None and labels is not None:
-        others = (probes.sum(0, keepdim=True) - probes) / (len(probes) - 1)  # each probe's mean of the others
-        fl["evaluator_acc"] = round(top1_accuracy(evaluator, others, labels), 4)
-        out.evaluator_clean_acc = round(top1_accuracy(evaluator, probes, labels), 4)
-    for k, sp in enumerate(splits):
+
+def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg: SplitInversionConfig,
+             budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> Rmle:
+    """Run rMLE at every split (one run per TV weight) and keep, per split, the setting closest to the leak rule."""
+    clock.stage("rmle")
+    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+    steps = budget.rmle_steps
+    out = Rmle(recons=[None] * len(blocks), settings=[None] * len(blocks), record={})
+    tried, t0, c0 = [], time.monotonic(), time.process_time()
+    for k in range(len(blocks)):
+        with seeded(seed, STAGES["rmle"] * 100 + k, device):
+            runs = search(nn.Sequential(*blocks[:k + 1]), inv.feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
+                          tick=clock.tick)
+        scored = [(settings, recon, summarise(per_image(inv.probes, recon))) for settings, recon in runs]
+        out.settings[k], out.recons[k], _ = max(scored, key=lambda r: closeness(r[2], inv.floor, thresholds))
+        tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
+    out.record = {"steps_per_run": steps, "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
+                  "search": "one run per TV weight, scored at half and at all of the steps; "
+                            "per split the setting closest to the leak rule counts",
+                  "tried_per_split": tried,
+                  "seconds_all_splits": round(time.monotonic() - t0, 2),
+                  "cpu_seconds_all_splits": round(time.process_time() - c0, 2)}
+    return out
+
+
+def train_probe_evaluator(inputs: Inputs, budget: Budget, records: dict[str, dict[str, Any]], *, seed: int,
+                          device: torch.device, clock: Clock) -> nn.Module | None:
+    """Train the independent evaluator classifier on labelled auxiliary data (None without labels)."""
+    if inputs.aux is None or inputs.aux_labels is None or inputs.probe_labels is None:
+        return None
+    clock.stage("evaluator")
+    with seeded(seed, STAGES["evaluator"], device):
+        evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
+                                       steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
+    records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
+                            "trained_on": "auxiliary data (never the probes)"}
+    return evaluator
+
+
+def score_splits(out: SplitAuditResult, inv: Inverted, evaluator: nn.Module | None, cfg: SplitInversionConfig, *,
+                 seed: int, probe_source: str) -> None:
+    """Score every attack at every split against the floor; append a row and its measures per split to ``out``."""
+    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+    lp_ok = lpips_status()[0]
+    probes, labels = inv.probes, inv.labels
+    for k, sp in enumerate(out.splits):
         attacks, per_probe = {}, {}
-        for name, rs in recons.items():
+        for name, rs in inv.recons.items():
             if rs[k] is None:
                 continue
             per_probe[name] = per_image(probes, rs[k])
@@ -325,20 +400,24 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
             best = {m: max(attacks, key=lambda a, m=m: attacks[a][f"{m}_mean"]) for m in METRICS}
             best_pp = {m: per_probe[best[m]][m] for m in METRICS}
             how = "; ".join(f"{m.upper()}: {describe(best[m], attacks[best[m]])}" for m in METRICS)
-            how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({inputs.probe_source}); preset " \
-                   f"{cfg.preset}"
-            measures = margins(best_pp, fl, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
+            how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({probe_source}); preset {cfg.preset}"
+            measures = margins(best_pp, inv.floor, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
                                seed=seed)
-            row.best_attack, row.best_attack_ssim, row.leaky = best["psnr"], best["ssim"], leaks(measures)
-            row.severity = severity(measures)
-            row.per_probe = best_pp
-            for m in METRICS:
-                setattr(row, m, attacks[best[m]][f"{m}_mean"])
-                setattr(row, f"{m}_margin", round(measures[m].margin or 0.0, 4))
-                setattr(row, f"{m}_margin_ci", [round(v, 4) for v in measures[m].ci or []])
+            row = _scored(row, attacks, best, best_pp, measures)
         out.rows.append(row)
         out.measures.append(measures)
-    return out
+
+
+def _scored(row: SplitRow, attacks: dict[str, dict[str, Any]], best: dict[str, str],
+            best_pp: dict[str, list[float]], measures: dict[str, Measurement]) -> SplitRow:
+    """Return ``row`` with the best attack per metric, its mean score, its margin and the verdict filled in."""
+    per_metric = {}
+    for m in METRICS:
+        per_metric[m] = attacks[best[m]][f"{m}_mean"]
+        per_metric[f"{m}_margin"] = round(measures[m].margin or 0.0, 4)
+        per_metric[f"{m}_margin_ci"] = [round(v, 4) for v in measures[m].ci or []]
+    return replace(row, best_attack=best["psnr"], best_attack_ssim=best["ssim"], leaky=leaks(measures),
+                   severity=severity(measures), per_probe=best_pp, **per_metric)
 
 
 def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,

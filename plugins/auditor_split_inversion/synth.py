@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -72,38 +73,8 @@ def synthesize(
         while sum(len(b) for b in images) < n and not stopped:
             size = min(batch, n - sum(len(b) for b in images))
             x = torch.rand((size, *shape), generator=gen).to(device).requires_grad_(True)
-            labels = None
-            opt = torch.optim.Adam([x], lr=0.1)
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
-            step = 0
-            for step in range(steps):
-                if not tick():
-                    stopped = True
-                    break
-                xin = x
-                if shift:
-                    dx, dy = (int(v) for v in torch.randint(-shift, shift + 1, (2,), generator=gen))
-                    xin = torch.roll(x, shifts=(dx, dy), dims=(-2, -1))
-                if torch.rand(1, generator=gen).item() < 0.5:
-                    xin = xin.flip(-1)
-                if step < low_steps:
-                    xin = F.avg_pool2d(xin, 2)
-                stats.clear()
-                logits = model(xin)
-                loss = 1e-4 * _tv_l2(x) * x[0].numel() + 1e-5 * x.pow(2).sum() / size
-                if stats:
-                    loss = loss + 10 * stats[0] + sum(stats[1:])
-                if use_ce and logits.dim() == 2:
-                    if labels is None:
-                        labels = torch.randint(logits.shape[1], (size,), generator=gen).to(device)
-                    loss = loss + F.cross_entropy(logits, labels)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sched.step()
-                with torch.no_grad():
-                    x.clamp_(0, 1)
-            done = step if stopped else step + 1
+            done, stopped = _optimise_batch(model, x, stats, _Schedule(steps, low_steps, shift, use_ce), gen=gen,
+                                            device=device, tick=tick)
             if done:
                 images.append(x.detach())
                 done_steps.append(done)
@@ -122,6 +93,52 @@ def synthesize(
         "optimiser": "Adam lr 0.1 cosine",
     }
     return out, record
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """How one synthetic batch is optimised: steps, half-resolution steps, jitter and the CE term."""
+
+    steps: int
+    low_steps: int
+    shift: int
+    use_ce: bool
+
+
+def _optimise_batch(model: torch.nn.Module, x: torch.Tensor, stats: list[torch.Tensor], plan: _Schedule, *,
+                    gen: torch.Generator, device: torch.device, tick: Callable[[], bool]) -> tuple[int, bool]:
+    """Optimise the batch ``x`` in place; return the steps done and whether ``tick()`` stopped it."""
+    size, labels = len(x), None
+    opt = torch.optim.Adam([x], lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / plan.steps)))
+    step = 0
+    for step in range(plan.steps):
+        if not tick():
+            return step, True
+        xin = x
+        if plan.shift:
+            dx, dy = (int(v) for v in torch.randint(-plan.shift, plan.shift + 1, (2,), generator=gen))
+            xin = torch.roll(x, shifts=(dx, dy), dims=(-2, -1))
+        if torch.rand(1, generator=gen).item() < 0.5:
+            xin = xin.flip(-1)
+        if step < plan.low_steps:
+            xin = F.avg_pool2d(xin, 2)
+        stats.clear()
+        logits = model(xin)
+        loss = 1e-4 * _tv_l2(x) * x[0].numel() + 1e-5 * x.pow(2).sum() / size
+        if stats:
+            loss = loss + 10 * stats[0] + sum(stats[1:])
+        if plan.use_ce and logits.dim() == 2:
+            if labels is None:
+                labels = torch.randint(logits.shape[1], (size,), generator=gen).to(device)
+            loss = loss + F.cross_entropy(logits, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            x.clamp_(0, 1)
+    return step + 1, False
 
 
 def _tv_l2(x: torch.Tensor) -> torch.Tensor:

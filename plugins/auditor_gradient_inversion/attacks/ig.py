@@ -185,6 +185,35 @@ def invert(
         return _invert(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise, check_budget)
 
 
+@dataclass
+class _Trials:
+    """One call's trials (target, setting, restart), batched: iterates, noise, targets and settings per trial."""
+
+    group: list[IGSettings]
+    order: list[tuple[int, int, int]]
+    gens: list[torch.Generator]
+    x: torch.Tensor
+    eps: list[torch.Tensor]
+    ys: torch.Tensor
+    tgt: torch.Tensor
+    tgt_norm: torch.Tensor
+    lr0: torch.Tensor
+    tv: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+    joint: bool
+    noisy: bool
+
+
+@dataclass
+class _Descent:
+    """Every trial's best iterate, its loss and the steps it ran."""
+
+    best_x: torch.Tensor
+    best_loss: torch.Tensor
+    steps: torch.Tensor
+
+
 def _invert(
     oracle: GradientOracle,
     targets: torch.Tensor,
@@ -197,39 +226,68 @@ def _invert(
     noise: NoiseMode | None,
     check_budget: Callable[[], None],
 ) -> IGResult:
-    """Run :func:`invert` inside its seeded RNG fork."""
+    """Run :func:`invert` inside its seeded RNG fork: set the trials up, descend, keep each best restart."""
+    t = _trials(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise)
+    run_step = _stepper(oracle, t)
+    everyone = torch.arange(len(t.order), device=targets.device)
+    if noise == "fresh":
+        _fresh(t.eps, t.gens, everyone)
+    batched, note = _choose_mode(lambda b: run_step(b, everyone), len(t.order), t.group[0].trial_mode,
+                                 sum(oracle.sizes))
+    start = time.monotonic()
+    descent = _descend(oracle, t, run_step, batched, noise == "fresh", check_budget)
+    x, loss, steps = _best_restarts(t, descent, targets.shape[0])
+    return IGResult(x=x, loss=loss, steps=steps, seconds=time.monotonic() - start, batched=batched, note=note)
+
+
+def _trials(
+    oracle: GradientOracle,
+    targets: torch.Tensor,
+    labels: torch.Tensor,
+    shape: Sequence[int],
+    box: tuple[torch.Tensor, torch.Tensor],
+    settings: IGSettings | Sequence[IGSettings],
+    seed: int,
+    noise_shapes: Sequence[tuple[int, ...]] | None,
+    noise: NoiseMode | None,
+) -> _Trials:
+    """Lay out one trial per (target, setting, restart), each with its own generator, start and noise."""
     group = [settings] if isinstance(settings, IGSettings) else list(settings)
-    first = group[0]
     device = targets.device
-    n, s_count = targets.shape[0], len(group)
-    order = [(i, s, r) for i in range(n) for s in range(s_count) for r in range(group[s].restarts)]
-    trials = len(order)
+    order = [(i, s, r) for i in range(targets.shape[0]) for s in range(len(group)) for r in range(group[s].restarts)]
     rows = [i for i, _, _ in order]  # the target each trial attacks
-    tgt = targets[rows]
-    tgt_norm = torch.stack([list_norm(oracle.unflatten(t)) for t in targets])[rows]
-    ys = labels.to(device)[rows]
     low, high = (b.to(device) for b in box)
     gens = [trial_generator(seed, i, r) for i, _, r in order]
     x = torch.stack([_init(group[s].init, shape, low, high, g) for (_, s, _), g in zip(order, gens)])
-    x = x.to(device)
-    x = torch.max(torch.min(x, high), low)
+    x = torch.max(torch.min(x.to(device), high), low)
     shapes = [tuple(sh) for sh in (noise_shapes or ())] if noise else []
     eps = [torch.stack([torch.randn(sh, generator=g) for g in gens]).to(device) for sh in shapes]
     if noise == "zero":
         eps = [torch.zeros_like(e) for e in eps]
-    lr0 = torch.tensor([group[s].lr for _, s, _ in order], device=device)
-    tv = torch.tensor([group[s].tv_weight for _, s, _ in order], device=device)
-    joint = noise == "joint"
+    return _Trials(
+        group=group, order=order, gens=gens, x=x, eps=eps, ys=labels.to(device)[rows], tgt=targets[rows],
+        tgt_norm=torch.stack([list_norm(oracle.unflatten(t)) for t in targets])[rows],
+        lr0=torch.tensor([group[s].lr for _, s, _ in order], device=device),
+        tv=torch.tensor([group[s].tv_weight for _, s, _ in order], device=device),
+        low=low, high=high, joint=noise == "joint", noisy=bool(shapes),
+    )
+
+
+def _stepper(
+    oracle: GradientOracle, t: _Trials
+) -> Callable[[bool, torch.Tensor], tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]]:
+    """Return ``run_step(batched, idx)``: the trials ``idx``'s gradients (x and, joint, ε) and losses."""
+    joint = t.joint
 
     def cost(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, tvt) -> torch.Tensor:
-        g = oracle.flat_grad(xt, yt, list(et) if shapes else None)
+        g = oracle.flat_grad(xt, yt, list(et) if t.noisy else None)
         return cosine_distance(g, gt) + tvt * total_variation(xt)
 
     def step(xt: torch.Tensor, et: tuple[torch.Tensor, ...], yt, gt, nt, tvt) -> tuple[object, torch.Tensor]:
         """One trial's (gradient, loss) with plain autograd: the double backward without functorch wrappers."""
         xt = xt.detach().requires_grad_(True)
         et = tuple(e.detach().requires_grad_(joint) for e in et)
-        g = oracle.grads_graph(xt, yt, list(et) if shapes else None)
+        g = oracle.grads_graph(xt, yt, list(et) if t.noisy else None)
         cos, direction, scale = cosine_distance_lists(g, oracle.unflatten(gt), nt)
         tv_term = tvt * total_variation(xt)
         grads = torch.autograd.grad([*g, tv_term], [xt, *et] if joint else [xt],
@@ -242,19 +300,29 @@ def _invert(
 
     def run_step(batched: bool, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         if batched:
-            grads, loss = batched_step(x[idx], tuple(e[idx] for e in eps), ys[idx], tgt[idx], tv[idx])
+            grads, loss = batched_step(t.x[idx], tuple(e[idx] for e in t.eps), t.ys[idx], t.tgt[idx], t.tv[idx])
         else:  # views per trial: gathering the (trials, P) targets copied 90 MB a step on ResNet-18
-            outs = [step(x[k], tuple(e[k] for e in eps), ys[k], tgt[k], tgt_norm[k], tv[k]) for k in idx.tolist()]
+            outs = [step(t.x[k], tuple(e[k] for e in t.eps), t.ys[k], t.tgt[k], t.tgt_norm[k], t.tv[k])
+                    for k in idx.tolist()]
             grads = _stack_grads([o[0] for o in outs], joint)
             loss = torch.stack([o[1] for o in outs])
         gx, ge = (grads[0], list(grads[1])) if joint else (grads, [])
         return gx, ge, loss
 
-    everyone = torch.arange(trials, device=device)
-    if noise == "fresh":
-        _fresh(eps, gens, everyone)
-    elements = sum(oracle.sizes)
-    batched, note = _choose_mode(lambda b: run_step(b, everyone), trials, first.trial_mode, elements)
+    return run_step
+
+
+@torch.no_grad()
+def _descend(
+    oracle: GradientOracle,
+    t: _Trials,
+    run_step: Callable[[bool, torch.Tensor], tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]],
+    batched: bool,
+    fresh: bool,
+    check_budget: Callable[[], None],
+) -> _Descent:
+    """Run Adam on every active trial, with learning-rate stages and plateau stops; keep each best iterate."""
+    first, x, trials, device = t.group[0], t.x, len(t.order), t.x.device
     best_x = x.clone()
     best_loss = torch.full((trials,), float("inf"), device=device)
     stage = torch.zeros(trials, dtype=torch.long, device=device)
@@ -262,61 +330,56 @@ def _invert(
     steps = torch.zeros(trials, dtype=torch.long, device=device)
     active = torch.ones(trials, dtype=torch.bool, device=device)
     adam_x = _Adam(x.shape, device)
-    adam_e = [_Adam(e.shape, device) for e in eps] if joint else []
+    adam_e = [_Adam(e.shape, device) for e in t.eps] if t.joint else []
     marks = [int(first.iterations * f) for f in MILESTONES] if first.decay else []
-    start = time.monotonic()
-    with torch.no_grad():
-        for it in range(first.iterations):
-            check_budget()
-            idx = active.nonzero().flatten()
-            if idx.numel() == 0:
-                break
-            if noise == "fresh":
-                _fresh(eps, gens, idx)
-            with torch.enable_grad():
-                gx, ge, loss = run_step(batched, idx)
-            better = loss < best_loss[idx]
-            improved = loss < best_loss[idx] - 1e-3 * best_loss[idx].abs()
-            best_loss[idx] = torch.where(better, loss, best_loss[idx])
-            best_x[idx[better]] = x[idx[better]]
-            stall[idx] = torch.where(improved, 0, stall[idx] + 1)
-            steps[idx] += 1
-            lr = lr0[idx] * 0.1 ** stage[idx].clamp(max=len(marks)).float()
-            adam_x.step(x, gx.sign() if first.signed else gx, idx, lr, steps[idx].float())
-            for e, a, g in zip(eps, adam_e, ge):
-                a.step(e, g, idx, lr, steps[idx].float())
-            x.copy_(torch.max(torch.min(x, high), low))
-            scheduled = sum(it + 1 >= mk for mk in marks)
-            stage[idx] = torch.maximum(stage[idx], torch.full_like(stage[idx], scheduled))
-            if first.patience:
-                plateau = idx[stall[idx] >= first.patience]
-                stage[plateau] += 1
-                stall[plateau] = 0
-                active[plateau[stage[plateau] > len(marks)]] = False
-        final = _cost_all(oracle, x, eps, ys, tgt, tv)
-        better = final < best_loss
-        best_loss = torch.where(better, final, best_loss)
-        best_x[better] = x[better]
+    for it in range(first.iterations):
+        check_budget()
+        idx = active.nonzero().flatten()
+        if idx.numel() == 0:
+            break
+        if fresh:
+            _fresh(t.eps, t.gens, idx)
+        with torch.enable_grad():
+            gx, ge, loss = run_step(batched, idx)
+        better = loss < best_loss[idx]
+        improved = loss < best_loss[idx] - 1e-3 * best_loss[idx].abs()
+        best_loss[idx] = torch.where(better, loss, best_loss[idx])
+        best_x[idx[better]] = x[idx[better]]
+        stall[idx] = torch.where(improved, 0, stall[idx] + 1)
+        steps[idx] += 1
+        lr = t.lr0[idx] * 0.1 ** stage[idx].clamp(max=len(marks)).float()
+        adam_x.step(x, gx.sign() if first.signed else gx, idx, lr, steps[idx].float())
+        for e, a, g in zip(t.eps, adam_e, ge):
+            a.step(e, g, idx, lr, steps[idx].float())
+        x.copy_(torch.max(torch.min(x, t.high), t.low))
+        scheduled = sum(it + 1 >= mk for mk in marks)
+        stage[idx] = torch.maximum(stage[idx], torch.full_like(stage[idx], scheduled))
+        if first.patience:
+            plateau = idx[stall[idx] >= first.patience]
+            stage[plateau] += 1
+            stall[plateau] = 0
+            active[plateau[stage[plateau] > len(marks)]] = False
+    final = _cost_all(oracle, x, t.eps, t.ys, t.tgt, t.tv)
+    better = final < best_loss
+    best_x[better] = x[better]
+    return _Descent(best_x=best_x, best_loss=torch.where(better, final, best_loss), steps=steps)
+
+
+def _best_restarts(t: _Trials, d: _Descent, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return, per target and setting, the best-loss restart's iterate, loss and steps (``[n, settings, ...]``)."""
     res_x, res_loss, res_steps = [], [], []
     for i in range(n):
         row_x, row_l, row_s = [], [], []
-        for s in range(s_count):
-            ks = [k for k, (ii, ss, _) in enumerate(order) if ii == i and ss == s]
-            k = ks[int(best_loss[ks].argmin())]
-            row_x.append(best_x[k])
-            row_l.append(best_loss[k])
-            row_s.append(steps[k])
+        for s in range(len(t.group)):
+            ks = [k for k, (ii, ss, _) in enumerate(t.order) if ii == i and ss == s]
+            k = ks[int(d.best_loss[ks].argmin())]
+            row_x.append(d.best_x[k])
+            row_l.append(d.best_loss[k])
+            row_s.append(d.steps[k])
         res_x.append(torch.stack(row_x))
         res_loss.append(torch.stack(row_l))
         res_steps.append(torch.stack(row_s))
-    return IGResult(
-        x=torch.stack(res_x),
-        loss=torch.stack(res_loss),
-        steps=torch.stack(res_steps),
-        seconds=time.monotonic() - start,
-        batched=batched,
-        note=note,
-    )
+    return torch.stack(res_x), torch.stack(res_loss), torch.stack(res_steps)
 
 
 def _init(
