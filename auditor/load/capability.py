@@ -22,9 +22,22 @@ TRUSTED_HOMES = ("builtins", "collections", "enum", "abc", "typing", "torch", "n
 #: Methods an unpickler (or the garbage collector) runs on a class it rebuilds.
 _HOOKS = ("__new__", "__setstate__", "__setattr__", "__getattr__", "__getattribute__", "__array_finalize__")
 _ENUM_HOOKS = ("_missing_",)
+#: Hooks outside :data:`TRUSTED_HOMES` that only raise ``AttributeError`` (accelerate's ``PartialState``, which a
+#: Trainer's ``training_args.bin`` holds): the only names their code may use, checked on the installed version,
+#: so a release whose hook does anything else is refused again.
+_RAISE_ONLY_HOOKS = {("accelerate.state.PartialState", "__getattr__"): frozenset({"_known_attrs", "AttributeError"})}
 #: Modules of torch operators a model may store as a value (an activation): tensor in, tensor out.
 TORCH_OP_HOMES = frozenset({"torch._C._nn", "torch._C._special", "torch._C._fft", "torch._C._linalg",
                             "torch._C._VariableFunctions"})
+#: Data classes a Trainer's ``training_args.bin`` holds (``torch.save(TrainingArguments)``), admitted
+#: like ``--import`` admits a class: built through ``__new__`` and a state update, never called.
+TRAINER_CLASSES = frozenset({
+    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+})
+#: Enum classes outside torch and the model zoos that ``training_args.bin`` looks up by value.
+TRAINER_ENUMS = frozenset({"accelerate.utils.dataclasses.DistributedType"})
+TRAINER_NAMES = TRAINER_CLASSES | TRAINER_ENUMS
 _FILE_OPS = frozenset({"from_file"})
 _FLAGS = "--import and --trust"
 
@@ -40,8 +53,11 @@ def _trusted_home(owner: type) -> bool:
 def admitted_class_reason(full: str, obj: object, denied: Callable[[str, str], str | None]) -> str | None:
     """Why ``--import``/``--trust`` must not admit ``obj`` (imported as ``full``); None for a data class.
 
-    ``denied`` is the denylist (module, name) -> reason, applied to every class in the MRO.
+    ``denied`` is the denylist (module, name) -> reason, applied to every class in the MRO. A Trainer
+    enum (:data:`TRAINER_ENUMS`) is judged as an enum whose value lookup is enum's own.
     """
+    if full in TRAINER_ENUMS:
+        return enum_call_reason(full, obj)
     if not isinstance(obj, type):
         kind = "a function" if callable(obj) else f"a {type(obj).__name__}, not a class"
         return (f"{full} is {kind}; {_FLAGS} admit classes only, never a function or an object the "
@@ -62,10 +78,18 @@ def hooks_reason(full: str, cls: type, hooks: tuple[str, ...]) -> str | None:
         return f"{full} has a __del__ method, which runs on the rebuilt object's data when it is freed"
     for hook in hooks:
         owner = next((base for base in cls.__mro__ if hook in vars(base)), None)
-        if owner is not None and owner is not object and not _trusted_home(owner):
+        if owner is not None and owner is not object and not _trusted_home(owner) and not _raise_only(owner, hook):
             return (f"rebuilding {full} runs {owner.__module__}.{owner.__qualname__}.{hook}; {_FLAGS} admit "
                     "only classes rebuilt by __new__ and a plain state update")
     return None
+
+
+def _raise_only(owner: type, hook: str) -> bool:
+    """True when ``owner.hook`` is a reviewed hook whose installed code still uses only the names it did."""
+    names = _RAISE_ONLY_HOOKS.get((f"{owner.__module__}.{owner.__qualname__}", hook))
+    code = getattr(vars(owner)[hook], "__code__", None)
+    return (names is not None and code is not None and set(code.co_names) <= names
+            and not any(inspect.iscode(const) for const in code.co_consts))
 
 
 def is_torch_op(module: str, name: str, obj: object) -> bool:
