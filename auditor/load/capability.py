@@ -33,7 +33,10 @@ TORCH_OP_HOMES = frozenset({"torch._C._nn", "torch._C._special", "torch._C._fft"
 #: like ``--import`` admits a class: built through ``__new__`` and a state update, never called.
 TRAINER_CLASSES = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-    "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+    "transformers.trainer_pt_utils.AcceleratorConfig", "transformers.generation.configuration_utils.GenerationConfig",
+    "accelerate.state.PartialState", "accelerate.parallelism_config.ParallelismConfig",
+    *(f"accelerate.utils.dataclasses.{name}" for name in (
+        "TorchTensorParallelConfig", "TorchContextParallelConfig", "DeepSpeedSequenceParallelConfig")),
 })
 #: Enum classes outside torch and the model zoos that ``training_args.bin`` looks up by value.
 TRAINER_ENUMS = frozenset({"accelerate.utils.dataclasses.DistributedType"})

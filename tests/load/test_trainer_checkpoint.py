@@ -85,6 +85,29 @@ def test_rng_state_and_schedulers_are_safe(tmp_path: Path) -> None:
         assert _refusals(tmp_path / f"{name}.pt") == [], name
 
 
+def _training_args(kind: str) -> object:
+    """TrainingArguments a user may set, each holding other data classes or enums."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils.dataclasses import TorchContextParallelConfig, TorchTensorParallelConfig
+
+    common = {"output_dir": "unused", "report_to": [], "use_cpu": True}
+    if kind == "seq2seq":
+        return transformers.Seq2SeqTrainingArguments(
+            **common, predict_with_generate=True, generation_config=transformers.GenerationConfig(max_new_tokens=4))
+    if kind == "parallelism":
+        handlers = {"tp_handler": TorchTensorParallelConfig(), "cp_handler": TorchContextParallelConfig()}
+        return transformers.TrainingArguments(**common, parallelism_config=ParallelismConfig(**handlers))
+    return transformers.TrainingArguments(
+        **common, debug="underflow_overflow", optim="adafactor", eval_strategy="epoch", save_strategy="epoch",
+        hub_strategy="checkpoint", accelerator_config={"split_batches": True}, lr_scheduler_kwargs={"power": 2.0})
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "parallelism", "options"])
+def test_training_args_variants_are_safe(tmp_path: Path, kind: str) -> None:
+    torch.save(_training_args(kind), tmp_path / "training_args.bin")
+    assert _refusals(tmp_path / "training_args.bin") == []
+
+
 def _live(path: Path, canary: Path) -> None:
     """Plain torch.load of ``path`` creates the canary (then it is removed again)."""
     try:
