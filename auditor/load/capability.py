@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable
+from types import GetSetDescriptorType, MemberDescriptorType
 
 #: Where a class's reconstruction hooks may come from: code that rebuilds data and nothing else.
 TRUSTED_HOMES = ("builtins", "collections", "enum", "abc", "typing", "torch", "numpy", "torchvision", "timm",
@@ -72,7 +73,23 @@ def admitted_class_reason(full: str, obj: object, denied: Callable[[str, str], s
         if reason is not None:
             return (f"{full} is a {base.__module__}.{base.__qualname__}, which {reason}; {_FLAGS} never "
                     "admit classes that touch files, processes, the network or the interpreter")
+    setter = _setter(obj)
+    if setter is not None:
+        return (f"{full} has a setter, {setter}, which a pickle's slot state is assigned through; {_FLAGS} "
+                "admit only classes rebuilt by __new__ and a plain state update")
     return hooks_reason(full, obj, _HOOKS)
+
+
+def _setter(cls: type) -> str | None:
+    """The first descriptor with a setter (code run on assignment) that ``cls`` defines outside the trusted homes."""
+    for base in cls.__mro__:
+        if base is object or _trusted_home(base):
+            continue
+        for key, value in vars(base).items():
+            plain = isinstance(value, (MemberDescriptorType, GetSetDescriptorType))  # slots, __dict__
+            if not plain and hasattr(type(value), "__set__") and not (isinstance(value, property) and not value.fset):
+                return f"{base.__module__}.{base.__qualname__}.{key}"
+    return None
 
 
 def hooks_reason(full: str, cls: type, hooks: tuple[str, ...]) -> str | None:
