@@ -20,7 +20,14 @@ from functools import cache
 from types import ModuleType
 
 from auditor.errors import ClassNotImportable
-from auditor.load.capability import TORCH_OP_HOMES, admitted_class_reason, enum_call_reason, is_torch_op
+from auditor.load.capability import (
+    TORCH_OP_HOMES,
+    TRAINER_ENUMS,
+    TRAINER_NAMES,
+    admitted_class_reason,
+    enum_call_reason,
+    is_torch_op,
+)
 from auditor.load.problems import CALL, MUTATE
 
 logger = logging.getLogger(__name__)
@@ -204,7 +211,7 @@ def _refusal(module: str, name: str, policy: ImportPolicy) -> tuple[str, bool] |
         return f"denied: {module}.{name} {denied}", False
     if _allowed(module, name):
         return None
-    if any(_under(module, prefix) for prefix in policy.trusted_imports):
+    if any(_under(module, prefix) for prefix in policy.trusted_imports) or f"{module}.{name}" in TRAINER_NAMES:
         reason = _admitted_reason(module, name, unimportable_ok=True)
         return (reason, False) if reason else None
     zoo = next((pkg for pkg in MODEL_ZOO_PACKAGES if _under(module, pkg)), None)
@@ -253,7 +260,7 @@ def use_refusal(module: str, name: str, use: str, *, admitted: bool = True) -> s
     if use != CALL or _callable(module, name):
         return None
     homes = ("torch", "enum", *MODEL_ZOO_PACKAGES)
-    if admitted and any(_under(module, home) for home in homes):
+    if admitted and (full in TRAINER_ENUMS or any(_under(module, home) for home in homes)):
         obj = _try_resolve(module, name)
         if isinstance(obj, type) and not enum_call_reason(full, obj):
             return None

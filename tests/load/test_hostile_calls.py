@@ -234,3 +234,36 @@ def test_a_class_whose_del_deletes_a_directory_stays_refused_under_trust(tmp_pat
     for flags in ({}, {"trust": True}, {"imports": ["numpy"]}):
         _refused(path, canary, **flags)
     assert victim.exists()
+
+
+SETTER_CLASS = """
+    from pathlib import Path
+
+
+    class TouchesOnAssign:
+        def __init__(self, target):
+            self.target = target
+
+        @property
+        def path(self):
+            return None
+
+        @path.setter
+        def path(self, value):
+            Path(value).touch()
+
+        def __getstate__(self):
+            return None, {"path": self.target}  # slot state: the unpickler assigns it with setattr
+"""
+
+
+def test_a_class_whose_setter_the_slot_state_runs_is_refused(
+    tmp_path: Path, canary: Path, user_package: Callable[[str], str]
+) -> None:
+    pkg = user_package(SETTER_CLASS)
+    models = __import__(f"{pkg}.models", fromlist=["TouchesOnAssign"])
+    path = _save(tmp_path, models.TouchesOnAssign(str(canary)))
+    _prove_live(path, canary)
+    for flags in ({"imports": [pkg]}, {"trust": True}):
+        report = _refused(path, canary, **flags)
+        assert any("setter" in f.message for f in report.findings), report.findings
