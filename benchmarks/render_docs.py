@@ -290,15 +290,37 @@ def readme_rewrites() -> str:
     return table(["seed", "direction", "means over the seeds", "outcome"], rows)
 
 
+def mi_power() -> str:
+    """Model inversion at three input shapes: trained and random-init CNNs, each with its control."""
+    runs = results.load("mi_power")
+    if "default" not in runs:
+        return _missing("PYTHONPATH=. python benchmarks/mi_power.py")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = []
+    for r in got["rows"]:
+        c = r["control"]
+        rows.append([r["shape"], r["target"], f"{r['natural_accuracy']:.3f}", f"{r['evaluation_model_accuracy']:.3f}",
+                     f"{r['attack_accuracy_top1']:.2f}", f"{r['chance_top1']:.2f}",
+                     f"{r['prior_class_frequency_top1']:.2f}", "[{:.2f}, {:.2f}]".format(*r["margin_ci95"]),
+                     f"{r['p_value_permutation']:.3g}", ", ".join(f"`{f}`" for f in r["findings"]) or "—",
+                     f"{c['natural_accuracy']:.3f}, {c['attack_accuracy_top1']:.2f}, {c['p_value_permutation']:.3g}, "
+                     + ("passed" if c["passed"] else "**failed**"), f"{r['seconds']} / {r['cpu_seconds']}"])
+    config = ", ".join(f"{k} = {v}" for k, v in got["config"].items())
+    return (f"{run_facts(run)}; caches cold at the start; config {config} (the rest at their defaults).\n\n"
+            + table(["shape", "target", "natural acc", "judge acc", "top-1", "chance", "prior's own frequency",
+                     "margin 95% CI", "permutation p", "findings",
+                     "control (retrained architecture): natural acc, top-1, p, passed", "wall s / CPU s"], rows))
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
     "full-audit": full_audit, "speed-ratio": speed_ratio, "speed-breakdown": speed_breakdown,
     "cli-startup": cli_startup, "shape-passes": shape_passes, "speed-targets": targets, "ray": ray,
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
-    "readme-rewrites": readme_rewrites,
+    "readme-rewrites": readme_rewrites, "mi-power": mi_power,
 }
 #: The docs with generated regions.
-DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md")
+DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md")
 
 
 def stale() -> dict[str, list[str]]:

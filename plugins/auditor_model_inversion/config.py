@@ -42,6 +42,10 @@ class ModelInversionConfig(BaseModel):
     latent_dim: int = Field(default=16, ge=1, description="VAE prior: latent size.")
     latent_weight: float = Field(default=1e-3, ge=0, description="VAE prior: weight of ||w||^2.")
     prior_epochs: int = Field(default=60, ge=1, description="VAE prior: training epochs on public/.")
+    prior_flips: bool = Field(
+        default=True, description="VAE prior: train on public/ and its horizontal and vertical mirror images, "
+        "so that the prior also spans shapes that the public classes hold only mirrored (no private data is used)."
+    )
     eval_epochs: int = Field(default=40, ge=1, description="Evaluation model: training epochs on train/.")
     eval_width: int = Field(default=32, ge=4)
     control_epochs: int = Field(

@@ -80,11 +80,14 @@ class ModelInversionPlugin:
         p_value = run.p_value(got)
         h1_all = scores.pop("h1")
         head = measure(
-            "attack_accuracy_top1", "evaluation-model top-1 attack accuracy", h1_all,
-            Floor.per_probe(floor_kind, floors[floor_kind]), threshold=0.0, n_boot=2000, seed=ctx.seed,
+            "attack_accuracy_top1", "evaluation-model top-1 attack accuracy",
+            [float(c == cls) for cls, row in zip(s.classes, got.hits) for c in row],
+            Floor.per_probe(floor_kind, np.repeat(floors[floor_kind], [len(row) for row in got.hits])),
+            threshold=0.0, n_boot=2000, seed=ctx.seed,
             how=f"{s.prior} inversion, {cfg.restarts} kept of {cfg.restarts * cfg.candidates} searches x {cfg.steps} "
-            f"steps per class, {len(s.classes)} classes; mean of per-class accuracies, 95% CI by resampling classes "
-            "(reconstructions of a class are clustered)",
+            f"steps per class, {len(s.classes)} classes; mean over the {len(s.classes) * cfg.restarts} "
+            "reconstructions, 95% CI by resampling reconstructions (the classes are the model's own, fixed; "
+            "whether the verdicts depend on the class at all is the class-permutation test, which must also pass)",
         )
         control = _control(ctx, cfg, run, s)
         metrics: dict[str, Any] = {
@@ -263,7 +266,8 @@ def _provenance(cfg: ModelInversionConfig, s: Setup, n_private: int) -> dict[str
             f"pixel tier (no public/): x = sigmoid(v), {ingredients}, + {cfg.tv_weight}·TV + {cfg.l2_weight}·mean(x²)"
             if s.prior == "pixel"
             else f"generative tier: latent search in a VAE (latent {cfg.latent_dim}, MLP) trained {cfg.prior_epochs} "
-            f"epochs on public/{' (loaded from the cache)' if s.vae_cached else ''}, {ingredients}, + "
+            f"epochs on public/{' and its mirror images' if cfg.prior_flips else ''}"
+            f"{' (loaded from the cache)' if s.vae_cached else ''}, {ingredients}, + "
             f"{cfg.latent_weight}·||w||²"
         ),
         "optimiser": f"Adam lr {cfg.lr}, {cfg.steps} steps",

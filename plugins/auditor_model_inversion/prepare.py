@@ -101,7 +101,10 @@ def fit_judge(net: M, x: torch.Tensor, y: torch.Tensor, cfg: ModelInversionConfi
 
 
 def _prior(ctx: RunContext, cfg: ModelInversionConfig, xpub: torch.Tensor) -> tuple[VAE, bool]:
-    """Train the VAE prior on public/ (or load it from the cache); frozen."""
+    """Train the VAE prior on public/ (with its mirror images when ``cfg.prior_flips``), or load it from the
+    cache; frozen."""
+    if cfg.prior_flips:
+        xpub = torch.cat([xpub, xpub.flip(-1), xpub.flip(-2)])
     torch.manual_seed(ctx.seed)
     vae, cached = fit_cached(
         VAE(tuple(xpub.shape[1:]), cfg.latent_dim).to(ctx.device),
