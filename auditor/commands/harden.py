@@ -31,6 +31,7 @@ from auditor.data import DataBundle, load_data_dir
 from auditor.device import model_device
 from auditor.errors import ConfigError, InputError
 from auditor.gate import not_judged, with_comparison_gaps
+from auditor.plugin.measure import top1_accuracy
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
@@ -101,16 +102,16 @@ def _own_order(bundle: DataBundle, y: torch.Tensor) -> torch.Tensor:
     return torch.tensor([index[int(v)] for v in y], dtype=torch.long)
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256) -> float:
-    """Return the top-1 accuracy of ``model`` (eval mode, restored afterwards) on ``(x, y)``."""
+    """Return the top-1 accuracy of ``model`` (eval mode, restored afterwards) on ``(x, y)``; 0 when empty."""
+    if len(y) == 0:
+        return 0.0
     was = model.training
     model.eval()
-    device = model_device(model)
-    correct = sum(int((model(x[i:i + batch_size].to(device)).argmax(1).cpu() == y[i:i + batch_size]).sum())
-                  for i in range(0, len(y), batch_size))
-    model.train(was)
-    return correct / max(1, len(y))
+    try:
+        return top1_accuracy(model, x, y, device=model_device(model), batch=batch_size)
+    finally:
+        model.train(was)
 
 
 def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *, lr: float, batch_size: int,
