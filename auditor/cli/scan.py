@@ -41,7 +41,8 @@ IncludeOption = Annotated[list[str] | None, typer.Option(
 ExcludeOption = Annotated[list[str] | None, typer.Option(
     metavar="GLOB", help="Skip files matching this glob (path or name; repeatable).")]
 TrustOption = Annotated[bool, typer.Option(
-    "--trust", help="Unpickle classes of any module not on the denylist (warned in the report).")]
+    "--trust", help="Admit data classes of any module not on the denylist, rebuilt without running their code; "
+                    "never a function or a class that touches files, processes or the network (warned in the report).")]
 ReferenceOption = Annotated[Path | None, typer.Option(
     "--reference", help="ONNX files only: the PyTorch model the graph must agree with (any format scan reads).")]
 JsonOption = Annotated[Path | None, typer.Option(
