@@ -15,6 +15,7 @@ import torch
 from auditor_gradient_inversion import plugin
 from auditor_gradient_inversion.config import GradientInversionConfig
 from auditor_gradient_inversion.metrics import image_measurements, leaks
+from auditor_gradient_inversion.rows import Floors
 from torch import nn
 
 from auditor.cli import run_cli
@@ -80,9 +81,9 @@ def test_class_mean_digits_score_high_but_are_no_leak() -> None:
     floors, kind = image_floor_scores(images, labels, scaling="minmax")
     guesses = floor_images(images, labels)["class-conditional mean image"]
     scores = [image_scores(i, g, "minmax") for i, g in zip(images, guesses)]
-    row = {f"per_image_{k}": [s[k] for s in scores] for k in ("ssim", "psnr", "mse")}
-    ssim = image_measurements(row, floors, kind, "", 0)[0]
-    assert ssim.value > 0.3 and max(row["per_image_ssim"]) >= 0.5  # the old absolute rule flagged this
+    per_probe = {k: [s[k] for s in scores] for k in ("ssim", "psnr", "mse")}
+    ssim = image_measurements(per_probe, Floors(floors, kind), "", 0)[0]
+    assert ssim.value > 0.3 and max(per_probe["ssim"]) >= 0.5  # the old absolute rule flagged this
     assert ssim.margin <= 1e-9 and not leaks(ssim)
 
 
@@ -147,9 +148,9 @@ def test_one_probe_is_never_its_own_floor() -> None:
     assert "floor from the bundled image 'coffee'" in result.provenance["data"]
     ssim = next(m for m in result.headline if m.name == "ssim")
     assert ssim.floor < 0.9  # the probe itself would score 1.0
-    from auditor_gradient_inversion.plugin import _private_inputs
+    from auditor_gradient_inversion.probes import private_inputs
 
-    probe = _private_inputs(None, (1, 8, 8), config)
+    probe = private_inputs(None, (1, 8, 8), config)
     assert not any(torch.equal(probe[0][0], other) for other in probe[3][0])
 
 
@@ -204,7 +205,7 @@ def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path)
 def test_a_defence_holds_only_against_a_leaking_baseline_by_a_real_margin(
     baseline: list[float], attack: list[float], expected: str
 ) -> None:
-    from auditor_gradient_inversion.plugin import defence_verdict
+    from auditor_gradient_inversion.defence import defence_verdict
 
     from auditor.plugin import measure
 
