@@ -21,16 +21,8 @@ from torch import nn
 from auditor.cli import run_cli
 from auditor.graph.profile import profile_model
 from auditor.plugin import PluginResult, RunContext, floor_images, image_floor_scores, image_scores
-from tests.plugins.auditor_gradient_inversion import _models as M
-
-
-def _seed004_cnn() -> nn.Sequential:
-    """Return seed 004's CNN as a plain Sequential (a safe-loadable pickled module), seed 0."""
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 5, stride=2), nn.ReLU(), nn.Conv2d(16, 32, 5, stride=2), nn.ReLU(),
-        nn.Conv2d(32, 64, 5, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(64, 10),
-    )
+from benchmarks.fixtures import models as M
+from tests.plugins._busy import busy_cpu
 
 
 def _scan(tmp_path: Path, config: str | None = None) -> tuple[int, dict, dict]:
@@ -87,13 +79,6 @@ def test_class_mean_digits_score_high_but_are_no_leak() -> None:
     assert ssim.margin <= 1e-9 and not leaks(ssim)
 
 
-class ZeroInput(nn.Module):
-    """Multiply the input by 0: the gradient carries nothing about it."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 0
-
-
 def _run(model: nn.Module, seed: int = 0, **cfg) -> PluginResult:
     config = GradientInversionConfig(images=2, group_iterations=0, **cfg)
     ctx = RunContext(model=model, profile=profile_model(model, (3, 32, 32)), config=config,
@@ -102,7 +87,7 @@ def _run(model: nn.Module, seed: int = 0, **cfg) -> PluginResult:
 
 
 def test_zeroed_input_stays_quiet_with_power_shown() -> None:
-    model = nn.Sequential(ZeroInput(), *_seed004_cnn())
+    model = nn.Sequential(M.ZeroInput(), *M.seed004_sequential())
     result = _run(model, iterations=150)
     assert [p.passed for p in result.power] == [True]
     control = result.metrics["positive_control"]  # its own layers discard the input: the reference stands in
@@ -118,7 +103,7 @@ class DropoutCNN(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.net = _seed004_cnn()
+        self.net = M.seed004_sequential()
         self.net.insert(2, nn.Dropout(0.3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -170,7 +155,7 @@ def test_same_seed_gives_the_same_headline_with_the_cpu_busy_on_a_noisy_model() 
         return _headline(result)
 
     idle = run()
-    with M.busy_cpu():
+    with busy_cpu():
         busy = run()
     assert idle == busy
 
@@ -178,7 +163,8 @@ def test_same_seed_gives_the_same_headline_with_the_cpu_busy_on_a_noisy_model() 
 def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path) -> None:
     import numpy as np
 
-    from tests.plugins.output_attacks._digits import SHAPE, TinyCNN, write_manifest
+    from benchmarks.fixtures.digits import SHAPE, write_manifest
+    from benchmarks.fixtures.models import TinyCNN
 
     bundle = write_manifest(tmp_path, {"train": np.arange(120)})
     torch.manual_seed(0)

@@ -50,7 +50,7 @@ from auditor.plugin import RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.render_html import render_html
-from tests.plugins.auditor_gradient_inversion._models import busy_cpu
+from tests.plugins._busy import busy_cpu
 from tests.report.conftest import make_full_report
 
 
