@@ -181,6 +181,45 @@ def test_the_benchmark_check_would_catch_a_breach() -> None:
                                        ":2 imports auditor_x.plugin._search", ":4 reads gi._search"]
 
 
+#: Flags more than one command declares on purpose, with the reason (every other flag is declared once,
+#: in auditor/cli/options.py or in the one command that has it).
+PER_COMMAND_FLAGS = {
+    "--json": "each command's own file: optional for scan, always written by harden, a verdict for fuse-check",
+    "--html": "optional for scan, always written by harden (its before/after report)",
+    "--format": "diff prints text, json or markdown only",
+    "--seed": "fuse-check's seed draws its test inputs and cotangents; it is no audit's seed",
+}
+
+
+def declared_flags(source: str) -> list[str]:
+    """Return every flag a CLI module declares: ``typer.Option("--x", ...)``, or a parameter's ``typer.Option()``."""
+    def options(node: ast.AST | None) -> list[ast.Call]:
+        return [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "Option"] if node is not None else []
+
+    flags = []
+    for node in ast.walk(ast.parse(source)):
+        if node in options(node) and isinstance(node.args[0] if node.args else None, ast.Constant) \
+                and str(node.args[0].value).startswith("--"):
+            flags.append(str(node.args[0].value).split("/")[0])
+        if isinstance(node, ast.FunctionDef):
+            for arg in node.args.args + node.args.kwonlyargs:
+                if any(not (c.args and isinstance(c.args[0], ast.Constant)) for c in options(arg.annotation)):
+                    flags.append("--" + arg.arg.replace("_", "-"))
+    return flags
+
+
+def test_a_flag_is_declared_once() -> None:
+    declared: dict[str, list[str]] = {}
+    for path in sorted((CORE / "cli").glob("*.py")):
+        for flag in declared_flags(path.read_text(encoding="utf-8")):
+            declared.setdefault(flag, []).append(path.name)
+    assert {"--config", "--fail-on", "--on-inconclusive", "--data", "--seed", "--epochs"} <= set(declared)
+    assert {f: where for f, where in declared.items() if len(where) > 1 and f not in PER_COMMAND_FLAGS} == {}
+    assert declared_flags('def f(seed: Annotated[int, typer.Option(help="x")] = 0): ...\n'
+                          'X = Annotated[str, typer.Option("--seed", help="y")]\n') == ["--seed", "--seed"]
+
+
 def test_the_checks_would_catch_a_breach() -> None:
     rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
     assert rank["auditor.cli"] > rank["auditor.audit"] > rank["auditor.config"] > rank["auditor.report"]
