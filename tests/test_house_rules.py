@@ -184,10 +184,10 @@ def test_the_benchmark_check_would_catch_a_breach() -> None:
 #: Flags more than one command declares on purpose, with the reason (every other flag is declared once,
 #: in auditor/cli/options.py or in the one command that has it).
 PER_COMMAND_FLAGS = {
-    "--json": "each command's own file: optional for scan, always written by harden, a verdict for fuse-check",
+    "--json": "each command's own file: optional for scan, always written by harden, a verdict for reparam-check",
     "--html": "optional for scan, always written by harden (its before/after report)",
     "--format": "diff prints text, json or markdown only",
-    "--seed": "fuse-check's seed draws its test inputs and cotangents; it is no audit's seed",
+    "--seed": "reparam-check and split draw their check inputs with it (tools.py); it is no audit's seed",
 }
 
 
