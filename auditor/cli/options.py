@@ -72,6 +72,9 @@ OnInconclusiveOption = Annotated[str | None, typer.Option(
 ConfigOption = Annotated[Path | None, typer.Option(
     "--config", help="TOML file with [scan], [plugins.NAME] and [[suppress]] tables (default: ./auditor.toml, "
                      "else [tool.auditor] in the nearest pyproject.toml).")]
+SeedOption = Annotated[int | None, typer.Option("--seed", help="Seed for every randomised step [default: 0].")]
+DataOption = Annotated[Path | None, typer.Option(
+    "--data", help="Your data: ImageFolder or manifest layout (train/, test/, public/, attributes.csv).")]
 #: Its callback checks the spec: the command receives its canonical text or None.
 InputSpecOption = Annotated[str | None, typer.Option(
     "--input-spec", callback=_input_spec, help="Token input for sequence models: tokens:BxL[:vocab=V] (default "

@@ -13,6 +13,7 @@ from auditor.cli.options import (
     ArchOption,
     BudgetOption,
     ConfigOption,
+    DataOption,
     DeviceOption,
     FailOnOption,
     FormatOption,
@@ -23,6 +24,7 @@ from auditor.cli.options import (
     OutputFormat,
     OutputOption,
     PluginsOption,
+    SeedOption,
 )
 from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
@@ -60,9 +62,6 @@ WriteBaselineOption = Annotated[Path | None, typer.Option(
                              "already there are kept).")]
 DisablePluginOption = Annotated[list[str] | None, typer.Option(
     "--disable-plugin", metavar="NAME", help="Plugin not to run (repeatable).")]
-SeedOption = Annotated[int | None, typer.Option("--seed", help="Seed for every randomised step [default: 0].")]
-DataOption = Annotated[Path | None, typer.Option(
-    "--data", help="Your data: ImageFolder or manifest layout (train/, test/, public/, attributes.csv).")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")]
 WorkersOption = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Audit the checkpoints as Ray tasks on a local Ray instance with this many CPUs "

@@ -19,7 +19,7 @@ from auditor.data import load_data_dir
 from tests.plugins.output_attacks._digits import context
 from tests.plugins.output_attacks._mia_fixtures import ORDER, NoisyMLP, noisy_digits, train, train_dp, write_folders
 
-IMPORT = ["--import", "tests.plugins.output_attacks._mia_fixtures", "--input-shape", "1,8,8"]
+IMPORT = ["--import", "benchmarks.fixtures.models", "--input-shape", "1,8,8"]
 MEMBERS, NON_MEMBERS = ORDER[:300], ORDER[300:700]
 
 
