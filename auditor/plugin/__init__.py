@@ -103,6 +103,10 @@ from auditor.plugin.measure import (
 from auditor.plugin.presets import (
     PresetConfig as PresetConfig,
 )
+from auditor.plugin.train import Batch as Batch
+from auditor.plugin.train import Fit as Fit
+from auditor.plugin.train import Recipe as Recipe
+from auditor.plugin.train import fit_classifier as fit_classifier
 from auditor.report.charts import (
     CHART_COLOURS as CHART_COLOURS,
 )
@@ -145,8 +149,10 @@ __all__ = [
     "CHART_COLOURS",
     "ArchitectureProfile",
     "Artifact",
+    "Batch",
     "DataBundle",
     "Finding",
+    "Fit",
     "Floor",
     "ImageSplit",
     "LeakJudgement",
@@ -157,6 +163,7 @@ __all__ = [
     "PluginSkipped",
     "PowerCheck",
     "PresetConfig",
+    "Recipe",
     "Reference",
     "Requirements",
     "Rule",
@@ -172,6 +179,7 @@ __all__ = [
     "load_image",
     "figure_svg",
     "find_split",
+    "fit_classifier",
     "fit_cached",
     "floor_images",
     "image_floor_scores",

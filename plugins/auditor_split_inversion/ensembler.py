@@ -24,19 +24,21 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, measure, split_segments, top1_accuracy
+from auditor.plugin import ArchitectureProfile, Recipe, fit_classifier, measure, split_segments, top1_accuracy
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
 from auditor_split_inversion.verdict import METRICS, judge_defence, leaks, margins
 
-BATCH = 64
+#: How every network of this module is trained (``epochs`` from the config).
+RECIPE = Recipe(lr=3e-3, batch_size=64)
 #: The query-free attack's name in the tables: one body (no defence, noise only), best of N (Ensembler).
 QUERY_FREE = "shadow (query-free)"
 QUERY_FREE_ORACLE = "shadow, best of N bodies (query-free, oracle)"
@@ -113,27 +115,15 @@ def fresh(module: nn.Module) -> nn.Module:
 
 def fit(train: Sequence[nn.Module], loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         inputs: torch.Tensor, targets: torch.Tensor, *, epochs: int, seed: int, tick: Callable[[], bool]) -> None:
-    """Minimise ``loss_fn`` over the parameters of ``train`` (Adam lr 3e-3, batch 64) for ``epochs`` epochs.
+    """Minimise ``loss_fn`` over the parameters of ``train`` (:data:`RECIPE`) for ``epochs`` epochs.
 
     Raises:
         OutOfTime: ``tick()`` returned False.
     """
-    params = [p for m in train for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    for m in train:
-        m.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(inputs), generator=gen).split(BATCH):
-            if not tick():
-                raise OutOfTime
-            idx = idx.to(inputs.device)
-            loss = loss_fn(inputs[idx], targets[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    for m in train:
-        m.eval()
+    fit = fit_classifier(train[0], inputs, targets, replace(RECIPE, epochs=epochs), seed=seed, tick=tick,
+                         loss=lambda _m, b: loss_fn(b.x, b.y), train=train)
+    if fit.stopped:
+        raise OutOfTime
 
 
 def decoder_attack(feature: Callable[[torch.Tensor], torch.Tensor], aux: torch.Tensor, target: torch.Tensor,
