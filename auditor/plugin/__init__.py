@@ -103,6 +103,9 @@ from auditor.plugin.measure import (
 from auditor.plugin.presets import (
     PresetConfig as PresetConfig,
 )
+from auditor.plugin.seeds import derive_seed as derive_seed
+from auditor.plugin.seeds import numpy_rng as numpy_rng
+from auditor.plugin.seeds import torch_rng as torch_rng
 from auditor.plugin.train import Batch as Batch
 from auditor.plugin.train import Fit as Fit
 from auditor.plugin.train import Recipe as Recipe
@@ -176,6 +179,7 @@ __all__ = [
     "cite",
     "content_hash",
     "default_probe_images",
+    "derive_seed",
     "load_image",
     "figure_svg",
     "find_split",
@@ -189,6 +193,7 @@ __all__ = [
     "lpips_distances",
     "lpips_status",
     "measure",
+    "numpy_rng",
     "parallel_map",
     "png_base64",
     "ray_active",
@@ -196,4 +201,5 @@ __all__ = [
     "split_segments",
     "svg_artifact",
     "top1_accuracy",
+    "torch_rng",
 ]

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
 from auditor.graph.split import reuse_trace
-from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext
+from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext, applicability
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
     CATEGORY_CUT_SHORT,
@@ -109,7 +109,7 @@ def _run_one(
                          reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
                          **base), []
     try:
-        verdict = plugin.applicable(profile)
+        verdict = applicability(plugin, profile)
     except Exception as exc:  # isolation: a plugin bug is report data
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
@@ -167,11 +167,9 @@ def _unmet_needs(
     requires: Requirements, profile: ArchitectureProfile, settings: RunSettings
 ) -> tuple[str, str] | None:
     """Return the category and reason of the first declared need the scan does not meet, or None."""
-    if requires.data and settings.data is None:
-        return CATEGORY_MISSING_DATA, "needs --data; nothing is run on made-up data"
-    if requires.labels and not getattr(settings.data, "classes", ()):
-        return CATEGORY_MISSING_DATA, ("needs labelled --data (one folder per class, or a labels column); "
-                                       "none were given")
+    lacking = requires.missing_data(settings.data)
+    if lacking is not None:
+        return CATEGORY_MISSING_DATA, lacking
     if requires.split_point and not profile.split_points:
         if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
             return CATEGORY_TOOLING_GAP, ("needs a split point, and the model could not be traced into a graph "

@@ -26,7 +26,7 @@ def planted_attribute(x: torch.Tensor, predicted: np.ndarray, seed: int) -> np.n
     """
     z = x.flatten(1).double().numpy()
     z = (z - z.mean(0)) / (z.std(0) + 1e-12)
-    proj = z @ np.random.default_rng(seed + 11).standard_normal(z.shape[1])
+    proj = z @ np.random.default_rng(seed).standard_normal(z.shape[1])
     planted = np.zeros(len(proj), dtype=int)
     for label in np.unique(predicted):
         sel = predicted == label

@@ -30,7 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, Recipe, fit_classifier, measure, split_segments, top1_accuracy
+from auditor.plugin import (
+    ArchitectureProfile,
+    Recipe,
+    derive_seed,
+    fit_classifier,
+    measure,
+    split_segments,
+    top1_accuracy,
+)
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
@@ -146,7 +154,8 @@ def shadow_attack(body: nn.Module, head: nn.Module, tail: nn.Module, template: n
     shadow = Pipeline(fresh(head), [body.eval()], [1.0], fresh(tail), sigma=0.0, fresh_noise=False, offset=None)
     fit([shadow.head, shadow.tail], lambda x, y: F.cross_entropy(shadow(x), y), aux, aux_y, epochs=epochs,
         seed=seed, tick=tick)
-    recon = decoder_attack(shadow.head, aux, target, template, epochs=epochs, seed=seed + 1, tick=tick)
+    recon = decoder_attack(shadow.head, aux, target, template, epochs=epochs, seed=derive_seed(seed, "decoder"),
+                           tick=tick)
     return recon, round(top1_accuracy(shadow, aux, aux_y), 4)
 
 
@@ -188,10 +197,11 @@ def stage1(pieces: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, cfg: E
         fshape = tuple(head_t(x[:1]).shape[1:])
     nets = []
     for i in range(cfg.n_bodies):
-        torch.manual_seed(seed + i)
+        body_seed = derive_seed(seed, "body", i)
+        torch.manual_seed(body_seed)
         net = Pipeline(fresh(head_t), [fresh(body_t)], [1.0], fresh(tail_t), sigma=cfg.sigma,
                        fresh_noise=cfg.noise == "fresh", offset=torch.randn(fshape, generator=gen).to(x.device))
-        fit([net], lambda a, b, net=net: F.cross_entropy(net(a), b), x, y, epochs=cfg.epochs, seed=seed + i,
+        fit([net], lambda a, b, net=net: F.cross_entropy(net(a), b), x, y, epochs=cfg.epochs, seed=body_seed,
             tick=tick)
         nets.append(net.requires_grad_(False))
     return nets
@@ -248,7 +258,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     target = Pipeline(head_t, [body_t], [1.0], tail_t, sigma=0.0, fresh_noise=False, offset=None).eval()
     nets = stage1(pieces, x, data["client_y"], cfg, gen=gen, seed=seed, tick=tick)
     ens, secret, cs_all = stage2(pieces, nets, x, data["client_y"], classes, cfg, gen=gen,
-                                 seed=seed + cfg.n_bodies, tick=tick)
+                                 seed=derive_seed(seed, "stage2"), tick=tick)
     width = ens.tail[1].in_features // cfg.n_bodies
     blocks = ens.tail[1].weight.detach().view(classes, cfg.n_bodies, width).norm(dim=(0, 2))
 
@@ -257,7 +267,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
         with torch.no_grad():
             feat = pipe.feature(data["probes"])
         runs = [shadow_attack(b, head_t, tail_t, template, data["aux"], data["aux_y"], feat,
-                              epochs=cfg.attack_epochs, seed=seed + 100 + j, tick=tick)
+                              epochs=cfg.attack_epochs, seed=derive_seed(seed, "shadow", j), tick=tick)
                 for j, b in enumerate(pipe.bodies)]
         scores = [(_score(data["probes"], r), acc) for r, acc in runs]
         best = max(range(len(scores)), key=lambda j: scores[j][0][0]["psnr_mean"])
@@ -265,7 +275,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
         (summary, per_probe), acc = scores[best]
         shadow = {label: ({**summary, "shadow_aux_accuracy": acc, "body": best}, per_probe)}
         rows.append(_attack_row(name, pipe, feat, shadow, data, template, cfg, rmle_steps=rmle_steps,
-                                rmle_tv=rmle_tv, seed=seed + 200, tick=tick))
+                                rmle_tv=rmle_tv, seed=derive_seed(seed, "white-box"), tick=tick))
     return {
         "rows": rows, "secret": secret,
         "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
