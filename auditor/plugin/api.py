@@ -40,7 +40,8 @@ from auditor.report.model import (
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
-#: 6: Recipe/fit_classifier/Batch/Fit (one training loop), derive_seed/numpy_rng/torch_rng, RunContext.seed_for/rng;
+#: 6: Recipe/fit_classifier/Batch/Fit (one training loop), derive_seed/numpy_rng/torch_rng, RunContext.seed_for/rng,
+#:    Requirements.image_input/splits/attributes, RunContext.graph and split_model(graph=...);
 #: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
 #: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
 PLUGIN_API_VERSION = 6
@@ -214,6 +215,9 @@ class RunContext:
     seed: int = 0
     budget_s: float | None = None
     data: Any = None
+    #: The model's fx graph, traced once with the profile (None unless fx traced it, or without a model):
+    #: pass it to :func:`auditor.plugin.split_model` / ``split_segments`` as ``graph=`` to cut without tracing again.
+    graph: torch.fx.Graph | None = None
     started_at: float = field(default_factory=time.monotonic)
     plugin_name: str = ""
     #: What the time budget cut short (see :meth:`cut_short`); the runner makes the run inconclusive.

@@ -90,7 +90,7 @@ def fit_classifier(
     *,
     seed: int,
     tick: Callable[[], object],
-    loss: Loss = cross_entropy,
+    loss: Loss | None = None,
     train: Sequence[nn.Module] | None = None,
     device: torch.device | None = None,
 ) -> Fit:
@@ -102,11 +102,12 @@ def fit_classifier(
         seed: seeds the loop's generator (batch order, augmentation, :attr:`Batch.gen`).
         tick: called before every batch: raise to abort (``RunContext.check_budget``); return False to
             stop early, which :attr:`Fit.stopped` then says.
-        loss: the objective of one batch (default :func:`cross_entropy`).
+        loss: the objective of one batch (None: :func:`cross_entropy`).
         train: the modules put in train mode and optimised (their parameters with ``requires_grad``),
             when only part of ``model`` is trained (frozen bodies stay in eval mode); default ``[model]``.
         device: where batches go; default the device of the first trained parameter.
     """
+    loss = loss or cross_entropy
     modules = list(train) if train is not None else [model]
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     device = device or (params[0].device if params else torch.device("cpu"))

@@ -119,7 +119,7 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
         skips.append(Skip("positive control", "switched off (control = false), so power is not shown"))
         return Attacked(tuple(headline), (), defence.verdict, ranking, None, tuple(skips))
     control = attack_control(camp, ctx.profile, best, floors, known=known, seed=ctx.seed,
-                             remaining_s=ctx.remaining_s)
+                             remaining_s=ctx.remaining_s, graph=ctx.graph)
     skips += [control.skip] if control.skip else []
     return Attacked(tuple(headline), control.power, defence.verdict, ranking, control.record, tuple(skips))
 

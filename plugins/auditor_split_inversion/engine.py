@@ -76,12 +76,13 @@ def _evenly(items: list, count: int) -> list:
     return [items[i] for i in sorted({round(i * (len(items) - 1) / (count - 1)) for i in range(count)})]
 
 
-def cuttable(model: nn.Module, splits: list, example: torch.Tensor) -> tuple[list, list[str]]:
+def cuttable(model: nn.Module, splits: list, example: torch.Tensor, graph: torch.fx.Graph | None = None
+             ) -> tuple[list, list[str]]:
     """Keep the split points the model can be cut at; return them and a note per point dropped."""
     kept, notes = [], []
     for p in splits:
         try:
-            split_model(model, p.id, example=example)
+            split_model(model, p.id, example=example, graph=graph)
         except UnsplittableModel as exc:
             notes.append(f"split point {p.id!r} skipped: {exc}")
         else:
@@ -248,13 +249,15 @@ class Rmle:
 
 
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-          budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> SplitAuditResult:
+          budget: Budget, *, seed: int, device: torch.device, clock: Clock,
+          graph: torch.fx.Graph | None = None) -> SplitAuditResult:
     """Run every attack at every chosen split and return per-split scores, reconstructions and records.
 
     The stages, in order: cut the model, train the inverters (DCI), invert the probes, run rMLE,
-    train the evaluator, score the splits. ``model`` is already on ``device``.
+    train the evaluator, score the splits. ``model`` is already on ``device``; ``graph`` is its fx
+    graph when the caller holds it (``RunContext.graph``), so cutting does not trace it again.
     """
-    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device)
+    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device, graph)
     records: dict[str, dict[str, Any]] = {}
     snapshots, train_sets = train_inverters(cut, inputs, cfg, budget, records, seed=seed, device=device, clock=clock)
     inv = invert_probes(cut, inputs, snapshots, records, seed=seed, device=device)
@@ -279,15 +282,15 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
 
 
 def cut_model(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-              budget: Budget, device: torch.device) -> Cut:
+              budget: Budget, device: torch.device, graph: torch.fx.Graph | None = None) -> Cut:
     """Choose the splits, keep those the model can be cut at and cut it (behind the normaliser, if any)."""
     splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
     example = inputs.probes[:1].to(device)
-    splits, dropped = cuttable(model, splits, example)
+    splits, dropped = cuttable(model, splits, example, graph)
     if not splits:
         raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped),
                             "tooling-gap")
-    pieces = split_segments(model, [p.id for p in splits], example=example)
+    pieces = split_segments(model, [p.id for p in splits], example=example, graph=graph)
     norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
     if norm is not None:
         pieces[0] = nn.Sequential(norm, pieces[0])

@@ -98,7 +98,8 @@ class Known(nn.Module):
         return self.pipe.known(x)
 
 
-def cut(model: nn.Module, profile: ArchitectureProfile, split: str) -> list[nn.Module]:
+def cut(model: nn.Module, profile: ArchitectureProfile, split: str, *, graph: torch.fx.Graph | None = None
+        ) -> list[nn.Module]:
     """Return the target's head (input → ``split``), body (→ penultimate split point) and tail (→ logits).
 
     Raises:
@@ -109,7 +110,7 @@ def cut(model: nn.Module, profile: ArchitectureProfile, split: str) -> list[nn.M
         raise ValueError("Ensembler needs a classifier whose last split point is the logits")
     if split not in ids or ids.index(split) >= len(ids) - 2:
         raise ValueError(f"Ensembler split {split!r} must be a split point before {ids[-2]!r} (the body's end)")
-    return list(split_segments(model, [split, ids[-2]]))
+    return list(split_segments(model, [split, ids[-2]], graph=graph))
 
 
 def fresh(module: nn.Module) -> nn.Module:

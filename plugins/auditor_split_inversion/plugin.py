@@ -110,7 +110,8 @@ class SplitInversionPlugin:
             return PluginResult(undecided=["fewer than two probe images: the floor (the other probes' mean) and "
                                            "the margins' intervals are undefined"])
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
-        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock,
+                    graph=ctx.graph)
         rows, fl = res.rows, res.floor
         power, control = controls(ctx, res, inputs, cfg, budget, clock)
         findings = _findings(rows, res)
@@ -211,7 +212,7 @@ class SplitInversionPlugin:
             return EnsemblerSkipped("Ensembler retrains the model, so it needs labelled --data with at least 50 "
                                     "training images besides the probes (the synthetic set has no true labels)")
         try:
-            pieces = cut(ctx.model, ctx.profile, split)
+            pieces = cut(ctx.model, ctx.profile, split, graph=ctx.graph)
         except ValueError as exc:
             return EnsemblerSkipped(str(exc))
         template = pieces[0]
@@ -244,7 +245,7 @@ def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitI
     if not res.rows:
         return [], None
     norm = Normalize(cfg.input_mean, cfg.input_std).to(ctx.device) if cfg.input_mean and cfg.input_std else None
-    ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm)
+    ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm, graph=ctx.graph)
     thresholds = thresholds_of(cfg)
     power, records = [], []
     clock.stage("positive control")
