@@ -93,6 +93,8 @@ def fit_classifier(
     loss: Loss | None = None,
     train: Sequence[nn.Module] | None = None,
     device: torch.device | None = None,
+    lr_scale: Sequence[float] | None = None,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
 ) -> Fit:
     """Train ``model`` on ``(x, y)`` with ``recipe``; leave it (and ``train``) in eval mode.
 
@@ -106,12 +108,14 @@ def fit_classifier(
         train: the modules put in train mode and optimised (their parameters with ``requires_grad``),
             when only part of ``model`` is trained (frozen bodies stay in eval mode); default ``[model]``.
         device: where batches go; default the device of the first trained parameter.
+        lr_scale: multiplies the learning rate of each trained parameter tensor (in ``parameters()`` order).
+        on_epoch: called after every epoch with its number (1-based) and ``model``, which is in eval mode there.
     """
     loss = loss or cross_entropy
     modules = list(train) if train is not None else [model]
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     device = device or (params[0].device if params else torch.device("cpu"))
-    opt = _optimiser(params, recipe)
+    opt = _optimiser(params, recipe, lr_scale)
     gen = torch.Generator().manual_seed(seed)
     for m in modules:
         m.train()
@@ -132,6 +136,10 @@ def fit_classifier(
             seen += len(idx)
             steps += 1
         losses.append(total / max(seen, 1))
+        if on_epoch is not None and not stopped:
+            on_epoch(len(losses), model.eval())
+            for m in modules:
+                m.train()
         if stopped or (recipe.stop_loss is not None and losses[-1] < recipe.stop_loss):
             break
     for m in modules:
@@ -139,7 +147,12 @@ def fit_classifier(
     return Fit(steps, tuple(losses), stopped)
 
 
-def _optimiser(params: list[nn.Parameter], recipe: Recipe) -> torch.optim.Optimizer:
+def _optimiser(params: list[nn.Parameter], recipe: Recipe, lr_scale: Sequence[float] | None) -> torch.optim.Optimizer:
+    if lr_scale is not None:
+        if len(lr_scale) != len(params):
+            raise ValueError(f"lr_scale has {len(lr_scale)} factors for {len(params)} trained parameter tensors")
+        groups: list = [{"params": [p], "lr": recipe.lr * float(f)} for p, f in zip(params, lr_scale, strict=True)]
+        params = groups
     if recipe.optimizer == "sgd":
         return torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
     if recipe.optimizer == "adamw":
