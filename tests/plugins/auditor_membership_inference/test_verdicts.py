@@ -88,7 +88,7 @@ def test_the_noise_off_dp_pipeline_fails_its_claim(world: dict, monkeypatch: pyt
 
 
 def test_a_dp_sgd_model_with_useful_accuracy_passes(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SGD lr 0.2 + momentum 0.9 (weights grow large): the control still plants its canaries; the bound sits by the claim."""
+    """SGD lr 0.2 + momentum 0.9 (weights grow large): the control still plants its canaries; bound beside claim."""
     model, eps = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=_sigma(8.0, 40), epochs=40,
                             lr=0.2, momentum=0.9)
     code, run = _scan(world, model, "same", monkeypatch, claimed_epsilon=8.0)
