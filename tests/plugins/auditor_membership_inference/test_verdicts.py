@@ -109,8 +109,8 @@ def test_a_leak_an_independent_lira_finds_fails_at_defaults(world: dict, monkeyp
     flip = rng.random(len(labels)) < 0.15
     labels[flip] = (labels[flip] + rng.integers(1, 10, flip.sum())) % 10
     S.write(world["root"] / "noisy", imgs, labels)
-    target = S.train_plain(imgs, labels, S.MEMBERS, epochs=40)
-    assert S.independent_lira(imgs, labels, target, epochs=40) >= 0.10
+    target = S.train_plain(imgs, labels, S.MEMBERS, epochs=20)
+    assert S.independent_lira(imgs, labels, target, epochs=20) >= 0.10
     code, run = _scan(world, target, "noisy", monkeypatch)
-    assert code == 1 and "mia.auc" in run["rule_ids"] and run["power"][0]["passed"]
+    assert code == 1 and run["rule_ids"].get("mia.auc") == "high" and run["power"][0]["passed"]
     assert run["metrics"]["recipe_fit"]["fitted"]
