@@ -132,6 +132,8 @@ def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
                  f"{blind['auc_ci95'][1]:.3f})" if "auc" in blind else "")
     claim = (f"; claimed epsilon {cfg.claimed_epsilon:g} (delta {cfg.claimed_delta:g})"
              if cfg.claimed_epsilon is not None else "")
+    if _not_exchangeable(ev) is not None:
+        claim += "; NOT read as a DP bound: members and non-members are not exchangeable"
     return [
         Measurement(
             name="auc", label=f"membership AUC ({ev.best}, held out) over the blind baseline", value=held["auc"],
