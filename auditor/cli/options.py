@@ -25,6 +25,7 @@ class OutputFormat(str, Enum):
     JSON = "json"
     SARIF = "sarif"
     MARKDOWN = "markdown"
+    CYCLONEDX = "cyclonedx"
 
 
 def _input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -79,6 +80,7 @@ InputSpecOption = Annotated[str | None, typer.Option(
 
 # Writing reports (scan).
 FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif or markdown.")]
+    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif, markdown or cyclonedx "
+                           "(an ML-BOM).")]
 OutputOption = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the --format output to this file instead of stdout.")]
