@@ -204,7 +204,7 @@ def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifac
         result["properties"].update({"originalSeverity": o.original.value, "appliedSeverity": o.applied.value,
                                      "severityPolicy": f"{o.pattern} in {o.source}"})
         result["message"]["text"] = sarif_message(
-            f"{text} [severity {o.applied.value} set by {o.source}; the rule says {o.original.value}]")
+            f"{text} (severity {o.applied.value} set by {o.source}; the rule says {o.original.value})")
     if finding.suppression is not None:
         s = finding.suppression
         result["suppressions"] = [{

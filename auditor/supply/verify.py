@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -66,11 +67,25 @@ def check_signature(model_path: Path, policy: SupplyPolicy) -> SignatureCheck:
         config.verify(model_path, policy.signature)
     except Exception as exc:  # model-signing raises ValueError and its dependencies' errors alike
         text = str(exc) or type(exc).__name__
-        problems = [p.strip(" '[]\"") for p in text.removeprefix("Signature mismatch: ").split("', ")] \
-            if text.startswith("Signature mismatch") else []
-        return SignatureCheck("invalid", str(model_path), detail=f"{type(exc).__name__}: {text}",
-                              method=policy.method, signature=str(policy.signature), problems=problems)
+        problems = mismatch_problems(text)
+        detail = "; ".join(problems) if problems else f"{type(exc).__name__}: {text[:500]}"
+        return SignatureCheck("invalid", str(model_path), detail=detail, method=policy.method,
+                              signature=str(policy.signature), problems=problems)
     return check
+
+
+# model-signing's message is the repr of a list of strings: quotes inside may be escaped with a backslash.
+_CHANGED = re.compile(r"Hash mismatch for \\?'(.+?)\\?':")
+_LISTED = re.compile(r"(Extra|Missing) files (?:found )?in model \\?'.*?\\?': (.+?)(?:['\"], |['\"]\]|$)")
+
+
+def mismatch_problems(text: str) -> list[str]:
+    """Word model-signing's manifest difference as one line per problem (changed, added, removed files)."""
+    problems = [f"changed after signing: {name}" for name in _CHANGED.findall(text)]
+    for kind, names in _LISTED.findall(text):
+        what = "added after signing (not in the signature)" if kind == "Extra" else "removed after signing"
+        problems.append(f"{what}: {names}")
+    return problems
 
 
 def _inside(model_path: Path, signature: Path) -> list[Path]:
