@@ -191,3 +191,19 @@ def test_the_ml_bom_carries_measurements_findings_and_overrides(work: Path) -> N
     risk = next(r for r in card["considerations"]["ethicalConsiderations"] if "membership-leak" in r["name"])
     assert "set by auditor.toml [severity]; the rule says high" in risk["name"]
     assert risk["mitigationStrategy"] == "dp-sgd"
+
+
+def test_the_library_scan_checks_the_signature_before_loading(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import auditor.audit.pipeline as pipeline
+    from auditor.config import ScanConfig
+    from auditor.supply import SupplyPolicy
+
+    def opened(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the checkpoint was opened after the signature check refused it")
+
+    monkeypatch.setattr(pipeline, "audit", opened)
+    (work / "model" / "plain.pt").write_bytes((work / "model" / "plain.pt").read_bytes() + b"\0")
+    config = ScanConfig(supply=SupplyPolicy(signature=Path("model.sig"), public_key=Path("keys/signing.pub.pem")))
+    report = pipeline.scan("model", config)
+    assert report.summary.verdict == "fail" and report.findings[0].rule_id == "supply.signature-invalid"
+    assert report.findings[0].evidence["problems"] == ["changed after signing: plain.pt"]

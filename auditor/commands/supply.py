@@ -11,18 +11,15 @@ import fnmatch
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 
-from auditor.audit.assemble import assemble_report, judge
+from auditor.audit.assemble import judge
 from auditor.audit.batch import ScanRow
+from auditor.audit.supply import signature_refusal
 from auditor.config import ScanConfig
 from auditor.errors import AuditorError
-from auditor.load.digest import sha256_file
-from auditor.report.model import CATEGORY_NO_MODEL, LoadSafety, ModelInfo, PluginRun
-from auditor.supply.verify import SignatureCheck, check_signature, signature_findings
+from auditor.supply.verify import SignatureCheck, check_signature
 
-PLUGIN_GROUP = "auditor.plugins"
 _VCS = (".git", ".hg", ".svn")
 
 
@@ -70,19 +67,7 @@ def _under(path: str, root: str) -> bool:
 
 def _refused_row(path: Path, check: SignatureCheck, config: ScanConfig) -> ScanRow:
     """The row of a path refused before loading: its signature finding, every plugin skipped, nothing opened."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    model = ModelInfo(
-        path=str(path), format="not loaded (signature check)", sha256=sha256_file(path) if path.is_file() else "",
-        size_bytes=sum(p.stat().st_size for p in files),
-        load_safety=LoadSafety(verdict="unsafe",
-                               loader=f"not loaded: {check.status} ({check.method or 'no signature'})"),
-    )
-    names = sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)} - set(config.disable_plugins))
-    runs = [PluginRun(name=n, status="skipped", category=CATEGORY_NO_MODEL,
-                      reason="the model was refused before loading by the signature check") for n in names]
-    draft = assemble_report(config, config.device, model=model, architecture=None, findings=signature_findings(check),
-                            plugins=runs, notes=[])
-    report, messages = judge(draft, config.gate, accept=True)
+    report, messages = judge(signature_refusal(path, check, config), config.gate, accept=True)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
 

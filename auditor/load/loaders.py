@@ -140,9 +140,7 @@ def load_checkpoint(
         )
         return LoadedModel(None, checked.refused_info(arch), notes)
 
-    declared = declared_input(path) if sniffed.container is Container.TORCH_EXPORT else None
-    declared_shape, declared_source = (_capped(list(declared.shape), declared.source)
-                                       if declared is not None and declared.floating else (None, None))
+    declared_shape, declared_source = _export_signature_shape(sniffed)
     try:
         if sandbox and sniffed.container in _SANDBOXED:
             notes.append(_probe(sniffed, probe_shape or declared_shape or _PROBE_SHAPE))
@@ -173,6 +171,14 @@ def load_checkpoint(
         size_bytes=sniffed.size_bytes,
     )
     return LoadedModel(model, info, notes, None if wait_for_sha256 else checked.hashing)
+
+
+def _export_signature_shape(sniffed: Sniffed) -> tuple[list[int] | None, str | None]:
+    """Return the per-sample shape a ``.pt2`` declares for its one floating-point input, and its source."""
+    declared = declared_input(sniffed.path) if sniffed.container is Container.TORCH_EXPORT else None
+    if declared is None or not declared.floating:
+        return None, None
+    return _capped(list(declared.shape), declared.source)
 
 
 def _refuse_unsafe_names(model: torch.nn.Module, path: Path) -> None:
