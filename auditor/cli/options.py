@@ -54,7 +54,7 @@ ArchOption = Annotated[str | None, typer.Option(
 #: Its callback parses the text: the command receives ``tuple[int, ...] | None``.
 InputShapeOption = Annotated[str | None, typer.Option(
     "--input-shape", callback=_input_shape,
-    help="Example input C,H,W (default: from the model, else 3,224,224).")]
+    help="Example input C,H,W (default: from the model or a .pt2's signature, else 3,224,224).")]
 
 # Running the audit (scan and harden).
 #: Its callback splits the list: the command receives ``list[str] | None``.
