@@ -122,6 +122,10 @@ def scan(
     })
     outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
                          out_dir=out_dir, sbom_path=sbom)
+    if sbom is not None or fmt is OutputFormat.CYCLONEDX:  # missing: say so before the scan, not after
+        from auditor.deps import require
+
+        require("cyclonedx", "write the CycloneDX ML-BOM")
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
                        one_report=outputs.html_path is not None)
