@@ -128,7 +128,8 @@ def scan(
         require("cyclonedx", "write the CycloneDX ML-BOM")
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
-                       one_report=outputs.html_path is not None)
+                       one_report=outputs.html_path is not None,
+                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX)
     return run_and_print(opts, outputs, quiet=quiet)
 
 

@@ -36,6 +36,7 @@ class ScanOptions:
     workers: int | None = None
     ray_address: str | None = None
     one_report: bool = False  # --html: the run must find exactly one checkpoint
+    inventory: bool = False  # --sbom: list every file under the scan paths that was not audited, and why
 
 
 @dataclass
@@ -85,8 +86,9 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     preflight = check_paths(opts.paths, config)  # before anything under a path is opened
     targets, left_out = ignored(collect(preflight.paths, opts.include, opts.exclude), config)
     if not targets and not preflight.refused:
+        why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
-                         "their bytes; check --include/--exclude)")
+                         f"their bytes; check --include/--exclude{why})")
     if opts.one_report and len(targets) + len(preflight.refused) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
     if opts.workers is not None and opts.ray_address is not None:
@@ -99,8 +101,8 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
                           on_row=hooks.on_row)
     rows = preflight.refused + with_signature_notes(rows, preflight.notes)
     reasons = dict(left_out)
-    skipped = [(p, reasons.pop(p, why)) for p, why in not_audited(preflight.paths, targets, opts.include,
-                                                                   opts.exclude)] + list(reasons.items())
+    others = not_audited(preflight.paths, targets, opts.include, opts.exclude) if opts.inventory else []
+    skipped = [(p, reasons.pop(p, why)) for p, why in others] + list(reasons.items())
     recorded = None
     if opts.write_baseline is not None:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
