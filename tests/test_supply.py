@@ -135,6 +135,8 @@ def test_signature_flags_need_one_method(work: Path, capsys: pytest.CaptureFixtu
     assert "exactly one of --public-key" in capsys.readouterr().err
     assert run_cli(["scan", "model", "--verify-signature", "model.sig", "--identity", "me@example.com", "-q"]) == 4
     assert "--identity-provider" in capsys.readouterr().err
+    assert run_cli(["scan", "model", "--verify-signature", "nope.sig", "--public-key", "keys/signing.pub.pem"]) == 4
+    assert "--verify-signature nope.sig: no such file" in capsys.readouterr().err
 
 
 def _bom(text: str) -> dict:

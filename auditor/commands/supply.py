@@ -36,6 +36,9 @@ def check_paths(paths: Sequence[Path], config: ScanConfig) -> Preflight:
     """Check every scan path's signature (or the policy's demand for one) before anything under it is opened."""
     out = Preflight(paths=[])
     for path in paths:
+        if not path.exists():  # the scan says it is missing, as without a signature
+            out.paths.append(path)
+            continue
         check = check_signature(path, config.supply)
         if check.refused:
             out.refused.append(_refused_row(path, check, config))

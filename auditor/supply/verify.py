@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from auditor.errors import ConfigError
 from auditor.report.model import Finding, Reference, Severity
 from auditor.supply import RULE_SIGNATURE_INVALID, RULE_UNSIGNED, SupplyPolicy
 
@@ -42,12 +43,19 @@ def check_signature(model_path: Path, policy: SupplyPolicy) -> SignatureCheck:
 
     The signature file itself is left out of the hash when it lies inside the model directory, as
     model-signing's own CLI does; so are git's files.
+
+    Raises:
+        ConfigError: the signature, key or a certificate file does not exist (a usage error, not a verdict).
     """
     if policy.signature is None:
         if policy.require_signature:
             return SignatureCheck("unsigned", str(model_path), detail="[supply] require_signature = true and no "
                                   "--verify-signature was given")
         return SignatureCheck("not-checked", str(model_path))
+    for flag, given in (("--verify-signature", policy.signature), ("--public-key", policy.public_key),
+                        *(("--certificate-chain", c) for c in policy.certificate_chain)):
+        if given is not None and not given.is_file():
+            raise ConfigError(f"{flag} {given}: no such file")
     from auditor.deps import require
 
     require("model_signing", "verify model signatures")
