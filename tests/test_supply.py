@@ -209,3 +209,51 @@ def test_the_library_scan_checks_the_signature_before_loading(work: Path, monkey
     report = pipeline.scan("model", config)
     assert report.summary.verdict == "fail" and report.findings[0].rule_id == "supply.signature-invalid"
     assert report.findings[0].evidence["problems"] == ["changed after signing: plain.pt"]
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a leaf certificate it issued for digital signatures: (leaf key, leaf cert, CA cert), all PEM."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    folder.mkdir()
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: ec.EllipticCurvePrivateKey,
+             ca: bool) -> x509.Certificate:
+        usage = x509.KeyUsage(digital_signature=not ca, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
+                              key_encipherment=False, data_encipherment=False, key_agreement=False,
+                              encipher_only=False, decipher_only=False)
+        return (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                .add_extension(usage, critical=True).sign(signer, hashes.SHA256()))
+
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    paths = folder / "leaf.key", folder / "leaf.pem", folder / "ca.pem"
+    paths[0].write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+    paths[1].write_bytes(cert("model builder", leaf_key, "test CA", ca_key, False).public_bytes(
+        serialization.Encoding.PEM))
+    paths[2].write_bytes(cert("test CA", ca_key, "test CA", ca_key, True).public_bytes(serialization.Encoding.PEM))
+    return paths
+
+
+def test_a_certificate_signature_verifies_against_its_chain_offline(work: Path) -> None:
+    from model_signing import signing
+
+    key, leaf, ca = _certificates(work / "pki")
+    _, _, other_ca = _certificates(work / "other-pki")
+    signing.Config().use_certificate_signer(private_key=key, signing_certificate=leaf,
+                                            certificate_chain=[ca]).sign(Path("model"), Path("cert.sig"))
+    args = ["scan", "model", "--input-shape", "3,16,16", "--verify-signature", "cert.sig", "--json", "r.json", "-q"]
+    assert run_cli([*args, "--certificate-chain", str(ca)]) == 0
+    assert run_cli([*args, "--certificate-chain", str(other_ca)]) == 1  # a chain that does not lead to the signer
+    assert json.loads(Path("r.json").read_text())["findings"][0]["rule_id"] == "supply.signature-invalid"
