@@ -38,7 +38,8 @@ PLUGIN_FUNCTION_EXCEPTIONS: dict[str, str] = {}
 LAYERS = [
     ["auditor._version", "auditor.errors"],
     ["auditor.report", "auditor.deps", "auditor.device", "auditor.data"],
-    ["auditor.load", "auditor.graph", "auditor.baseline", "auditor.distributed", "auditor.diff", "auditor.reparam"],
+    ["auditor.load", "auditor.supply", "auditor.graph", "auditor.baseline", "auditor.distributed", "auditor.diff",
+     "auditor.reparam"],
     ["auditor.gate", "auditor.onnx", "auditor.plugin", "auditor.rewrite"],
     ["auditor.config"],
     ["auditor.audit"],

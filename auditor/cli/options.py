@@ -25,6 +25,7 @@ class OutputFormat(str, Enum):
     JSON = "json"
     SARIF = "sarif"
     MARKDOWN = "markdown"
+    CYCLONEDX = "cyclonedx"
 
 
 def _input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -53,7 +54,7 @@ ArchOption = Annotated[str | None, typer.Option(
 #: Its callback parses the text: the command receives ``tuple[int, ...] | None``.
 InputShapeOption = Annotated[str | None, typer.Option(
     "--input-shape", callback=_input_shape,
-    help="Example input C,H,W (default: from the model, else 3,224,224).")]
+    help="Example input C,H,W (default: from the model or a .pt2's signature, else 3,224,224).")]
 
 # Running the audit (scan and harden).
 #: Its callback splits the list: the command receives ``list[str] | None``.
@@ -82,6 +83,7 @@ InputSpecOption = Annotated[str | None, typer.Option(
 
 # Writing reports (scan).
 FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif or markdown.")]
+    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif, markdown or cyclonedx "
+                           "(an ML-BOM).")]
 OutputOption = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the --format output to this file instead of stdout.")]
