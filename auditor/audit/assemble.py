@@ -74,9 +74,6 @@ def assemble_report(
 ) -> DraftReport:
     """Sort the findings and stamp the tool and the time: how every audit ends before the gate."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    if architecture is not None and architecture.fx_graph is not None:
-        architecture = architecture.model_copy()  # the report keeps no live graph (rows are shipped, kept)
-        architecture._fx_graph = None
     tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
     return DraftReport(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
                        architecture=architecture, findings=findings, plugins=plugins, notes=notes, onnx=onnx)

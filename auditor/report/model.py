@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from auditor.report.severity import Severity
 
@@ -232,15 +232,6 @@ class LinearBias(_Record):
 
 class ArchitectureProfile(_Record):
     """Everything the graph layer found, with node names and owning module paths."""
-
-    #: The torch.fx.Graph the profile was built from, when fx traced the model (not serialised):
-    #: splitting reuses it instead of tracing again.
-    _fx_graph: Any = PrivateAttr(default=None)
-
-    @property
-    def fx_graph(self) -> Any:
-        """Return the fx graph the profile was built from (None unless fx traced the model)."""
-        return self._fx_graph
 
     traced_with: Literal["fx", "export", "hooks", "onnx"]
     trace_notes: list[str] = Field(default_factory=list)
