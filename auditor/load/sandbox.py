@@ -52,6 +52,14 @@ _CONFINE = (
     '[ "$m" = "$scratch" ] || mount -o remount,bind,ro "$m" 2>/dev/null; done; exec "$@"'
 )
 _MEMORY_MARKERS = ("can't allocate memory", "not enough memory", "std::bad_alloc", "out of memory")
+#: Set by the jail worker (:mod:`auditor.audit.worker`): the whole process is confined, so no probe child is
+#: started (the jail's syscall filter forbids one); the load itself runs under the jail's limits.
+INSIDE_JAIL = False
+
+
+def running_in_jail() -> bool:
+    """True inside the jail worker, where a checkpoint is loaded under the jail instead of probed first."""
+    return INSIDE_JAIL
 
 
 @dataclass(frozen=True)
