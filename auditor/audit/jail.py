@@ -130,7 +130,7 @@ def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -
         write.append(str(cache.resolve()))
     gpu = config.device != "cpu" and any(os.path.exists(d) for d in _GPU_DEVICES)
     return {"path": str(path), "config": json.loads(config.model_dump_json()), "read": read, "write": write,
-            "scratch": scratch, "gpu": gpu, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+            "scratch": scratch, "gpu": gpu, "argv": list(sys.argv), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
             "limits": {"memory_bytes": limits.memory_bytes, "cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes}}
 
 

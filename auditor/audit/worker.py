@@ -52,18 +52,14 @@ def _memory_error(exc: BaseException | None) -> str | None:
     return None
 
 
-def _violation_of(draft: Any) -> str | None:
-    """An attempt the audit hook recorded, or a plugin that ran out of memory (the limit, not the plugin)."""
+def _attempted() -> str | None:
+    """The first attempt the audit hook recorded (all of them are printed on stderr)."""
     if hook.ATTEMPTS:
         for kind, detail in hook.ATTEMPTS:
             print(f"auditor jail: refused {kind}: {detail}", file=sys.stderr)
         kind, detail = hook.ATTEMPTS[0]
         more = f" (and {len(hook.ATTEMPTS) - 1} more attempt(s))" if len(hook.ATTEMPTS) > 1 else ""
         return f"it attempted a {kind}: {detail}{more}"
-    for run in getattr(draft, "plugins", None) or []:
-        reason = run.reason or ""
-        if run.status == "error" and any(m in reason for m in _MEMORY_MARKERS):
-            return f"plugin {run.name} ran out of the jail's memory ({reason[:200]})"
     return None
 
 
@@ -85,21 +81,24 @@ def _audit(request: dict[str, Any], send: Any) -> dict[str, Any]:
         return {"error": {"kind": "config", "message": str(exc)}}
     except BaseException as exc:  # every failure is a message: the parent never retries outside the jail
         memory = _memory_error(exc)
-        attempt = _violation_of(None)
+        attempt = _attempted()
         if attempt or memory:
             return {"violation": attempt or f"it ran out of the jail's memory limit ({memory})"}
         if isinstance(exc, AuditorError):
             return {"error": {"kind": "input", "message": str(exc)}}
         return {"error": {"kind": "input", "message": f"internal error: {type(exc).__name__}: {exc}"}}
-    violation = _violation_of(draft)
-    if violation:
-        return {"violation": violation}
-    return {"draft": json.loads(draft.model_dump_json())}
+    violation = _attempted()
+    text = draft.model_dump_json()
+    memory = next((m for m in _MEMORY_MARKERS if m in text), None)
+    if violation or memory:  # a failed allocation the audit caught and reported (a trace fallback, a plugin)
+        return {"violation": violation or f"it ran out of the jail's memory limit ({memory!r} in the audit)"}
+    return {"draft": json.loads(text)}
 
 
 def main(request: dict[str, Any]) -> None:
     """Confine, audit, report; leave without the interpreter's teardown (abandoned plugin threads)."""
     out = _channel()
+    sys.argv = [str(a) for a in request.get("argv") or [""]]  # the report records the command the user ran
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message) + "\n")
