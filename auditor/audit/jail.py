@@ -32,13 +32,15 @@ from typing import IO, Any
 
 from auditor.audit.assemble import DraftReport
 from auditor.audit.refused import PLUGIN_GROUP, refusal_report
-from auditor.audit.worker import BOOT
 from auditor.config import ScanConfig
 from auditor.errors import AuditorError, ConfigError
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 NO_JAIL_ENV = "AUDITOR_UNSAFE_NO_JAIL"
+#: The worker's first statements (``python -I`` ignores PYTHONPATH: the parent's path travels in the request).
+BOOT = ("import json,sys; sys.dont_write_bytecode=True; r=json.loads(sys.stdin.readline()); "
+        "sys.path[:0]=r['sys_path']; from auditor.audit.worker import main; main(r)")
 MAX_OUTPUT_BYTES = 256 << 20  # a report with a large architecture is a few MB
 _STDERR_TAIL = 4000
 _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
@@ -130,7 +132,8 @@ def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -
         write.append(str(cache.resolve()))
     gpu = config.device != "cpu" and any(os.path.exists(d) for d in _GPU_DEVICES)
     return {"path": str(path), "config": json.loads(config.model_dump_json()), "read": read, "write": write,
-            "scratch": scratch, "gpu": gpu, "argv": list(sys.argv), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+            "scratch": scratch, "gpu": gpu, "argv": list(sys.argv),
+            "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
             "limits": {"memory_bytes": limits.memory_bytes, "cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes}}
 
 
@@ -146,8 +149,8 @@ def _helper_caches(config: ScanConfig) -> list[Path]:
 
 def _environment(scratch: str) -> dict[str, str]:
     """A small environment: the parent's locale, threads and GPUs; every cache and temp dir in scratch."""
-    keep = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-            "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+    keep = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.setdefault("USER", env.get("LOGNAME", "auditor"))  # getpass.getuser() without a name-service lookup
     env.update({"TMPDIR": scratch, "MPLCONFIGDIR": scratch, "HF_HOME": f"{scratch}/hf", "TORCH_HOME": scratch,

@@ -28,9 +28,6 @@ from auditor.jail.confine import Limits, View, confine, runtime_paths
 _MEMORY_MARKERS = ("can't allocate memory", "not enough memory", "std::bad_alloc", "out of memory",
                    "MemoryError", "Cannot allocate memory")
 
-#: The interpreter's first statements (``python -I`` ignores PYTHONPATH, so the parent's path travels in the request).
-BOOT = ("import json,sys; sys.dont_write_bytecode=True; r=json.loads(sys.stdin.readline()); sys.path[:0]=r['sys_path']; "
-        "from auditor.audit.worker import main; main(r)")
 
 
 def _channel() -> IO[str]:
@@ -112,7 +109,7 @@ def main(request: dict[str, Any]) -> None:
     send({"jail": enforced.as_dict()})
     try:
         final = _audit(request, send)
-    except BaseException as exc:  # noqa: BLE001 - even a failure here is reported, never retried
+    except BaseException as exc:  # even a failure here is reported, never retried
         memory = _memory_error(exc)
         final = {"violation": f"it ran out of the jail's memory limit ({memory})"} if memory else {
             "error": {"kind": "input", "message": f"internal error: {type(exc).__name__}: {exc}"}}
