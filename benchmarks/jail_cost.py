@@ -115,7 +115,8 @@ def render(entry: dict[str, Any]) -> str:
     facts = results.run_facts(entry["run"])
     return (SECTION.read_text() + "\n".join(lines) + f"\n\nMedians of {res['repeat']} runs each (CPU: the CLI "
             f"and its worker); {facts}. The budget is one cold process: the worker imports torch once, as the "
-            "in-process scan does, and the parent no longer does. What the jail enforced on that machine, as its note said:\n\n"
+            "in-process scan does, and the parent no longer does. What the jail enforced on that machine, as its "
+            "note said:\n\n"
             f"> {res['enforced']}\n")
 
 
