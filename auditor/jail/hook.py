@@ -1,9 +1,11 @@
 """An audit hook (PEP 578) in the jail worker: names what a payload attempted, and blocks it at the Python level.
 
 The kernel layers (:mod:`.confine`) are what enforce the jail; a payload that catches the error they
-give would leave no trace. This hook sees the attempt first: a socket, a new process, or an ``open``
-outside the view is recorded (the worker then reports a refusal naming it) and refused with
-``PermissionError``. Where Landlock or seccomp are missing, it is the only guard left, and only for
+give would leave no trace. This hook sees the attempt first: a socket, a new process, a write outside
+scratch or a read outside the view is recorded (the worker then reports a refusal naming it) and refused
+with ``PermissionError``. Two kinds of attempt are refused without being recorded, because libraries make
+them on their own and cope: ``ctypes.util.find_library`` running ``ldconfig``/``gcc``, and reads of system
+files (``/proc``, ``/sys``, ``/etc``...) outside the view. Where Landlock or seccomp are missing, it is the only guard left, and only for
 code that goes through Python (not ``ctypes`` calls into libc), which the report says.
 """
 
@@ -18,6 +20,9 @@ _NETWORK = ("socket.__new__", "socket.connect", "socket.bind", "socket.sendto", 
 _PROCESS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen")
 
 _PROBES = (os.path.join("ctypes", "util.py"),)
+#: System trees libraries probe (a boot id, a CPU or driver file): a read there outside the view is refused
+#: without naming it; a read anywhere else (a home, a project, another scan's files) is named.
+_SYSTEM = ("/proc", "/sys", "/dev", "/etc", "/usr", "/run", "/var", "/opt", "/lib", "/lib64", "/bin", "/sbin")
 
 #: What was attempted, in order (kind, detail); read by the worker after the audit.
 ATTEMPTS: list[tuple[str, str]] = []
@@ -63,7 +68,7 @@ def _check_open(args: tuple[Any, ...]) -> None:
     if write:
         _deny("file write outside the jail's scratch", real)
     if not _inside(real, _state["read"]):
-        _deny("file read outside the jail's view", real)
+        _deny("file read outside the jail's view", real, record=not _inside(real, _SYSTEM))
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
