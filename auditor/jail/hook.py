@@ -4,9 +4,10 @@ The kernel layers (:mod:`.confine`) are what enforce the jail; a payload that ca
 give would leave no trace. This hook sees the attempt first: a socket, a new process, a write outside
 scratch or a read outside the view is recorded (the worker then reports a refusal naming it) and refused
 with ``PermissionError``. Two kinds of attempt are refused without being recorded, because libraries make
-them on their own and cope: ``ctypes.util.find_library`` running ``ldconfig``/``gcc``, and reads of system
-files (``/proc``, ``/sys``, ``/etc``...) outside the view. Where Landlock or seccomp are missing, it is the only guard left, and only for
-code that goes through Python (not ``ctypes`` calls into libc), which the report says.
+them on their own and cope: a probe program (``ldconfig``, ``gcc``, ``fc-list``...: :data:`_PROBES`), and
+reads of system files (``/proc``, ``/sys``, ``/etc``...) outside the view. Where Landlock or seccomp are
+missing, it is the only guard left, and only for code that goes through Python (not ``ctypes`` calls into
+libc), which the report says.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _NETWORK = ("socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo")
 _PROCESS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen")
 
-_PROBES = (os.path.join("ctypes", "util.py"),)
+#: Programs libraries run to probe the system (``ctypes.util.find_library``: ldconfig, gcc, ld; matplotlib's
+#: font manager: fc-list): refused like any other, but not named (a payload gains nothing from them either).
+_PROBES = frozenset({"ldconfig", "gcc", "cc", "ld", "fc-list", "fc-match", "uname", "nvidia-smi"})
 #: System trees libraries probe (a boot id, a CPU or driver file): a read there outside the view is refused
 #: without naming it; a read anywhere else (a home, a project, another scan's files) is named.
 _SYSTEM = ("/proc", "/sys", "/dev", "/etc", "/usr", "/run", "/var", "/opt", "/lib", "/lib64", "/bin", "/sbin")
@@ -45,14 +48,15 @@ def _deny(kind: str, detail: str, *, record: bool = True) -> None:
     raise PermissionError(f"the auditor jail refused it: {kind} ({detail})")
 
 
-def _library_probe() -> bool:
-    """True when ``ctypes.util.find_library`` asks: it runs ldconfig/gcc to find a library's name, and copes."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_PROBES):
-            return True
-        frame = frame.f_back
-    return False
+def _library_probe(event: str, args: tuple[Any, ...]) -> bool:
+    """True for a program libraries run on their own to probe the system, and cope without."""
+    if event not in ("subprocess.Popen", "os.posix_spawn", "os.exec") or not args:
+        return False
+    program = args[0] if isinstance(args[0], (str, bytes)) else None
+    if program is None and len(args) > 1 and isinstance(args[1], (list, tuple)) and args[1]:
+        program = args[1][0]
+    name = os.path.basename(os.fsdecode(program)) if isinstance(program, (str, bytes)) else ""
+    return name in _PROBES
 
 
 def _check_open(args: tuple[Any, ...]) -> None:
@@ -79,7 +83,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     elif event in _NETWORK:
         _deny("network", f"{event} {args[1:2]!r}"[:200])
     elif event in _PROCESS:
-        _deny("new process", f"{event} {str(args[:2])[:160]}", record=not _library_probe())
+        _deny("new process", f"{event} {str(args[:2])[:160]}", record=not _library_probe(event, args))
 
 
 def install(read: list[str], write: list[str]) -> None:
