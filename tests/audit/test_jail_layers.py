@@ -148,3 +148,12 @@ def test_the_filter_assembles_for_both_architectures() -> None:
     for machine in ("x86_64", "aarch64"):
         code = seccomp.program(machine, 1234)
         assert len(code) % 8 == 0 and len(code) // 8 < 255
+
+
+def test_library_probes_are_refused_without_naming_them() -> None:
+    from auditor.jail import hook
+
+    assert hook._library_probe("subprocess.Popen", ("fc-list", ["fc-list", "--help"], None, None))
+    assert hook._library_probe("subprocess.Popen", (None, ["/sbin/ldconfig", "-p"], None, None))
+    assert not hook._library_probe("subprocess.Popen", ("curl", ["curl", "http://x"], None, None))
+    assert not hook._library_probe("os.system", (b"fc-list; curl http://x",))
