@@ -106,16 +106,22 @@ def audit_in_jail(path: Path, config: ScanConfig, *, progress: Callable[[str], N
         run, code, stderr = _run_worker(request, limits, scratch, progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    note = _jail_note(run.jail)
+    note = _jail_note(run.jail if isinstance(run.jail, dict) else None)
     final = run.final or {}
+    reason = None
     if "draft" in final:
-        draft = DraftReport.model_validate(final["draft"])
-        return draft.model_copy(update={"notes": [*draft.notes, note]})
-    if "error" in final:
-        error = final["error"]
-        message = str(error.get("message", "the worker failed"))
+        try:
+            draft = DraftReport.model_validate(final["draft"])
+        except ValueError as exc:  # not a report: whatever wrote it is not trusted with a second chance
+            reason = f"a broken report ({str(exc).splitlines()[0][:200]})"
+        else:
+            return draft.model_copy(update={"notes": [*draft.notes, note]})
+    error = final.get("error")
+    if isinstance(error, dict):
+        message = str(error.get("message", "the worker failed"))[:2000]
         raise ConfigError(message) if error.get("kind") == "config" else JailError(message)
-    reason = final.get("violation") or run.stopped or _death(code, limits, stderr)
+    reason = reason or (str(final["violation"])[:2000] if final.get("violation") else None)
+    reason = reason or run.stopped or _death(code, limits, stderr)
     return _refusal(path, config, f"the jail stopped the worker while {run.last_step}: {reason}", note)
 
 
