@@ -25,8 +25,10 @@ from typing import IO, Any
 from auditor.jail import hook
 from auditor.jail.confine import Limits, View, confine, runtime_paths
 
-_MEMORY_MARKERS = ("can't allocate memory", "not enough memory", "std::bad_alloc", "out of memory",
-                   "MemoryError", "Cannot allocate memory")
+#: How a failed host allocation reads (torch's CPU allocator, C++, errno ENOMEM, Python); a GPU's "CUDA out of
+#: memory" is not the jail's limit and stays the plugin's own error.
+_MEMORY_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory", "MemoryError",
+                   "Unable to allocate")
 
 
 
@@ -105,7 +107,8 @@ def main(request: dict[str, Any]) -> None:
     view = View(read=tuple([*request["read"], *runtime_paths(gpu)]), write=tuple(request["write"]),
                 scratch=request["scratch"], gpu=gpu)
     enforced = confine(view, Limits(**request["limits"]))
-    hook.install([*view.read, "/dev/null", "/dev/zero"], [*view.write, view.scratch, "/dev/null"])
+    devices = ["/dev"] if gpu else ["/dev/null", "/dev/zero"]  # the GPU's device files stay reachable
+    hook.install([*view.read, *devices], [*view.write, view.scratch, *devices])
     send({"jail": enforced.as_dict()})
     try:
         final = _audit(request, send)
