@@ -81,6 +81,8 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                     pass  # starts like a checkpoint: audit it and report the damage
                 except AuditorError:
                     continue
+                except PermissionError:
+                    pass  # unreadable here (in the jail: a link out of the scanned folder): audited on its own
                 found.append(candidate)
     return list(dict.fromkeys(p for p in found if _selected(p, include, exclude)))
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -33,7 +33,7 @@ from typing import IO, Any
 from auditor.audit.assemble import DraftReport
 from auditor.audit.refused import PLUGIN_GROUP, refusal_report
 from auditor.config import ScanConfig
-from auditor.errors import AuditorError, ConfigError
+from auditor.errors import AuditorError, ConfigError, InputError
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
@@ -123,6 +123,35 @@ def audit_in_jail(path: Path, config: ScanConfig, *, progress: Callable[[str], N
     reason = reason or (str(final["violation"])[:2000] if final.get("violation") else None)
     reason = reason or run.stopped or _death(code, limits, stderr)
     return _refusal(path, config, f"the jail stopped the worker while {run.last_step}: {reason}", note)
+
+
+def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = (), *,
+                    limits: JailLimits | None = None) -> list[Path]:
+    """:func:`auditor.audit.batch.collect` in a jailed worker: sniffing a directory's files reads their bytes.
+
+    Raises:
+        InputError: the worker broke a limit or died while sniffing (the reason names it); never retried here.
+    """
+    limits = limits or JailLimits.from_env()
+    roots = [Path(os.path.abspath(p)) for p in paths]
+    scratch = tempfile.mkdtemp(prefix="auditor-jail-")
+    try:
+        request = {**_request(paths[0], ScanConfig(device="cpu"), limits, scratch), "mode": "collect",
+                   "read": [str(p.resolve()) for p in paths], "write": [], "paths": [str(p) for p in paths],
+                   "include": list(include), "exclude": list(exclude)}
+        run, code, stderr = _run_worker(request, limits, scratch, None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    targets = (run.final or {}).get("targets")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        reason = (run.final or {}).get("error") or run.stopped or _death(code, limits, stderr)
+        raise InputError(f"collecting the checkpoints in {', '.join(map(str, paths))}: the jail stopped the worker: "
+                         f"{reason}")
+    found = [Path(t) for t in targets]
+    outside = [t for t in found if not any(Path(os.path.abspath(t)).is_relative_to(r) for r in roots)]
+    if outside:  # a worker that answers with paths it was not asked about is not believed
+        raise InputError(f"collecting the checkpoints: the worker named a path outside the scan: {outside[0]}")
+    return found
 
 
 def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -> dict[str, Any]:

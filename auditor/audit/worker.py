@@ -7,7 +7,8 @@ was started with; its own fd 1 is then pointed at stderr, so a stray print canno
 
 - ``{"jail": {"enforced": {...}, "missing": {...}}}`` once confined;
 - ``{"progress": "..."}`` for each step;
-- last, one of ``{"draft": <DraftReport>}``, ``{"error": {"kind": "config"|"input", "message": "..."}}`` or
+- last, one of ``{"draft": <DraftReport>}`` (``{"targets": [...]}`` for a ``collect`` request: the files a
+  directory scan audits, sniffed here), ``{"error": {"kind": "config"|"input", "message": "..."}}`` or
   ``{"violation": "..."}`` (a limit it hit itself: memory, or an attempt the audit hook recorded).
 
 A worker that dies instead (a signal, a limit the kernel enforces) says nothing more: the parent names the
@@ -94,6 +95,14 @@ def _audit(request: dict[str, Any], send: Any) -> dict[str, Any]:
     return {"draft": json.loads(text)}
 
 
+def _collect(request: dict[str, Any]) -> dict[str, Any]:
+    """Sniff the files under the requested directories (their bytes are untrusted too); the checkpoints found."""
+    from auditor.audit.batch import collect
+
+    found = collect([Path(p) for p in request["paths"]], request["include"], request["exclude"])
+    return {"targets": [str(p) for p in found]}
+
+
 def main(request: dict[str, Any]) -> None:
     """Confine, audit, report; leave without the interpreter's teardown (abandoned plugin threads)."""
     out = _channel()
@@ -111,7 +120,7 @@ def main(request: dict[str, Any]) -> None:
     hook.install([*view.read, *devices], [*view.write, view.scratch, *devices])
     send({"jail": enforced.as_dict()})
     try:
-        final = _audit(request, send)
+        final = _collect(request) if request.get("mode") == "collect" else _audit(request, send)
     except BaseException as exc:  # even a failure here is reported, never retried
         memory = _memory_error(exc)
         final = {"violation": f"it ran out of the jail's memory limit ({memory})"} if memory else {

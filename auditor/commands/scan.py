@@ -65,7 +65,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         ConfigError: the flags contradict each other (``--html`` with several models, ``--workers``
             with ``--ray-address``).
     """
-    from auditor.audit.batch import audit_many, collect, worst_exit_code
+    from auditor.audit.batch import audit_many, worst_exit_code
     from auditor.baseline import Baseline, load_baseline, write_baseline
 
     hooks = hooks or ScanHooks()
@@ -74,7 +74,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     recording = None  # --write-baseline: the file's entries so far (each model accepts what it records)
     if opts.write_baseline is not None:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
-    targets = collect(opts.paths, opts.include, opts.exclude)
+    targets = _collect(opts.paths, opts.include, opts.exclude)
     if not targets:
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
                          "their bytes; check --include/--exclude)")
@@ -93,6 +93,16 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded)
+
+
+def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:
+    """The checkpoints under ``paths``; directories are sniffed in a jailed worker (their bytes are untrusted)."""
+    from auditor.audit.batch import collect
+    from auditor.audit.jail import collect_in_jail, jail_enabled
+
+    if jail_enabled() and any(p.is_dir() for p in paths):
+        return collect_in_jail(paths, include, exclude)
+    return collect(paths, include, exclude)
 
 
 def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Baseline | None,

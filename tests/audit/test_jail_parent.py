@@ -70,3 +70,31 @@ def test_the_request_names_the_view_the_caches_and_no_more(tmp_path: Path, monke
     assert request["write"] == [str(tmp_path / "home" / ".cache" / "auditor"), str(tmp_path / "home" / "mia")]
     assert request["limits"] == {"memory_bytes": 1 << 30, "cpu_s": 5, "file_bytes": 1 << 20}
     assert not request["gpu"] or Path("/dev/nvidiactl").exists()
+
+
+def test_a_directory_is_sniffed_in_the_jail_with_the_same_result(tmp_path: Path) -> None:
+    import pickle
+
+    from auditor.audit.batch import collect
+
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    (tmp_path / "tree" / "a.pt").write_bytes(pickle.dumps({"w": [1.0, 2.0]}, protocol=4))
+    (tmp_path / "tree" / "notes.txt").write_text("not a checkpoint")
+    (tmp_path / "outside.pt").write_bytes(pickle.dumps({"w": 1}, protocol=4))
+    (tmp_path / "tree" / "sub" / "link.pt").symlink_to(tmp_path / "outside.pt")  # unreadable in the jail: kept
+    jailed = jail.collect_in_jail([tmp_path / "tree"], limits=LIMITS)
+    assert jailed == collect([tmp_path / "tree"])
+    assert [p.name for p in jailed] == ["a.pt", "link.pt"]
+
+
+def test_a_worker_naming_paths_outside_the_scan_is_not_believed(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from auditor.errors import InputError
+
+    said = json.dumps({"targets": ["/etc/passwd"]})
+    monkeypatch.setattr(jail, "BOOT", f"import sys; sys.stdin.readline(); print({said!r})")
+    with pytest.raises(InputError, match="outside the scan"):
+        jail.collect_in_jail([tmp_path], limits=LIMITS)
+    monkeypatch.setattr(jail, "BOOT", "import os; os._exit(9)")
+    with pytest.raises(InputError, match="status 9"):
+        jail.collect_in_jail([tmp_path], limits=LIMITS)
