@@ -41,6 +41,9 @@ NO_JAIL_ENV = "AUDITOR_UNSAFE_NO_JAIL"
 #: The worker's first statements (``python -I`` ignores PYTHONPATH: the parent's path travels in the request).
 BOOT = ("import json,sys; sys.dont_write_bytecode=True; r=json.loads(sys.stdin.readline()); "
         "sys.path[:0]=r['sys_path']; from auditor.audit.worker import main; main(r)")
+#: A large checkpoint gets more memory than the default: this base plus this many bytes per byte of it (mapped
+#: or copied by the loader, then the model and its copies).
+MEMORY_BASE, MEMORY_PER_BYTE = 8 << 30, 3
 MAX_OUTPUT_BYTES = 256 << 20  # a report with a large architecture is a few MB
 _STDERR_TAIL = 4000
 _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
@@ -169,7 +172,18 @@ def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -
     return {"path": str(path), "config": json.loads(config.model_dump_json()), "read": read, "write": write,
             "scratch": scratch, "gpu": gpu, "argv": list(sys.argv),
             "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-            "limits": {"memory_bytes": limits.memory_bytes, "cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes}}
+            "limits": {"memory_bytes": max(limits.memory_bytes, MEMORY_BASE + MEMORY_PER_BYTE * _size(target)),
+                       "cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes}}
+
+
+def _size(target: Path) -> int:
+    """The bytes of a file, or of the files under a folder (sizes only: nothing is read)."""
+    try:
+        if target.is_file():
+            return target.stat().st_size
+        return sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    except OSError:
+        return 0
 
 
 def _helper_caches(config: ScanConfig) -> list[Path]:

@@ -68,7 +68,10 @@ def test_the_request_names_the_view_the_caches_and_no_more(tmp_path: Path, monke
     request = jail._request(tmp_path / "m.pt", config, LIMITS, str(tmp_path / "scratch"))
     assert request["read"] == [str((tmp_path / "m.pt").resolve()), str((tmp_path / "data").resolve())]
     assert request["write"] == [str(tmp_path / "home" / ".cache" / "auditor"), str(tmp_path / "home" / "mia")]
-    assert request["limits"] == {"memory_bytes": 1 << 30, "cpu_s": 5, "file_bytes": 1 << 20}
+    assert request["limits"] == {"memory_bytes": jail.MEMORY_BASE, "cpu_s": 5, "file_bytes": 1 << 20}  # no file
+    (tmp_path / "m.pt").write_bytes(b"x" * 1000)
+    big = jail._request(tmp_path / "m.pt", config, jail.JailLimits(memory_bytes=1 << 30), str(tmp_path / "s"))
+    assert big["limits"]["memory_bytes"] == jail.MEMORY_BASE + 3000  # grows with the checkpoint
     assert not request["gpu"] or Path("/dev/nvidiactl").exists()
 
 
