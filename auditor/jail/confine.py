@@ -226,40 +226,49 @@ def _limits(limits: Limits, *, gpu: bool, own_userns: bool) -> str:
     return text
 
 
-def _drop_capabilities() -> None:
+def _drop_capabilities() -> str:
     """Clear the effective, permitted and inheritable sets (the namespace's root powers are not kept)."""
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
     if _libc().capset(ctypes.byref(header), ctypes.byref(data)) != 0:
         raise _fail("capset")
+    return "capabilities dropped"
+
+
+def _no_new_privs() -> str:
+    if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _fail("no_new_privs")
+    return "no new privileges"
+
+
+def _seccomp() -> str:
+    if not seccomp.supported():
+        raise OSError("no filter for this architecture or system")
+    seccomp.install()
+    return "syscall filter: network sockets, new programs, tracing, kernel interfaces refused"
 
 
 def confine(view: View, limits: Limits) -> Enforced:
-    """Confine this process; return what was enforced and what is missing (never raises for a missing layer)."""
+    """Confine this process; return what was enforced and what is missing (never raises for a missing layer).
+
+    A layer the system does not offer (another OS, an old kernel, a sysctl) is recorded as missing with the
+    reason, and the others still apply.
+    """
     done = Enforced()
-    libc = _libc()
-    try:
-        done.layers["namespaces"] = _namespaces(view, limits)
-    except OSError as exc:
-        done.missing["namespaces"] = f"no network or mount isolation by namespaces ({exc})"
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        done.missing["no_new_privs"] = str(_fail("no_new_privs"))
-    try:
-        done.layers["landlock"] = _landlock(view)
-    except OSError as exc:
-        done.missing["landlock"] = f"no file-system view ({exc})"
-    done.layers["limits"] = _limits(limits, gpu=view.gpu, own_userns="namespaces" in done.layers)
-    if "namespaces" in done.layers:
+    steps = [("namespaces", lambda: _namespaces(view, limits), "no network or mount isolation by namespaces"),
+             ("no_new_privs", _no_new_privs, "privileges not frozen"),
+             ("landlock", lambda: _landlock(view), "no file-system view"),
+             ("limits", lambda: _limits(limits, gpu=view.gpu, own_userns="namespaces" in done.layers),
+              "resource limits incomplete"),
+             ("capabilities", lambda: _drop_capabilities() if "namespaces" in done.layers else None,
+              "namespace capabilities kept"),
+             ("seccomp", _seccomp, "no syscall filter")]
+    for name, step, missing in steps:
         try:
-            _drop_capabilities()
-        except OSError as exc:
-            done.missing["capabilities"] = str(exc)
-    if not seccomp.supported():
-        done.missing["seccomp"] = "no syscall filter for this architecture or system"
-    else:
-        try:
-            seccomp.install()
-            done.layers["seccomp"] = "syscall filter: sockets, new programs, tracing, kernel interfaces refused"
-        except OSError as exc:
-            done.missing["seccomp"] = f"no syscall filter ({exc})"
+            text = step()
+        except Exception as exc:  # AttributeError off Linux (no such libc call), OSError, ValueError from rlimits
+            done.missing[name] = f"{missing} ({type(exc).__name__}: {exc})"
+            continue
+        if text:
+            done.layers[name] = text
     return done

@@ -157,3 +157,29 @@ def test_library_probes_are_refused_without_naming_them() -> None:
     assert hook._library_probe("subprocess.Popen", (None, ["/sbin/ldconfig", "-p"], None, None))
     assert not hook._library_probe("subprocess.Popen", ("curl", ["curl", "http://x"], None, None))
     assert not hook._library_probe("os.system", (b"fc-list; curl http://x",))
+
+
+DEGRADED = r'''
+import json, resource, sys
+from auditor.jail import confine as c, seccomp
+def unavailable(*a, **k):
+    raise OSError("unshare(user, net, mount): Operation not permitted")
+c._namespaces = unavailable
+c.landlock_abi = lambda: 0
+seccomp.supported = lambda: False
+done = c.confine(c.View(read=(), write=(), scratch=sys.argv[1]), c.Limits(memory_bytes=1 << 30, cpu_s=5,
+                                                                          file_bytes=1 << 20))
+print(json.dumps({**done.as_dict(), "as": resource.getrlimit(resource.RLIMIT_AS)[0]}))
+'''
+
+
+def test_missing_layers_are_recorded_and_the_rest_still_applies(tmp_path: Path) -> None:
+    from auditor.audit.jail import _jail_note
+
+    done = subprocess.run([sys.executable, "-c", DEGRADED, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=True)
+    got = json.loads(done.stdout)
+    assert set(got["missing"]) == {"namespaces", "landlock", "seccomp"} and got["as"] == 1 << 30
+    assert "limits" in got["enforced"] and "threads" not in got["enforced"]["limits"]  # no own user namespace
+    note = _jail_note(got)
+    assert "NOT enforced here: no network or mount isolation" in note and "no syscall filter" in note
