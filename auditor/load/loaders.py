@@ -195,10 +195,8 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
     if result.load_failed:
         raise UnknownFormat(sniffed.path, f"torch could not load it in the sandbox ({result.detail}); it is not "
                                           "loaded again outside the sandbox")
-    confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
-                else "network and file system not isolated: user namespaces are unavailable")
-    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
-            f"time and file-size limits; {confined})")
+    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (time limit; "
+            f"{result.confinement or 'no confinement reported'})")
 
 
 def _materialise(
