@@ -3,7 +3,7 @@
 The static checks prove what a pickle can import and which ops TorchScript code calls, but not how
 much memory or time that code takes (``torch.zeros`` of 6 GB in ``__setstate__``, a ``while`` loop
 in ``forward``). So before auditor loads such an archive in its own process, a child process loads
-it and runs one forward pass, confined with the standard tools only:
+it and runs one forward pass, confined:
 
 - the jail's confinement (:func:`auditor.jail.confine.confine`, the same as ``auditor scan``'s worker):
   as far as the kernel allows, an empty network namespace, a Landlock view holding only the archive
