@@ -1,5 +1,8 @@
 """Hostile models for the jail tests: each does its harm when auditor (or anyone) loads or runs it.
 
+``ShapeLoop`` is a TorchScript archive whose loop is bounded by a shape after ``nonzero()``: the static
+op check lets it through today, and it runs for ever on the random input auditor traces with.
+
 They stand for what the static checks miss: the tests trust their module with ``--import`` (the
 test-only "check miss"), so the checks let every payload through to loading and tracing, where only
 the jail stands between the payload and the host. Each payload is first proven live under the plain
@@ -88,6 +91,21 @@ class ReadOut(Base):
             self.stolen = fh.read()
 
 
+class ShapeLoop(nn.Module):
+    """TorchScript: a loop bound by a shape after nonzero(): no work on zeros, for ever on a random input."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        n = x.nonzero().size(0) * 1000000000
+        acc = x
+        for i in range(n):
+            acc = acc + 1.0
+        return self.conv(acc)
+
+
 class AllocNumpy(Base):
     def act(self):
         import numpy
@@ -114,8 +132,8 @@ for path in sys.argv[1:]:
     mapped = int(open("/proc/self/statm").read().split()[0]) * 4096
     resource.setrlimit(resource.RLIMIT_AS, (mapped + (4 << 30), hard))
     try:
-        model = torch.load(path, weights_only=False)
-        model(torch.zeros(1, 3, 8, 8))
+        model = torch.jit.load(path) if path.endswith(".ts") else torch.load(path, weights_only=False)
+        model(torch.rand(1, 3, 8, 8))
         out[path] = getattr(model, "stolen", None) or "ran"
     except TimeoutError:
         out[path] = "hangs"
@@ -147,6 +165,18 @@ def save(folder: Path, name: str, cls: str, arg: object = "") -> Path:
     model = getattr(module, cls)(str(arg)) if arg != "" else getattr(module, cls)()
     path = folder / name
     torch.save(model, path)
+    return path
+
+
+def save_torchscript(folder: Path, name: str, cls: str) -> Path:
+    """Script payload class ``cls`` and save it with ``torch.jit.save`` (no pickled class: no --import needed)."""
+    import importlib
+    import warnings
+
+    path = folder / name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(getattr(importlib.import_module(MODULE), cls)()), path)
     return path
 
 

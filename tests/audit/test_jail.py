@@ -64,6 +64,7 @@ def _cases(root: Path, port: int) -> dict[str, tuple[str, object, str, Path | No
         "alloc-numpy": ("AllocNumpy", HUGE, "memory", None),
         "spin": ("Spin", "", "CPU-time", None),
         "backtrack": ("Backtrack", "", "CPU-time", None),
+        "loop-on-shape": ("ShapeLoop", "torchscript", "CPU-time", None),  # a real check miss, no --import needed
         "sleep": ("Sleep", "", "wall-time", None),
         "connect": ("Connect", port, "network", None),
         "connect-libc": ("CConnect", port, "syscall filter", None),
@@ -84,7 +85,8 @@ def world(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     files = root / "files"
     files.mkdir()
     cases = _cases(root, listener.port)
-    paths = {name: payloads.save(files, f"{name}.pt", cls, arg) for name, (cls, arg, _, _) in cases.items()}
+    paths = {name: payloads.save_torchscript(files, f"{name}.ts", cls) if arg == "torchscript" else
+             payloads.save(files, f"{name}.pt", cls, arg) for name, (cls, arg, _, _) in cases.items()}
     try:
         plain = payloads.run_plain(list(paths.values()), module_dir)
         plain_received = list(listener.received)
