@@ -176,6 +176,9 @@ def render(results: dict[str, Any]) -> str:
                      + " | ".join(cells) + " |")
     lines += ["", "Cells: `flagged` or `passed`, with the exit code (auditor's also with its load verdict: exit 1 "
               "on a file loaded `safe` is an architecture finding); `n/a` when the tool was not installed.", ""]
+    from benchmarks.jail_cost import section
+
+    lines += section()  # the jail, from benchmarks/results/jail_cost.json
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
 from auditor.load.limits import address_space_limit, load_budget
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
-from auditor.load.sandbox import probe
+from auditor.load.sandbox import probe, running_in_jail
 from auditor.load.static_check import (
     FORMAT_LEGACY_PICKLE,
     FORMAT_SAFETENSORS,
@@ -142,7 +142,7 @@ def load_checkpoint(
 
     declared_shape, declared_source = _export_signature_shape(sniffed)
     try:
-        if sandbox and sniffed.container in _SANDBOXED:
+        if sandbox and sniffed.container in _SANDBOXED and not running_in_jail():
             notes.append(_probe(sniffed, probe_shape or declared_shape or _PROBE_SHAPE))
         done = _materialise(sniffed, arch, checked.allowed, notes)
         _refuse_unsafe_names(done.model, path)
@@ -207,10 +207,8 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
     if result.load_failed:
         raise UnknownFormat(sniffed.path, f"torch could not load it in the sandbox ({result.detail}); it is not "
                                           "loaded again outside the sandbox")
-    confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
-                else "network and file system not isolated: user namespaces are unavailable")
-    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
-            f"time and file-size limits; {confined})")
+    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (time limit; "
+            f"{result.confinement or 'no confinement reported'})")
 
 
 def _materialise(
