@@ -70,6 +70,12 @@ WorkersOption = Annotated[int | None, typer.Option(
 RayAddressOption = Annotated[str | None, typer.Option(
     "--ray-address", help="Submit the checkpoints' audits to this existing Ray cluster (e.g. ray://head:10001 or "
                           "'auto').")]
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", help="Compute every plugin run; do not reuse (or store) runs of unchanged weights, data and "
+                       "settings (config key: cache = false).")]
+CacheDirOption = Annotated[Path | None, typer.Option(
+    "--cache-dir", help="Where reused plugin runs are kept [default: ~/.cache/auditor/runs]; safe to share "
+                        "between concurrent jobs.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -84,7 +90,8 @@ def scan(
     disable_plugin: DisablePluginOption = None, device: DeviceOption = None, seed: SeedOption = None,
     budget: BudgetOption = None, data: DataOption = None, config_file: ConfigOption = None,
     strict: StrictOption = False, on_inconclusive: OnInconclusiveOption = None, workers: WorkersOption = None,
-    ray_address: RayAddressOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+    ray_address: RayAddressOption = None, no_cache: NoCacheOption = False, cache_dir: CacheDirOption = None,
+    quiet: QuietOption = False, debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -99,7 +106,7 @@ def scan(
         "input_shape": input_shape, "fail_on": fail_on,
         "input_spec": input_spec, "plugins": plugins, "disable_plugins": disable_plugin or None, "device": device,
         "seed": seed, "budget_s": budget, "data_dir": data, "reference": reference, "strict": strict or None,
-        "on_inconclusive": on_inconclusive,
+        "on_inconclusive": on_inconclusive, "cache": False if no_cache else None, "cache_dir": cache_dir,
     })
     outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
                          out_dir=out_dir)

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = "1.7.0"
+from auditor.report.reuse import Reuse
+
+SCHEMA_VERSION = "1.8.0"
 
 
 class _Record(BaseModel):
@@ -38,28 +40,19 @@ class Severity(str, Enum):
         return _SEVERITY_ORDER.index(self)
 
     def __ge__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank >= other.rank
+        return self.rank >= other.rank if isinstance(other, Severity) else NotImplemented
 
     def __gt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank > other.rank
+        return self.rank > other.rank if isinstance(other, Severity) else NotImplemented
 
     def __le__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank <= other.rank
+        return self.rank <= other.rank if isinstance(other, Severity) else NotImplemented
 
     def __lt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank < other.rank
+        return self.rank < other.rank if isinstance(other, Severity) else NotImplemented
 
 
 _SEVERITY_ORDER = [Severity.INFO, Severity.LOW, Severity.MEDIUM, Severity.HIGH, Severity.CRITICAL]
-
 
 # Stable categories for plugin outcomes that are not ``ok`` (never change their meaning).
 CATEGORY_EXCEPTION = "plugin.exception"
@@ -406,6 +399,7 @@ class PluginRun(_Record):
     finding_count: int = 0
     headline: list[Measurement] = Field(default_factory=list, description="Headline numbers beside their floors.")
     power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
+    reused: Reuse | None = Field(default=None, description="Set when the run was reused from the result cache.")
 
 
 class FamilyCoverage(_Record):
