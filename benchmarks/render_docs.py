@@ -173,8 +173,12 @@ def cli_startup() -> str:
     rows = [[f"`{r['command']}`", ", ".join(f"{x['wall_s']:.2f}" for x in r["runs"]),
              ", ".join(f"{x['cpu_s']:.2f}" for x in r["runs"]), f"{r['max_rss_mb']:.0f}",
              ", ".join(str(x["exit"]) for x in r["runs"])] for r in got["rows"]]
-    return (f"{run_facts(run)}.\n\n"
+    text = (f"{run_facts(run)}.\n\n"
             + table(["command", "wall s (each run)", "CPU s (each run)", "peak RSS MB (median)", "exit"], rows))
+    for side, ratio in got.get("accepted_over_floor", {}).items():
+        text += (f"\nAccepted static scan ({side}) ÷ the floor (import torch + torch.load + torch.fx.symbolic_trace), "
+                 f"medians: **{ratio['cpu_s']:.2f}× CPU**, {ratio['wall_s']:.2f}× wall.\n")
+    return text
 
 
 def shape_passes() -> str:

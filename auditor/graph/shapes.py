@@ -86,7 +86,7 @@ def propagate_shapes(
     if real_below_macs and _small_forward(gm, example, real_below_macs):
         try:
             with torch.no_grad():
-                ShapeProp(_graph_module(gm, graph)).propagate(example.clone())
+                _RealProp(gm, graph=graph).propagate(example.clone())
             return ShapePropagation("forward", SMALL_MODEL)
         except Exception as exc:  # the passes below say what the model cannot do, as for any model
             log.debug("the small model's real forward stopped (%s); trying the shape passes", _reason(exc))
@@ -131,6 +131,20 @@ def _small_forward(gm: torch.nn.Module, example: torch.Tensor, limit: int) -> bo
 
 def _graph_module(gm: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
     return gm if isinstance(gm, torch.fx.GraphModule) and gm.graph is graph else torch.fx.GraphModule(gm, graph)
+
+
+class _RealProp(MetaRuleProp):
+    """A real forward pass recording ``tensor_meta`` as :class:`MetaRuleProp` does.
+
+    Not :class:`ShapeProp`: its ``run_node`` imports ``torch.fx.experimental.symbolic_shapes`` (sympy,
+    1.3-2 CPU-s in a fresh process) for its fake-mode bookkeeping, which a real pass never uses.
+    """
+
+    def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        return torch.fx.Interpreter.get_attr(self, target, args, kwargs)
+
+    def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        return torch.fx.Interpreter.call_module(self, target, args, kwargs)
 
 
 class _ShapeOnlyProp(ShapeProp):
