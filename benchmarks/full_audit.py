@@ -146,10 +146,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plugins", default="all")
     parser.add_argument("--budget", type=float, help="per-plugin time budget in seconds (default: each plugin's own)")
     parser.add_argument("--sides", action="store_true", help="cold, warm-unchanged and warm-changed processes")
+    parser.add_argument("--size", type=int, default=SIZE, help="image side of the digits and the model's input")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
+    global SIZE
+    SIZE = args.size  # the image side build() and the scan use
     if args.sides:
         return sides(args)
     model = build(args.out)
