@@ -140,6 +140,7 @@ def sides(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Build the target once, run the full audit once and print the timings and the reported leakage."""
+    global SIZE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/full-audit"))
     parser.add_argument("--device", default="cpu")
@@ -151,7 +152,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    global SIZE
     SIZE = args.size  # the image side build() and the scan use
     if args.sides:
         return sides(args)
