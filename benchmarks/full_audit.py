@@ -132,10 +132,12 @@ def sides(args: argparse.Namespace) -> None:
         got[side]["plugins"] = _plugins(reports[side])
         print(f"{side}: {got[side]['wall_s']} s wall, {got[side]['cpu_s']} CPU-s, exit {got[side]['exit']}, "
               f"load {got[side]['load_start']} -> {got[side]['load_end']}", flush=True)
-    same = _comparable(reports["cold"]) == _comparable(reports["warm-unchanged"])
+        same = _comparable(reports["cold"]) == _comparable(reports["warm-unchanged"]) \
+            if "warm-unchanged" in reports else None
+        # Written after every side, so a long last side cut off still leaves the first ones on record.
+        results.write("full_audit", run, {"sides": got, "warm_report_same_as_cold": same,
+                                          "plugins_arg": args.plugins, "size": args.size}, args)
     print(f"warm-unchanged report == cold report apart from times, command and reuse note: {same}")
-    results.write("full_audit", run, {"sides": got, "warm_report_same_as_cold": same, "plugins_arg": args.plugins},
-                  args)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -162,9 +162,11 @@ def full_audit_sides() -> str:
                    for side in SIDES]])
     rows.append(["peak RSS MB", *[str(got[side]["peak_rss_mb"]) if side in got else "—" for side in SIDES]])
     same = entry["results"]["warm_report_same_as_cold"]
-    return (f"{run_facts(entry['run'])}.\n\n" + table(["plugin", *SIDES], rows)
-            + f"\nThe warm-unchanged report is {'**identical**' if same else '**not identical**'} to the cold one "
-              "apart from times, the command line and the reuse note.\n")
+    verdict = "not compared" if same is None else "**identical**" if same else "**not identical**"
+    return (f"{run_facts(entry['run'])}; digits at {entry['results'].get('size', 32)}×"
+            f"{entry['results'].get('size', 32)}.\n\n" + table(["plugin", *SIDES], rows)
+            + f"\nThe warm-unchanged report is {verdict} to the cold one apart from times, the command line and "
+              "the reuse note.\n")
 
 
 def speed_ratio() -> str:
