@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -163,8 +164,9 @@ def full_audit_sides() -> str:
     rows.append(["peak RSS MB", *[str(got[side]["peak_rss_mb"]) if side in got else "—" for side in SIDES]])
     same = entry["results"]["warm_report_same_as_cold"]
     verdict = "not compared" if same is None else "**identical**" if same else "**not identical**"
-    return (f"{run_facts(entry['run'])}; digits at {entry['results'].get('size', 32)}×"
-            f"{entry['results'].get('size', 32)}.\n\n" + table(["plugin", *SIDES], rows)
+    flag = re.search(r"--size (\d+)", entry["run"]["command"])
+    size = entry["results"].get("size") or (int(flag.group(1)) if flag else 32)
+    return (f"{run_facts(entry['run'])}; digits at {size}×{size}.\n\n" + table(["plugin", *SIDES], rows)
             + f"\nThe warm-unchanged report is {verdict} to the cold one apart from times, the command line and "
               "the reuse note.\n")
 
