@@ -38,13 +38,22 @@ if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importin
     from auditor.plugin.runner import RunSettings
 
 
-def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
-    """Return the plugin runner's settings for a scan with ``config``."""
+def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None,
+                 identity: str | None = None) -> RunSettings:
+    """Return the plugin runner's settings for a scan with ``config``.
+
+    ``identity`` (:func:`auditor.plugin.results.identity_hash` of what is audited) lets the runner
+    reuse stored runs when ``config.cache`` is on; without it every run is computed.
+    """
+    from auditor.plugin.results import DEFAULT_CACHE_DIR, RunCache, cache_disabled_by_env
     from auditor.plugin.runner import RunSettings
 
     selected = tuple(config.plugins) if config.plugins is not None else None
+    cache = None
+    if config.cache and identity is not None and not cache_disabled_by_env():
+        cache = RunCache(config.cache_dir if config.cache_dir is not None else DEFAULT_CACHE_DIR)
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
-                       graph_only=graph_only)
+                       graph_only=graph_only, cache=cache, identity=identity if cache is not None else None)
 
 
 def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None], None]:

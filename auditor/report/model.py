@@ -15,9 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
 
-SCHEMA_VERSION = "1.8.0"
+SCHEMA_VERSION = "1.9.0"
 
 
 class _Record(BaseModel):
@@ -373,6 +374,7 @@ class PluginRun(_Record):
     finding_count: int = 0
     headline: list[Measurement] = Field(default_factory=list, description="Headline numbers beside their floors.")
     power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
+    reused: Reuse | None = Field(default=None, description="Set when the run was reused from the result cache.")
 
 
 class FamilyCoverage(_Record):

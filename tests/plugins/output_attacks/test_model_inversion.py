@@ -108,7 +108,7 @@ def test_random_init_target_stays_quiet_with_shown_power(tmp_path: Path) -> None
     assert res.headline[0].ci[0] <= 0
     # The judge and the control depend on train/ only: a scan of other weights loads both from the cache.
     assert "loaded from the cache" not in res.provenance["evaluation_model"]
-    assert len(list((tmp_path / "cache").glob("*.pt"))) == 2
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 2
     again = plugin.run(context(TinyResNet().eval(), data, cfg))
     assert "loaded from the cache" in again.provenance["evaluation_model"]
     assert again.metrics["evaluation_model_accuracy"] == m["evaluation_model_accuracy"]
