@@ -139,7 +139,8 @@ def _run_one(
             run, findings = hit
             return run.model_copy(update={"duration_s": round(time.monotonic() - started, 3)}), findings
     run, findings, cut = _compute(entry, plugin, model=model, graph=graph, profile=profile, config=config,
-                                  settings=settings, budget=budget, on_start=on_start, verdict_reason=verdict.reason, base=base)
+                                  settings=settings, budget=budget, on_start=on_start, verdict_reason=verdict.reason,
+                                  base=base)
     if key is not None and settings.cache is not None and not cut and run.status in ("ok", "inconclusive"):
         # Only a finished run is what the same inputs always give; one the clock cut short is not stored.
         settings.cache.put(key, run, findings, versions(entry.name, entry.version))
