@@ -187,8 +187,10 @@ def _size(target: Path) -> int:
 
 
 def _helper_caches(config: ScanConfig) -> list[Path]:
-    """The helper-model caches the worker may write: ``~/.cache/auditor`` and any ``cache_dir`` configured."""
+    """The caches the worker may write: ``~/.cache/auditor``, the run cache's ``cache_dir`` and any plugin's."""
     caches = [Path("~/.cache/auditor").expanduser()]
+    if config.cache and config.cache_dir is not None:
+        caches.append(Path(config.cache_dir).expanduser())
     for settings in config.plugin_config.values():
         value = settings.get("cache_dir") if isinstance(settings, dict) else None
         if isinstance(value, str) and value:
@@ -225,7 +227,7 @@ def _run_worker(request: dict[str, Any], limits: JailLimits, scratch: str,
                 progress: Callable[[str], None] | None) -> tuple[_Run, int, str]:
     """Start the worker, feed it the request, read its messages until it ends or a bound is passed."""
     proc = subprocess.Popen([sys.executable, "-I", "-c", BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=scratch, env=_environment(scratch), start_new_session=True)
+                            stderr=subprocess.PIPE, cwd=os.getcwd(), env=_environment(scratch), start_new_session=True)
     lines: queue.Queue[bytes | None] = queue.Queue()
     tail: list[bytes] = []
     threads = [threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True),

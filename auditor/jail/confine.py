@@ -86,7 +86,8 @@ _GPU_READ = ("/sys", "/proc/driver", "/proc/devices", "/usr/share/nvidia", "/etc
 
 def runtime_paths(gpu: bool) -> list[str]:
     """The paths this interpreter needs to read: its installation, ``sys.path``, system libraries (resolved)."""
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p), *_SYSTEM_READ]
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p), *_SYSTEM_READ,
+             *_code_paths()]
     if gpu:
         paths += _GPU_READ
     home = os.path.realpath(os.path.expanduser("~"))
@@ -95,6 +96,24 @@ def runtime_paths(gpu: bool) -> list[str]:
         real = os.path.realpath(p)
         if real not in ("/", home) and os.path.exists(real) and real not in out:
             out.append(real)
+    return out
+
+
+def _code_paths() -> list[str]:
+    """Where auditor's and its plugins' code lives: an editable install maps it outside ``sys.path``."""
+    from importlib import metadata, util
+
+    names = {"auditor", "auditor.templates"}
+    names |= {ep.value.split(":")[0].split(".")[0] for ep in metadata.entry_points(group="auditor.plugins")}
+    out: list[str] = []
+    for name in sorted(names):
+        try:
+            spec = util.find_spec(name)
+        except (ImportError, ValueError):  # a broken plugin is reported by the registry, not here
+            continue
+        if spec is not None:
+            out += list(spec.submodule_search_locations or ())
+            out += [os.path.dirname(spec.origin)] if spec.origin and not spec.submodule_search_locations else []
     return out
 
 

@@ -208,3 +208,27 @@ def test_the_cli_gates_from_the_workers_report_without_importing_torch(tmp_path:
     assert outcome == {"code": 1, "torch": False}
     assert report["model"]["load_safety"]["verdict"] == "unsafe"
     assert any(note.startswith("jail: ") for note in report["notes"])
+
+
+def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) -> None:
+    """As a user types it: relative paths from the working directory, the installed code (an editable install maps
+    it outside sys.path), no PYTHONPATH; the second scan's run comes from the cache the jailed worker wrote."""
+    import subprocess
+
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3)), tmp_path / "tiny.pt")
+    env = {k: v for k, v in os.environ.items() if k not in (jail.NO_JAIL_ENV, "PYTHONPATH", "AUDITOR_NO_CACHE")}
+    reports = []
+    for i in (1, 2):
+        done = subprocess.run([sys.executable, "-I", "-c", "from auditor.cli import main; main()", "scan", "tiny.pt",
+                               "--input-shape", "3,8,8", "--cache-dir", "runs", "--json", f"r{i}.json", "-q"],
+                              cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        reports.append(json.loads((tmp_path / f"r{i}.json").read_text()))
+    assert all(any(n.startswith("jail: audited in a confined worker") for n in r["notes"]) for r in reports)
+    first, second = ({p["name"]: p for p in r["plugins"]} for r in reports)
+    assert first["architecture-risk"].get("reused") is None
+    assert second["architecture-risk"]["reused"]["key"] == next((tmp_path / "runs").rglob("*.json")).stem
