@@ -44,6 +44,17 @@ _LARGE_PUTS = frozenset({"PUT", "LONG_BINPUT"})  # memo slots past the opcode's 
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _FIRST_READ = 1 << 16  # first chunk read from a stream; grown while a pickle runs past it
+#: Bytes of tracked strings (object overhead counted) one replay keeps; later strings are opaque values.
+MAX_KEPT_STRING_BYTES = 1 << 26
+_STR_OVERHEAD = 49  # sys.getsizeof("") on CPython
+#: Values on the stack, marks and memo slots one replay may hold: past them the pickle is refused. The
+#: pickler batches containers by 1000 items, so a real pickle stays far below (a deep stack is an attack).
+MAX_STACK_VALUES = 1 << 22
+MAX_MEMO_VALUES = 1 << 22
+#: Distinct integers sharing one hash (only ints of magnitude >= 2**61 - 1 can: int hashing is not
+#: randomised) that a pickle may hold: as dict keys or set elements, each insert would probe all the others.
+MAX_HASH_COLLISIONS = 32
+_LONG_OPS = frozenset({"LONG1", "LONG4", "LONG", "INT"})
 _UINT4 = struct.Struct("<I").unpack_from
 # Opcodes with meaning beyond their declared stack effect, all replayed by ``_Replay._step``
 # (some of them also have a fast path in ``_Replay.run``).
@@ -90,6 +101,10 @@ _OPAQUE = _Opaque()
 
 class _Malformed(Exception):
     """The opcode stream cannot be replayed (the real unpickler would fail or misbehave)."""
+
+
+class _Refused(Exception):
+    """The pickle asks the replay to keep more than its bounds (a resource attack on the checker itself)."""
 
 
 class _NeedMore(Exception):
@@ -140,6 +155,8 @@ class _Replay:
         self.memo: dict[int, object] = {}
         self.proto = 0
         self.stream = io.BytesIO(data)  # for pickletools' argument readers
+        self.kept = 0  # bytes of tracked strings so far (MAX_KEPT_STRING_BYTES)
+        self.hashes: dict[int, set[int]] = {}  # hash -> distinct large ints sharing it (MAX_HASH_COLLISIONS)
 
     def run(self) -> int:
         """Replay up to STOP and return the offset just past it (or where the stream turned out malformed).
@@ -169,6 +186,8 @@ class _Replay:
                         if key > i:  # memo slots are numbered in order: slot n needs n earlier opcodes
                             raise _Malformed(f"LONG_BINPUT to memo slot {key} (the unpickler would allocate a "
                                              "memo table that large)")
+                        if len(memo) >= MAX_MEMO_VALUES:
+                            self._too_many("memo slots", MAX_MEMO_VALUES)
                         memo[key] = stack[-1]
                         last, i = i, i + 5
                         continue
@@ -184,7 +203,7 @@ class _Replay:
                             if len(stack) - below < floor:
                                 raise _Malformed("stack underflow")
                             del stack[-below:]
-                        if pushes:
+                        if pushes:  # opaque values: 8 bytes each, so the stack stays within 8x the pickle's size
                             push(opaque)
                         last, i = i, i + size
                         continue
@@ -205,6 +224,8 @@ class _Replay:
                         floor = marks[-1] if marks else 0
                         continue
                     if code == 40:  # MARK
+                        if len(marks) >= MAX_STACK_VALUES:
+                            self._too_many("marks", MAX_STACK_VALUES)
                         floor = len(stack)
                         marks.append(floor)
                         last, i = i, i + 1
@@ -218,13 +239,13 @@ class _Replay:
                     if code == 88:  # BINUNICODE
                         end = i + 5 + uint4(data, i + 1)[0]
                         if end <= len(data):
-                            push(data[i + 5 : end].decode("utf-8", "surrogatepass"))
+                            push(self._keep(data[i + 5 : end].decode("utf-8", "surrogatepass")))
                             last, i = i, end
                             continue
                     elif code == 140:  # SHORT_BINUNICODE
                         end = i + 2 + data[i + 1]
                         if end <= len(data):
-                            push(data[i + 2 : end].decode("utf-8", "surrogatepass"))
+                            push(self._keep(data[i + 2 : end].decode("utf-8", "surrogatepass")))
                             last, i = i, end
                             continue
                     elif code == 106:  # LONG_BINGET
@@ -237,6 +258,8 @@ class _Replay:
                     elif code == 148:  # MEMOIZE
                         if len(stack) == floor:
                             raise _Malformed("MEMOIZE with nothing to memoise")
+                        if len(memo) >= MAX_MEMO_VALUES:
+                            self._too_many("memo slots", MAX_MEMO_VALUES)
                         memo[len(memo)] = stack[-1]
                         last, i = i, i + 1
                         continue
@@ -246,11 +269,37 @@ class _Replay:
                 floor = marks[-1] if marks else 0
         except _Malformed as exc:
             self._malformed(i, exc)
+        except _Refused as exc:
+            self.scan.problems.append(ScanProblem("resource", i, str(exc)))
         except (ValueError, EOFError, OverflowError) as exc:  # the opcode at ``i`` could not be read
             self._malformed(last, exc)
         scan = self.scan
         logger.debug("%s: %d import(s), %d problem(s)", scan.name, len(scan.imports), len(scan.problems))
         return i
+
+    def _keep(self, text: str) -> object:
+        """A string to track, or an opaque value once MAX_KEPT_STRING_BYTES of strings are kept."""
+        self.kept += _STR_OVERHEAD + len(text)
+        if self.kept > MAX_KEPT_STRING_BYTES:
+            if len(self.stack) >= MAX_STACK_VALUES:
+                self._too_many("values on the stack", MAX_STACK_VALUES)
+            return _OPAQUE
+        return text
+
+    def _too_many(self, what: str, cap: int) -> None:
+        raise _Refused(f"the pickle makes its unpickler hold more than {cap} {what}; the check stops there (a "
+                       "resource attack on the checker, or a pickle no writer produces)")
+
+    def _large_int(self, value: int, i: int) -> None:
+        """Count a decoded integer whose hash is not itself; refuse too many distinct ones sharing a hash."""
+        key = hash(value)
+        if key == value:
+            return
+        same = self.hashes.setdefault(key, set())
+        same.add(value)
+        if len(same) > MAX_HASH_COLLISIONS:
+            raise _Refused(f"the pickle holds {len(same)} distinct integers with the same hash {key} (int hashing is "
+                           "not randomised): a dict or set built from them takes quadratic time to fill")
 
     def _malformed(self, at: int, exc: Exception) -> None:
         """Record that the stream cannot be replayed past the opcode at ``at`` (-1: before the first one)."""
@@ -272,7 +321,10 @@ class _Replay:
         if name == "PROTO":
             self.proto = arg  # type: ignore[assignment]
         if name in _STRING_OPS:
-            stack.append(str(arg))
+            stack.append(self._keep(str(arg)))
+        elif name in _LONG_OPS and type(arg) is int:
+            self._large_int(arg, i)
+            self._apply(*_effect(op))
         elif name in ("GLOBAL", "INST"):
             # pickletools read two newline-terminated lines and checked that they are ASCII
             module, attr = self.data[i + 1 : end - 1].decode("ascii").split("\n")
@@ -296,6 +348,8 @@ class _Replay:
             self.scan.problems.append(ScanProblem(name, i, reason, module="copyreg", name=f"extension {arg}"))
             stack.append(_OPAQUE)
         elif name in _PUT_OPS or name == "MEMOIZE":
+            if len(memo) >= MAX_MEMO_VALUES:
+                self._too_many("memo slots", MAX_MEMO_VALUES)
             top, key = self._top(name), len(memo) if name == "MEMOIZE" else int(arg)  # type: ignore[call-overload]
             if name in _LARGE_PUTS and key > i:
                 raise _Malformed(f"{name} to memo slot {key} (the unpickler would allocate a memo table that large)")
@@ -307,6 +361,8 @@ class _Replay:
         elif name == "DUP":
             stack.append(self._top(name))
         elif name == "MARK":
+            if len(self.marks) >= MAX_STACK_VALUES:
+                self._too_many("marks", MAX_STACK_VALUES)
             self.marks.append(len(stack))
         elif name == "FROZENSET":
             self._frozenset(i)
