@@ -85,7 +85,7 @@ def directory_sha256(path: Path) -> str:
     files, _ = weight_files(path)
     for file in [path / CONFIG_FILE, *files]:
         digest.update(file.name.encode() + b"\0")
-        if _inside(path, file):
+        if inside(path, file):
             hash_into(digest, file)
         else:
             digest.update(os.readlink(file).encode() if file.is_symlink() else b"")
@@ -95,7 +95,7 @@ def directory_sha256(path: Path) -> str:
 def directory_size(path: Path) -> int:
     """Return the bytes of ``config.json`` and the weight files (0 for a file outside the directory)."""
     files, _ = weight_files(path)
-    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files] if _inside(path, f))
+    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files] if inside(path, f))
 
 
 def confinement_problems(path: Path) -> list[tuple[str, str]]:
@@ -108,7 +108,7 @@ def confinement_problems(path: Path) -> list[tuple[str, str]]:
     files = [path / CONFIG_FILE, *(path / f"{name}{INDEX_SUFFIX}" for name in (SAFETENSORS_FILE, PICKLE_FILE))]
     weights, _ = weight_files(path)
     problems = [(file.name, f"{file.name} resolves to {file.resolve()}, outside the model directory")
-                for file in [*files, *weights] if (file.exists() or file.is_symlink()) and not _inside(path, file)]
+                for file in [*files, *weights] if (file.exists() or file.is_symlink()) and not inside(path, file)]
     if problems:
         return problems
     try:
@@ -138,7 +138,7 @@ def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
         yield where, f"{CONFIG_FILE} field {where} names a hub id or URL ({node[:80]!r})"
 
 
-def _inside(root: Path, file: Path) -> bool:
+def inside(root: Path, file: Path) -> bool:
     """Tell whether ``file`` resolves inside ``root``, or, for a hub cache snapshot, into its repo's blobs."""
     root, target = root.resolve(), file.resolve()
     blobs = root.parent.parent / "blobs" if root.parent.name == "snapshots" else None

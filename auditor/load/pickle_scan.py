@@ -33,8 +33,9 @@ from auditor.load.export_scan import (
 from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
 from auditor.load.pickle_replay import scan_bytes as _scan_bytes
 from auditor.load.pickle_replay import scan_pickle
-from auditor.load.problems import PickleScan, ScanProblem
+from auditor.load.problems import NOT_JUDGED, PickleScan, ScanProblem
 from auditor.load.torchscript import check_torchscript_code, is_code_member
+from auditor.load.wrapped import Undecompressable, compression_of, npy_holds_objects, open_decompressed
 from auditor.load.ziparchive import archive_problems, native_code_reason
 
 __all__ = ["LEGACY_PICKLE_COUNT", "PickleScan", "ScanProblem", "scan_checkpoint", "scan_pickle", "scan_stream"]
@@ -55,20 +56,62 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
     """
     if sniffed.container is Container.SAFETENSORS:
         return []
-    if sniffed.container is Container.HF_DIR:
-        raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_hf_dir")
+    if sniffed.container in (Container.HF_DIR, Container.MODEL_DIR):
+        raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_directory")
     if sniffed.container is Container.LEGACY_TAR:
         reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
                   "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
         return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
     if sniffed.container is Container.LEGACY_PICKLE:
         with sniffed.path.open("rb") as fh:
-            return scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT)
+            return _joblib_arrays(scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT))
+    if sniffed.container is Container.COMPRESSED_PICKLE:
+        return _scan_compressed(sniffed)
+    if sniffed.container is Container.NUMPY:
+        with sniffed.path.open("rb") as fh:
+            npy_holds_objects(fh)  # leaves fh at the pickle after the header
+            return scan_stream(fh, sniffed.path.name, 1)
     try:
         with zipfile.ZipFile(sniffed.path) as zf:
             return _scan_zip(zf, "", sniffed.container, 0, max_tensor_bytes)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError) as exc:
         raise TruncatedArchive(sniffed.path, str(exc) or type(exc).__name__) from exc
+
+
+def _scan_compressed(sniffed: Sniffed) -> list[PickleScan]:
+    """Scan the pickle of a compressed stream (joblib's compressed files, ``pickle.load(gzip.open(...))``)."""
+    name = sniffed.path.name
+    method = _method(sniffed)
+    try:
+        with open_decompressed(sniffed.path, method) as fh:
+            return _joblib_arrays(scan_stream(fh, name, LEGACY_PICKLE_COUNT))
+    except Undecompressable as exc:
+        kind = NOT_JUDGED if method == "lz4" else "resource"
+        return [PickleScan(name, problems=[ScanProblem(kind, 0, f"{exc}; a loader would unpickle it")])]
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        reason = f"{method} data breaks while decompressing ({exc}); the pickle before the break cannot be checked"
+        return [PickleScan(name, problems=[ScanProblem("malformed", 0, reason)])]
+
+
+def _method(sniffed: Sniffed) -> str:
+    with sniffed.path.open("rb") as fh:
+        return compression_of(fh.read(8)) or "zlib"
+
+
+def _joblib_arrays(scans: list[PickleScan]) -> list[PickleScan]:
+    """A joblib pickle that breaks right where it stores an array's bytes: not judged past it, not malformed.
+
+    joblib writes each numpy array's raw bytes (or a nested pickle, for object arrays) into the
+    stream after the ``NumpyArrayWrapper`` that describes it; the static check cannot delimit them.
+    """
+    for scan in scans:
+        wrapped = any(ref.module == "joblib.numpy_pickle" and ref.name == "NumpyArrayWrapper" for ref in scan.imports)
+        if wrapped and scan.problems and scan.problems[-1].opcode == "malformed":
+            at = scan.problems[-1].position
+            scan.problems[-1] = ScanProblem(NOT_JUDGED, at, "joblib stores numpy array bytes inside its pickle "
+                                            "stream; the static check cannot delimit them, so the rest of the "
+                                            "file is not judged (joblib.load would unpickle it)")
+    return scans
 
 
 def scan_stream(fh: BinaryIO, name: str, max_pickles: int) -> list[PickleScan]:
@@ -117,6 +160,12 @@ def _scan_zip(
             scans.append(_scan_bytes(zf.read(info), label))
         elif kind == "code":
             scans.append(_scan_code(zf.read(info), label))
+        elif kind == "npy":
+            scans.extend(_scan_npy(zf.read(info), label))
+        elif kind == "source":
+            reason = ("torch.package archive ships Python source; PackageImporter imports (runs) it when a pickle "
+                      "refers to it, and the static check does not judge code")
+            scans.append(PickleScan(label, problems=[ScanProblem("package", 0, reason)]))
         elif kind == "graph":
             scans.append(scan_export_graph(zf.read(info), label))
         else:
@@ -128,6 +177,10 @@ def _member_kind(name: str, container: Container, raw_payloads: set[str]) -> str
     """What torch does with an archive member: unpickle it, compile it, parse it as a graph, or nothing."""
     if name.lower().endswith((".pkl", ".debug_pkl")):
         return "pickle"
+    if container is Container.NUMPY_ZIP:
+        return "npy" if name.lower().endswith(".npy") else None
+    if container is Container.TORCH_PACKAGE:
+        return "source" if name.lower().endswith((".py", ".pyc", ".so", ".pyd")) else None
     if container is Container.TORCHSCRIPT:
         return "code" if is_code_member(name) else None
     if container is not Container.TORCH_EXPORT:
@@ -135,6 +188,12 @@ def _member_kind(name: str, container: Container, raw_payloads: set[str]) -> str
     if is_export_graph(name):
         return "graph"
     return "payload" if is_export_payload(name, raw_payloads) else None
+
+
+def _scan_npy(data: bytes, label: str) -> list[PickleScan]:
+    """Scan one ``.npy`` member of an ``.npz``: its pickle when it holds Python objects, nothing otherwise."""
+    fh = io.BytesIO(data)
+    return scan_stream(fh, label, 1) if npy_holds_objects(fh) else []
 
 
 def _scan_code(data: bytes, label: str) -> PickleScan:

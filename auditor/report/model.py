@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = "1.7.0"
+from auditor.report.files import FileCoverage
+
+SCHEMA_VERSION = "1.8.0"
 
 
 class _Record(BaseModel):
@@ -109,12 +111,10 @@ class Finding(_Record):
     references: list[Reference] = Field(default_factory=list)
     remediation: list[str] = Field(default_factory=list, description="Rewrite ids that would address it.")
     source: str = Field(default="core", description="'core' or the name of the plugin that produced it.")
-    fingerprint: str | None = Field(
-        default=None, description="Stable id of the finding: rule id + model path + location (auditor.baseline)."
-    )
-    suppression: Suppression | None = Field(
-        default=None, description="Set when a baseline or config entry accepts the finding; it then does not gate."
-    )
+    fingerprint: str | None = Field(default=None, description="Stable id of the finding: rule id + model path + "
+                                    "location (auditor.baseline).")
+    suppression: Suppression | None = Field(default=None, description="Set when a baseline or config entry accepts "
+                                            "the finding; it then does not gate.")
 
 
 # --- model and load safety -------------------------------------------------------------------
@@ -142,6 +142,8 @@ class LoadSafety(_Record):
                                                 "allowlist-gated C unpickler'.")
     trusted_imports: list[str] = Field(default_factory=list)
     trust_all: bool = False
+    files: list[FileCoverage] = Field(default_factory=list, description="Each file of a scanned directory: checked, "
+                                      "no code to check, not judged (the verdict cannot PASS) or refused.")
 
 
 class ModelInfo(_Record):
@@ -189,9 +191,8 @@ class HiddenSkip(_Record):
     threshold: float = Field(description="The z a conv must reach to be reported.")
     mass_ratio: float = Field(description="Mean |w| on the centre-tap diagonal over mean |w| elsewhere.")
     ratio_threshold: float = Field(description="The mass ratio a conv must also reach.")
-    depthwise: bool = Field(
-        default=False, description="Depthwise conv: an identity branch and a 1x1 branch look alike there."
-    )
+    depthwise: bool = Field(default=False, description="Depthwise conv: an identity branch and a 1x1 branch "
+                                                       "look alike there.")
 
 
 class Stage(_Record):
@@ -275,9 +276,8 @@ class ArchitectureProfile(_Record):
     skip_connections: list[SkipConnection] = Field(default_factory=list)
     stage_rule: str = Field(description="How stages were assigned: 'resolution' or a labelled depth fallback.")
     stages: list[Stage] = Field(default_factory=list)
-    last_stage: int | None = Field(
-        default=None, description="Index of the last (deepest) stage when it holds skips, else null."
-    )
+    last_stage: int | None = Field(default=None, description="Index of the last (deepest) stage when it holds "
+                                                              "skips, else null.")
     norms: dict[str, int] = Field(default_factory=dict)
     batchnorm_in_eval: bool | None = None
     activations: dict[str, int] = Field(default_factory=dict)
