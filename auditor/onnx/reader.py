@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from auditor.errors import InvalidInputShape, TruncatedArchive, UnknownFormat
+from auditor.onnx.external import confine_external_data
 
 #: The batch the profile is computed at when the model's batch dimension is symbolic.
 PROFILE_BATCH = 1
@@ -54,14 +55,26 @@ def read_model(path: Path) -> onnx.ModelProto:
         TruncatedArchive: the protobuf cannot be parsed.
         UnknownFormat: the model fails the ONNX checker.
     """
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf DecodeError and friends, translated here
-        raise TruncatedArchive(path, f"onnx.load failed: {_one_line(exc)}") from exc
+    model = load_confined(path)
     try:
         onnx.checker.check_model(skeleton(model))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise UnknownFormat(path, f"not a valid ONNX model: {_one_line(exc)}") from exc
+    return model
+
+
+def load_confined(path: Path) -> onnx.ModelProto:
+    """Parse the model at ``path`` without its external data, whose locations are confined to its folder.
+
+    Raises:
+        TruncatedArchive: the protobuf cannot be parsed.
+        UnknownFormat: an external data location leaves the model's folder or overruns its file.
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError and friends, translated here
+        raise TruncatedArchive(path, f"onnx.load failed: {_one_line(exc)}") from exc
+    confine_external_data(model, path)
     return model
 
 
@@ -121,7 +134,7 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     g.value_info.extend(src.value_info)
     listed = {i.name for i in src.input}
     for t in src.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) <= SMALL_INITIALIZER:
+        if int(np.prod(t.dims, dtype=np.int64)) <= SMALL_INITIALIZER and t.data_location != onnx.TensorProto.EXTERNAL:
             g.initializer.append(t)
         elif t.name not in listed:
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
