@@ -40,6 +40,8 @@ INDEX_SUFFIX = ".index.json"
 #: Config keys whose value is a file to open or a download source (timm, timm_wrapper, backbone configs).
 _PATH_KEYS = frozenset({"checkpoint_path", "pretrained_cfg_overlay", "pretrained_cfg", "hf_hub_id", "hf_hub_filename",
                         "url", "file", "pretrained_model_name_or_path", "cache_dir"})
+#: Path keys that timm also writes as a dict of metadata (input size, mean, std): only its own fields are judged.
+_CFG_DICTS = frozenset({"pretrained_cfg", "pretrained_cfg_overlay"})
 _DOWNLOAD_FLAGS = frozenset({"pretrained", "use_pretrained_backbone"})
 _PROVENANCE_KEYS = frozenset({"_name_or_path", "transformers_version"})  # recorded, never opened
 _REMOTE_PREFIXES = ("hf-hub:", "hf_hub:", "http://", "https://", "ftp://", "file:", "local-dir:", "s3://", "gs://")
@@ -125,7 +127,7 @@ def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(node, dict):
         for key, value in node.items():
             at = f"{where}.{key}" if where else str(key)
-            if key in _PATH_KEYS and value:
+            if key in _PATH_KEYS and value and not (key in _CFG_DICTS and isinstance(value, dict)):
                 yield at, f"{CONFIG_FILE} field {at} names a file or download ({str(value)[:80]!r})"
             elif key in _DOWNLOAD_FLAGS and value is True:
                 yield at, f"{CONFIG_FILE} field {at} asks for pretrained weights, which would be downloaded"
