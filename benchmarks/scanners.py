@@ -174,7 +174,7 @@ def render(results: dict[str, Any]) -> str:
              "its report or exit code says so: auditor refuses it (load verdict `unsafe`) or does not load it "
              "(exit 2, no report); a peer exits 1 (any issue; modelaudit's warnings included). Auditor's exit 1 "
              "on a file that loaded as safe comes from architecture findings and is not counted.", "",
-             *_carried_note(results["rows"]),
+             *_carried_note(results["rows"]), *_COVERAGE,
              "## Per technique class (files flagged / files in the class)", "",
              "| technique class | files | plain load | " + " | ".join(scanners) + " |",
              "|---|---|---|" + "---|" * len(scanners)]
@@ -198,6 +198,21 @@ def render(results: dict[str, Any]) -> str:
     lines += ["", "Cells: `flagged` or `passed`, with the exit code (auditor's also with its load verdict: exit 1 "
               "on a file loaded `safe` is an architecture finding); `n/a` when the tool was not installed.", ""]
     return "\n".join(lines)
+
+
+_COVERAGE = [
+    "A directory is judged file by file: every file is checked (each pickle a loader would unpickle: torch files, "
+    "joblib and gzip/bz2/xz/lzma/zlib-wrapped pickles, `.npy`/`.npz` arrays of objects, `torch.package` archives, "
+    "whose Python source is refused) or listed in the report (`load_safety.files`) with its kind and why no loader "
+    "runs code from it (text, JSON, tokenizer files, safetensors, WebDataset tar shards, numeric arrays). A file a "
+    "loader would run that the check cannot judge (a joblib array's bytes inside its pickle, lz4 data without the "
+    "lz4 module) makes the run INCONCLUSIVE (exit 3), never PASS; a file or folder linking out of the directory is "
+    "not read and refuses it. Pickles are recognised by replaying their opcodes to `STOP` on a well-formed stack "
+    "(or to a call before the stream breaks), never by their first bytes; torch's legacy tar by its `storages` "
+    "member. The scan keeps at most 64 MiB of strings and 4M stack, mark and memo slots per pickle, and refuses more "
+    "than 32 distinct integers sharing one hash (a dict of them fills quadratically). PEFT adapter, diffusers and "
+    "timm Hub-cache folders are checked statically (tests/load/test_real_layouts.py) but hold no model auditor "
+    "builds, so they are not rows here.", ""]
 
 
 def _carried_note(rows: list[dict[str, Any]]) -> list[str]:
