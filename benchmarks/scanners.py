@@ -168,8 +168,10 @@ def render(results: dict[str, Any]) -> str:
              "(do not edit by hand).", "", f"Versions that ran: {versions}.", "",
              "Every file is written by our own code, one or more instances per publicly known technique class "
              "(advisories and the peers' regression cases) plus auditor's own cases. *Runs* is what loading the "
-             "file the plain way did (`torch.load(weights_only=False)`, `torch.jit.load`, `torch.export.load`; "
-             "for a directory, `torch.load` of its sidecar): created the payload's canary, hung past "
+             "file the plain way did (`torch.load(weights_only=False)`, `torch.jit.load`, `torch.export.load`, "
+             "`joblib.load`, `numpy.load(allow_pickle=True)`, `PackageImporter.load_pickle`, `pickle.load` of the "
+             "decompressed stream, an onnxruntime session run; for a directory, that load of its sidecar): created "
+             "the payload's canary, hung past "
              f"{PLAIN_TIMEOUT_S} s, or asked for more than a 4 GiB address space. A scanner *flags* a file when "
              "its report or exit code says so: auditor refuses it (load verdict `unsafe`) or does not load it "
              "(exit 2, no report); a peer exits 1 (any issue; modelaudit's warnings included). Auditor's exit 1 "
