@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from auditor._version import __version__
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
-from auditor.gate import GatePolicy, decide
+from auditor.gate import GatePolicy, apply_severity_policy, decide
 from auditor.report.files import not_judged
 from auditor.report.model import (
     ArchitectureProfile,
@@ -75,9 +75,6 @@ def assemble_report(
 ) -> DraftReport:
     """Sort the findings and stamp the tool and the time: how every audit ends before the gate."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    if architecture is not None and architecture.fx_graph is not None:
-        architecture = architecture.model_copy()  # the report keeps no live graph (rows are shipped, kept)
-        architecture._fx_graph = None
     tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
     return DraftReport(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
                        architecture=architecture, findings=findings, plugins=plugins, notes=notes, onnx=onnx)
@@ -96,6 +93,8 @@ def judge(
     ``accept`` fingerprints the findings and marks those ``baseline`` or ``policy.suppressions`` accept.
     """
     messages: list[str] = []
+    if policy.severity:
+        draft = draft.model_copy(update={"findings": apply_severity_policy(draft.findings, policy)})
     if accept:
         draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
     safety = draft.model.load_safety

@@ -12,7 +12,7 @@ from auditor.config import ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import load_data_dir
 from auditor.deps import require
 from auditor.errors import ConfigError
-from auditor.graph.profile import profile_model
+from auditor.graph.profile import profile_with_graph
 from auditor.graph.tokens import TokenSpec
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, Sniffed, sniff
@@ -49,6 +49,13 @@ def scan(
     """
     force_offline()  # the library's entry point: Hugging Face libraries stay offline for the process
     config = config or ScanConfig()
+    if config.supply.signature is not None or config.supply.require_signature:
+        from auditor.audit.supply import signature_refusal
+        from auditor.supply.verify import check_signature
+
+        check = check_signature(Path(path), config.supply)  # before anything under the path is opened
+        if check.refused:
+            return judge(signature_refusal(Path(path), check, config), config.gate)[0]
     return judge(audit(path, config, entries=entries, progress=progress), config.gate)[0]
 
 
@@ -104,11 +111,11 @@ def audit(
     model = loaded.model  # on the CPU: the runner hands each plugin its copy on the device
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
-    profile = profile_model(model, shape)
+    profile, graph = profile_with_graph(model, shape)
     findings.extend(_profile_findings(profile.traced_with, profile.trace_notes))
 
     plugins, plugin_findings = run_plugins(
-        entries, model=model, profile=profile, configs=plugin_configs,
+        entries, model=model, graph=graph, profile=profile, configs=plugin_configs,
         settings=run_settings(config, device, data),
         on_start=announce_plugins(say),
     )

@@ -15,8 +15,7 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
-from auditor.graph.split import reuse_trace
-from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext
+from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext, applicability
 from auditor.plugin.registry import PluginEntry
 from auditor.report.model import (
     CATEGORY_CUT_SHORT,
@@ -66,18 +65,21 @@ def run_plugins(
     configs: Mapping[str, BaseModel],
     settings: RunSettings,
     on_start: Callable[[str, float | None], None] | None = None,
+    graph: torch.fx.Graph | None = None,
 ) -> tuple[list[PluginRun], list[Finding]]:
     """Run every entry that is selected, applicable and satisfied; return runs and findings.
 
     ``on_start(name, budget_s)`` is told each plugin as it starts, with the budget it runs under.
 
     ``model`` is None when only a graph was profiled (``settings.graph_only`` says which): plugins
-    whose :class:`Requirements` need the PyTorch model are then skipped with that reason.
+    whose :class:`Requirements` need the PyTorch model are then skipped with that reason. ``graph``
+    is the model's fx graph, traced with the profile (:func:`auditor.graph.profile.profile_with_graph`;
+    None unless fx traced the model): each plugin finds it as :attr:`RunContext.graph`.
     """
     runs: list[PluginRun] = []
     findings: list[Finding] = []
     for entry in entries:
-        run, new = _run_one(entry, model=model, profile=profile, config=configs.get(entry.name),
+        run, new = _run_one(entry, model=model, graph=graph, profile=profile, config=configs.get(entry.name),
                             settings=settings, on_start=on_start)
         runs.append(run)
         findings.extend(new)
@@ -88,6 +90,7 @@ def _run_one(
     entry: PluginEntry,
     *,
     model: torch.nn.Module | None,
+    graph: torch.fx.Graph | None,
     profile: ArchitectureProfile,
     config: BaseModel | None,
     settings: RunSettings,
@@ -109,7 +112,7 @@ def _run_one(
                          reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
                          **base), []
     try:
-        verdict = plugin.applicable(profile)
+        verdict = applicability(plugin, profile)
     except Exception as exc:  # isolation: a plugin bug is report data
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
@@ -123,11 +126,10 @@ def _run_one(
         return PluginRun(status="skipped", category=unmet[0], reason=unmet[1], **base), []
     budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
     own_model = _isolated_copy(model, settings.device) if model is not None and plugin.requires.torch_model else None
-    if own_model is not None:
-        reuse_trace(own_model, profile)  # a split of the plugin's copy starts from the profile's own trace
     ctx = RunContext(
         model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
-        seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
+        seed=settings.seed, budget_s=budget, data=settings.data, graph=graph if own_model is not None else None,
+        plugin_name=entry.name,
     )
     if on_start is not None:
         on_start(entry.name, budget)
@@ -167,11 +169,9 @@ def _unmet_needs(
     requires: Requirements, profile: ArchitectureProfile, settings: RunSettings
 ) -> tuple[str, str] | None:
     """Return the category and reason of the first declared need the scan does not meet, or None."""
-    if requires.data and settings.data is None:
-        return CATEGORY_MISSING_DATA, "needs --data; nothing is run on made-up data"
-    if requires.labels and not getattr(settings.data, "classes", ()):
-        return CATEGORY_MISSING_DATA, ("needs labelled --data (one folder per class, or a labels column); "
-                                       "none were given")
+    lacking = requires.missing_data(settings.data)
+    if lacking is not None:
+        return CATEGORY_MISSING_DATA, lacking
     if requires.split_point and not profile.split_points:
         if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
             return CATEGORY_TOOLING_GAP, ("needs a split point, and the model could not be traced into a graph "

@@ -11,56 +11,18 @@ removes or changes the meaning of a key.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from auditor.report.files import FileCoverage
+from auditor.report.severity import Severity
 
-SCHEMA_VERSION = "1.8.0"
+SCHEMA_VERSION = "1.9.0"
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Severity(str, Enum):
-    """Finding severity, ordered from ``info`` to ``critical``."""
-
-    INFO = "info"
-    LOW = "low"
-    MEDIUM = "medium"
-    HIGH = "high"
-    CRITICAL = "critical"
-
-    @property
-    def rank(self) -> int:
-        """Return 0 for ``info`` up to 4 for ``critical``."""
-        return _SEVERITY_ORDER.index(self)
-
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank >= other.rank
-
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank > other.rank
-
-    def __le__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank <= other.rank
-
-    def __lt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank < other.rank
-
-
-_SEVERITY_ORDER = [Severity.INFO, Severity.LOW, Severity.MEDIUM, Severity.HIGH, Severity.CRITICAL]
 
 
 # Stable categories for plugin outcomes that are not ``ok`` (never change their meaning).
@@ -99,6 +61,15 @@ class Suppression(_Record):
     expires: str | None = Field(default=None, description="ISO date after which the finding counts again.")
 
 
+class SeverityOverride(_Record):
+    """A severity the policy changed: the rule's own severity, the one applied, and which policy did it."""
+
+    original: Severity = Field(description="The severity the rule gave.")
+    applied: Severity = Field(description="The severity the policy set (the finding's `severity`).")
+    pattern: str = Field(description="The [severity] key that matched the rule id (an id or a glob).")
+    source: str = Field(description="Where the policy came from, e.g. 'auditor.toml [severity]'.")
+
+
 class Finding(_Record):
     """One result a reviewer should read: a rule that fired, with its evidence."""
 
@@ -111,10 +82,16 @@ class Finding(_Record):
     references: list[Reference] = Field(default_factory=list)
     remediation: list[str] = Field(default_factory=list, description="Rewrite ids that would address it.")
     source: str = Field(default="core", description="'core' or the name of the plugin that produced it.")
-    fingerprint: str | None = Field(default=None, description="Stable id of the finding: rule id + model path + "
-                                    "location (auditor.baseline).")
-    suppression: Suppression | None = Field(default=None, description="Set when a baseline or config entry accepts "
-                                            "the finding; it then does not gate.")
+    fingerprint: str | None = Field(
+        default=None, description="Stable id of the finding: rule id + model path + location (auditor.baseline)."
+    )
+    suppression: Suppression | None = Field(
+        default=None, description="Set when a baseline or config entry accepts the finding; it then does not gate."
+    )
+    severity_override: SeverityOverride | None = Field(
+        default=None, description="Set when a [severity] policy changed the rule's severity; `severity` is the "
+        "applied one."
+    )
 
 
 # --- model and load safety -------------------------------------------------------------------
@@ -257,15 +234,6 @@ class LinearBias(_Record):
 
 class ArchitectureProfile(_Record):
     """Everything the graph layer found, with node names and owning module paths."""
-
-    #: The torch.fx.Graph the profile was built from, when fx traced the model (not serialised):
-    #: splitting reuses it instead of tracing again.
-    _fx_graph: Any = PrivateAttr(default=None)
-
-    @property
-    def fx_graph(self) -> Any:
-        """Return the fx graph the profile was built from (None unless fx traced the model)."""
-        return self._fx_graph
 
     traced_with: Literal["fx", "export", "hooks", "onnx"]
     trace_notes: list[str] = Field(default_factory=list)
