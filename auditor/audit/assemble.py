@@ -21,6 +21,7 @@ from auditor._version import __version__
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
 from auditor.gate import GatePolicy, apply_severity_policy, decide
+from auditor.report.files import not_judged
 from auditor.report.model import (
     ArchitectureProfile,
     Finding,
@@ -105,8 +106,9 @@ def judge(
         draft = draft.model_copy(update={"findings": apply_severity_policy(draft.findings, policy)})
     if accept:
         draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
-    summary = decide(draft.findings, draft.plugins, policy, unsafe=draft.model.load_safety.verdict == "unsafe",
-                     expired=messages)
+    safety = draft.model.load_safety
+    summary = decide(draft.findings, draft.plugins, policy, unsafe=safety.verdict == "unsafe", expired=messages,
+                     unjudged_files=[f"{f.file} ({f.kind}): {f.reason}" for f in not_judged(safety.files)])
     fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
     return Report(**fields, summary=summary), messages
 

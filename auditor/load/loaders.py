@@ -56,6 +56,9 @@ CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 #: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
 _SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
 _PROBE_SHAPE = (3, 224, 224)
+#: Containers a model is loaded from (the others are checked statically only: joblib, numpy, torch.package, folders).
+_MODEL_CONTAINERS = frozenset({Container.TORCHSCRIPT, Container.TORCH_EXPORT, Container.TORCH_ZIP,
+                               Container.LEGACY_PICKLE, Container.LEGACY_TAR})
 #: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
 MAX_DECLARED_SIDE = 4096
 MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
@@ -227,6 +230,9 @@ def _materialise(
         model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
         notes.extend(arch_notes)
         return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    if sniffed.container not in _MODEL_CONTAINERS:
+        raise UnknownFormat(path, f"{sniffed.container.value}: its pickles passed the static check, but it holds no "
+                                  "model to audit; pass a weight file (with --arch) or a save_pretrained directory")
     budget = load_budget(sniffed.size_bytes)
     if sniffed.container is Container.TORCHSCRIPT:
         try:

@@ -15,10 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from auditor.report.files import FileCoverage
 from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
 
-SCHEMA_VERSION = "1.9.0"
+SCHEMA_VERSION = "1.10.0"
 
 
 class _Record(BaseModel):
@@ -119,6 +120,8 @@ class LoadSafety(_Record):
                                                 "allowlist-gated C unpickler'.")
     trusted_imports: list[str] = Field(default_factory=list)
     trust_all: bool = False
+    files: list[FileCoverage] = Field(default_factory=list, description="Each file of a scanned directory: checked, "
+                                      "no code to check, not judged (the verdict cannot PASS) or refused.")
 
 
 class ModelInfo(_Record):
@@ -166,9 +169,8 @@ class HiddenSkip(_Record):
     threshold: float = Field(description="The z a conv must reach to be reported.")
     mass_ratio: float = Field(description="Mean |w| on the centre-tap diagonal over mean |w| elsewhere.")
     ratio_threshold: float = Field(description="The mass ratio a conv must also reach.")
-    depthwise: bool = Field(
-        default=False, description="Depthwise conv: an identity branch and a 1x1 branch look alike there."
-    )
+    depthwise: bool = Field(default=False, description="Depthwise conv: an identity branch and a 1x1 branch "
+                                                       "look alike there.")
 
 
 class Stage(_Record):
@@ -243,9 +245,8 @@ class ArchitectureProfile(_Record):
     skip_connections: list[SkipConnection] = Field(default_factory=list)
     stage_rule: str = Field(description="How stages were assigned: 'resolution' or a labelled depth fallback.")
     stages: list[Stage] = Field(default_factory=list)
-    last_stage: int | None = Field(
-        default=None, description="Index of the last (deepest) stage when it holds skips, else null."
-    )
+    last_stage: int | None = Field(default=None, description="Index of the last (deepest) stage when it holds "
+                                                              "skips, else null.")
     norms: dict[str, int] = Field(default_factory=dict)
     batchnorm_in_eval: bool | None = None
     activations: dict[str, int] = Field(default_factory=dict)
