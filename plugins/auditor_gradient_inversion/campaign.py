@@ -79,6 +79,8 @@ class Campaign:
     on_step: Callable[[IGStep], None] | None = None
     rows: list[IGRow | DLGRow] = field(default_factory=list)
     recons: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: The IG attacks the safety net stopped mid-descent (their rows hold the best iterate reached).
+    cut: list[Skip] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -173,7 +175,7 @@ class Campaign:
             seed=self.seed,
             noise_shapes=shapes,
             noise=mode,
-            check_budget=self.check_budget,
+            check_budget=lambda: self._tick(key),
             on_step=self.on_step,
         )
         rows = []
@@ -211,6 +213,17 @@ class Campaign:
             self.rows.append(row)
             rows.append(row)
         return rows
+
+    def _tick(self, key: str) -> bool:
+        """Check the budget (raises once it is spent); return True, recording ``key`` as cut, once the net fires."""
+        self.check_budget()
+        if not self.net.fired():
+            return False
+        if not any(s.stage == key for s in self.cut):
+            self.cut.append(Skip(key, f"stopped mid-attack: the wall-clock safety net fired (less than "
+                                      f"{self.net.reserve:.0%} of the {self.net.total:g} s budget was left)",
+                                 cut_short=True))
+        return True
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""

@@ -87,7 +87,7 @@ class GradientInversionPlugin:
         if searched.winner is not None:
             attacked = _attack_at_winner(camp, cfg, ctx, searched, searched.winner, split, floors, known)
         dlg = _dlg(camp, cfg) if cfg.run_dlg else []
-        skips = [*([searched.skip] if searched.skip else []), *attacked.skips, *dlg]
+        skips = [*camp.cut, *([searched.skip] if searched.skip else []), *attacked.skips, *dlg]
         found += report.findings(camp, floors, attacked, ctx.seed)
         for skip in skips:
             if skip.cut_short:
