@@ -188,7 +188,7 @@ def run_auditor(
     known = config.label_mode == "known"
     floor = floors(camp, known, probes.pool)
     closed_form(camp, ctx.profile)
-    found = search(camp, config, floor, known=known, seed=ctx.seed, remaining_s=ctx.remaining_s)
+    found = search(camp, config, floor, known=known, seed=ctx.seed)
     end_cpu, end_wall, _, _ = clock.now()
     winner = found.winner
     return {

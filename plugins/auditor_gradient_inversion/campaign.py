@@ -4,6 +4,11 @@ Threat model (seed 004 §3.1, seed 003 §2.6): an honest-but-curious FedSGD serv
 client's gradient of one local step on a private batch, knows the model, weights and loss, and
 optionally the labels. Every row records the attack, the parameter set matched, batch size, label
 mode, norm mode, iterations, restarts, seeds, the data and the time it took.
+
+How much runs is a work budget: the preset's iterations, restarts, probes and search stages, the same on
+an idle and a loaded machine. The clock is only a safety net (:class:`SafetyNet`): once less than a
+tenth of the plugin's budget is left, the stages not yet started are skipped and the run is cut short
+(inconclusive, never ``ok``); ``check_budget`` still raises inside an attack when the budget is spent.
 """
 
 from __future__ import annotations
@@ -22,13 +27,39 @@ from auditor_gradient_inversion.attacks.dlg import dlg
 from auditor_gradient_inversion.attacks.ig import IGSettings, IGStep, invert, trial_generator
 from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes, seeded_rng
-from auditor_gradient_inversion.rows import DLGRow, IGRow
+from auditor_gradient_inversion.rows import DLGRow, IGRow, Skip
+
+
+@dataclass(frozen=True)
+class SafetyNet:
+    """The wall-clock safety net: it fires once less than ``reserve`` of the ``total`` budget is left.
+
+    It never decides how much work a stage does (no speed is measured or predicted); it only stops
+    stages from starting when the budget is nearly spent, and a stage it stops is cut short.
+    """
+
+    total: float | None = None
+    remaining: Callable[[], float | None] = lambda: None
+    reserve: float = 0.1
+
+    def fired(self) -> bool:
+        """Tell whether less than ``reserve`` of the budget is left (never without a budget)."""
+        left = self.remaining()
+        return self.total is not None and left is not None and left < self.reserve * self.total
+
+    def stops(self, stage: str) -> Skip | None:
+        """Return the cut-short :class:`Skip` of ``stage`` when the net has fired, else None (run it)."""
+        if not self.fired():
+            return None
+        return Skip(stage, f"not run: the wall-clock safety net fired (less than {self.reserve:.0%} of the "
+                           f"{self.total:g} s budget was left)", cut_short=True)
 
 
 @dataclass
 class Campaign:
     """One model under attack: private inputs, normalisation, seeds and the rows produced so far.
 
+    ``net`` is the wall-clock safety net each stage asks before it starts (:meth:`SafetyNet.stops`).
     ``on_step`` (optional) is handed every IG iteration's :class:`~auditor_gradient_inversion.attacks.ig.IGStep`
     (benchmarks read the attack's progress through it).
     """
@@ -44,10 +75,12 @@ class Campaign:
     num_classes: int
     scaling: Scaling = "minmax"
     check_budget: Callable[[], None] = lambda: None
+    net: SafetyNet = field(default_factory=SafetyNet)
     on_step: Callable[[IGStep], None] | None = None
     rows: list[IGRow | DLGRow] = field(default_factory=list)
     recons: dict[str, torch.Tensor] = field(default_factory=dict)
-    sec_per_trial_iter: float | None = None
+    #: The IG attacks the safety net stopped mid-descent (their rows hold the best iterate reached).
+    cut: list[Skip] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -106,12 +139,6 @@ class Campaign:
         acc = float((rec == y.sort(dim=1).values).float().mean())
         return (y if known else rec), acc
 
-    def fits(self, trials: int, iterations: int, remaining: float | None) -> bool:
-        """Tell whether an attack of this size is predicted to fit the remaining budget."""
-        if remaining is None or self.sec_per_trial_iter is None:
-            return True
-        return self.sec_per_trial_iter * trials * iterations * 1.2 < remaining
-
     def run_ig(
         self,
         key: str,
@@ -148,11 +175,9 @@ class Campaign:
             seed=self.seed,
             noise_shapes=shapes,
             noise=mode,
-            check_budget=self.check_budget,
+            check_budget=lambda: self._tick(key),
             on_step=self.on_step,
         )
-        trial_iters = max(1, int(res.steps.sum()) * settings[0].restarts)
-        self.sec_per_trial_iter = res.seconds / trial_iters
         rows = []
         for j, setting in enumerate(settings):
             recon = self.to_pixels(res.x[:, j])
@@ -188,6 +213,17 @@ class Campaign:
             self.rows.append(row)
             rows.append(row)
         return rows
+
+    def _tick(self, key: str) -> bool:
+        """Check the budget (raises once it is spent); return True, recording ``key`` as cut, once the net fires."""
+        self.check_budget()
+        if not self.net.fired():
+            return False
+        if not any(s.stage == key for s in self.cut):
+            self.cut.append(Skip(key, f"stopped mid-attack: the wall-clock safety net fired (less than "
+                                      f"{self.net.reserve:.0%} of the {self.net.total:g} s budget was left)",
+                                 cut_short=True))
+        return True
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""

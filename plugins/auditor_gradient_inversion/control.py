@@ -15,7 +15,6 @@ control falls back to an unprotected patchify CNN of the same input size, and th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,7 +165,7 @@ class ControlOutcome:
 
 
 def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSettings, floors: Floors, *, known: bool,
-                   seed: int, remaining_s: Callable[[], float | None], graph: torch.fx.Graph | None = None
+                   seed: int, graph: torch.fx.Graph | None = None
                    ) -> ControlOutcome:
     """Attack the positive control with the winning setting, budget and probes; return its power check and record.
 
@@ -177,8 +176,8 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
         ctrl = build_control(camp.model, profile, camp.to_model(camp.images.to(camp.device)), camp.num_classes,
                              camp.seed, graph=graph)
     record = ControlRecord(kind=ctrl.kind, model=ctrl.what, why=ctrl.why)
-    if not camp.fits(n * best.restarts, best.iterations, remaining_s()):
-        return ControlOutcome(record=record, skip=Skip.over_budget("positive control"))
+    if (cut := camp.net.stops("positive control")) is not None:
+        return ControlOutcome(record=record, skip=cut)
     ref = ctrl.model.to(camp.device)
     if ctrl.kind == "reference":
         ref.train()

@@ -3,7 +3,6 @@ undefended baseline (the same model with its Gaussian noise held at 0)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,7 +69,7 @@ class _Adaptive:
 
 
 def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: IGSettings, floors: Floors, *,
-                   known: bool, seed: int, remaining_s: Callable[[], float | None]) -> Defence:
+                   known: bool, seed: int) -> Defence:
     """Attack a stochastic model with Ignore and joint-ε next to plain IG, and its undefended baseline.
 
     Ignore and joint-ε each try the plain search's winner and :data:`ADAPTIVE` (one batch) and keep
@@ -81,7 +80,7 @@ def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: I
     if not split.sampling:
         return Defence()
     n = camp.images.shape[0]
-    adaptive = _adaptive_attacks(camp, split, plain, best, known, remaining_s)
+    adaptive = _adaptive_attacks(camp, split, plain, best, known)
     rows, baseline = adaptive.rows, adaptive.baseline
     ssim = {k: image_measurements(r.per_probe(), floors, "", seed)[0] for k, r in rows.items()}
     verdict = DefenceVerdict(
@@ -112,43 +111,40 @@ def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: I
                    adaptive.skips)
 
 
-def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: IGRow, best: IGSettings, known: bool,
-                      remaining_s: Callable[[], float | None]) -> _Adaptive:
-    """Run Ignore, joint-ε and the undefended baseline where they fit."""
-    n = camp.images.shape[0]
+def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: IGRow, best: IGSettings,
+                      known: bool) -> _Adaptive:
+    """Run Ignore, joint-ε and the undefended baseline unless the wall-clock safety net stops them."""
     everything = [name for name, _ in camp.model.named_parameters()]
     rows: dict[str, IGRow] = {"plain": plain}
     skips: list[Skip] = []
     adaptive = [best]
     if (best.lr, best.tv_weight, best.init) != ADAPTIVE:
         adaptive.append(replace(best, lr=ADAPTIVE[0], tv_weight=ADAPTIVE[1], init=ADAPTIVE[2]))
-    trials = n * best.restarts * len(adaptive)
     if not split.upstream:
         skips.append(Skip("Ignore", "no parameter upstream of the first sampling node"))
-    elif camp.fits(trials, best.iterations, remaining_s()):
+    elif (cut := camp.net.stops("Ignore")) is not None:
+        skips.append(cut)
+    else:
         rows["ignore"] = max(
             camp.run_ig("ignore-b1", "Ignore+IG", split.upstream, 1, adaptive, known_labels=known),
             key=lambda r: r.ssim_mean,
         )
-    else:
-        skips.append(Skip.over_budget("Ignore"))
     if not split.gaussian_only:
         skips.append(Skip("joint-eps and the undefended baseline", "only Gaussian sampling nodes are modelled"))
         return _Adaptive(rows, None, tuple(skips))
-    if camp.fits(trials, best.iterations, remaining_s()):
+    if (cut := camp.net.stops("joint-eps")) is not None:
+        skips.append(cut)
+    else:
         rows["joint-eps"] = max(
             camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
                         noise="joint"),
             key=lambda r: r.ssim_mean,
         )
-    else:
-        skips.append(Skip.over_budget("joint-eps"))
-    if camp.fits(n * best.restarts, best.iterations, remaining_s()):
-        baseline = camp.run_ig("undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
-                               noise="zero")[0]
-        return _Adaptive(rows, baseline, tuple(skips))
-    skips.append(Skip.over_budget("undefended baseline"))
-    return _Adaptive(rows, None, tuple(skips))
+    if (cut := camp.net.stops("undefended baseline")) is not None:
+        return _Adaptive(rows, None, (*skips, cut))
+    baseline = camp.run_ig("undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
+                           noise="zero")[0]
+    return _Adaptive(rows, baseline, tuple(skips))
 
 
 def defence_verdict(

@@ -9,9 +9,12 @@ and joint-ε adaptive attacks and the undefended baseline (``defence.py``), the 
 ranking (``ranking.py``), the positive control: the audited model's own first layers (before any
 sampling node) with a linear head, attacked at the same budget, which shows the attack's power on
 this architecture (``control.py``), (in larger presets) DLG/iDLG, and the report (``report.py``).
-Each stage returns a typed value; attacks predicted not to fit the remaining budget come back as a
+How much each stage does is a work budget (the preset's probes, iterations, restarts, search stages
+and batch sizes), never a prediction from the machine's measured speed, so the same command and seed
+give the same report on an idle and a loaded machine. The clock is only a safety net
+(:class:`~auditor_gradient_inversion.campaign.SafetyNet`): the stages it stops come back as a
 :class:`~auditor_gradient_inversion.rows.Skip` with ``cut_short`` set, and the run is recorded as
-cut short (never ``ok``).
+cut short (inconclusive, never ``ok``).
 """
 
 from __future__ import annotations
@@ -79,12 +82,12 @@ class GradientInversionPlugin:
         floors = probe_floors(camp, known, probes.pool)
         found = closed_form(camp, ctx.profile)
         split = split_parameters(camp.model)
-        searched = search(camp, cfg, floors, known=known, seed=ctx.seed, remaining_s=ctx.remaining_s)
+        searched = search(camp, cfg, floors, known=known, seed=ctx.seed)
         attacked = Attacked()
         if searched.winner is not None:
             attacked = _attack_at_winner(camp, cfg, ctx, searched, searched.winner, split, floors, known)
-        dlg = _dlg(camp, cfg, ctx) if cfg.run_dlg else []
-        skips = [*([searched.skip] if searched.skip else []), *attacked.skips, *dlg]
+        dlg = _dlg(camp, cfg) if cfg.run_dlg else []
+        skips = [*camp.cut, *([searched.skip] if searched.skip else []), *attacked.skips, *dlg]
         found += report.findings(camp, floors, attacked, ctx.seed)
         for skip in skips:
             if skip.cut_short:
@@ -104,11 +107,9 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
                       winner: IGRow, split: StochasticSplit, floors: Floors, known: bool) -> Attacked:
     """Attack at the search's winning setting: other batch sizes, adaptive attacks, groups, control."""
     best = searched.settings[winner.key]
-    skips = _other_batches(camp, cfg, ctx, best, known)
-    defence = attack_defence(camp, split, winner, best, floors, known=known, seed=ctx.seed,
-                             remaining_s=ctx.remaining_s)
-    ranking = rank_groups(camp, parameter_groups(camp.model, ctx.profile), cfg, best, known=known,
-                          remaining_s=ctx.remaining_s)
+    skips = _other_batches(camp, cfg, best, known)
+    defence = attack_defence(camp, split, winner, best, floors, known=known, seed=ctx.seed)
+    ranking = rank_groups(camp, parameter_groups(camp.model, ctx.profile), cfg, best, known=known)
     batch1 = [r for r in camp.rows if isinstance(r, IGRow) and r.group == "all" and r.batch_size == 1]
     strongest = max((r for r in batch1 if r.noise != "zero"), key=lambda r: r.ssim_mean)
     headline = image_measurements(strongest.per_probe(), floors, searched.how(strongest, camp.seed), ctx.seed)
@@ -118,15 +119,13 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
     if not cfg.control:
         skips.append(Skip("positive control", "switched off (control = false), so power is not shown"))
         return Attacked(tuple(headline), (), defence.verdict, ranking, None, tuple(skips))
-    control = attack_control(camp, ctx.profile, best, floors, known=known, seed=ctx.seed,
-                             remaining_s=ctx.remaining_s, graph=ctx.graph)
+    control = attack_control(camp, ctx.profile, best, floors, known=known, seed=ctx.seed, graph=ctx.graph)
     skips += [control.skip] if control.skip else []
     return Attacked(tuple(headline), control.power, defence.verdict, ranking, control.record, tuple(skips))
 
 
-def _other_batches(camp: Campaign, cfg: GradientInversionConfig, ctx: RunContext, best: IGSettings,
-                   known: bool) -> list[Skip]:
-    """Run IG at the winning setting at every configured batch size above 1 that fits; return the ones left out."""
+def _other_batches(camp: Campaign, cfg: GradientInversionConfig, best: IGSettings, known: bool) -> list[Skip]:
+    """Run IG at the winning setting at every configured batch size above 1; return the ones left out."""
     n, skips = camp.images.shape[0], []
     names = [name for name, _ in camp.model.named_parameters()]
     for batch in cfg.batch_sizes:
@@ -134,19 +133,19 @@ def _other_batches(camp: Campaign, cfg: GradientInversionConfig, ctx: RunContext
             continue
         if batch > n:
             skips.append(Skip(f"batch {batch}", f"only {n} images"))
-        elif camp.fits(n // batch, cfg.iterations * cfg.restarts, ctx.remaining_s()):
-            camp.run_ig(f"ig-b{batch}", "IG", names, batch, [best], known_labels=known)
+        elif (cut := camp.net.stops(f"IG batch {batch}")) is not None:
+            skips.append(cut)
         else:
-            skips.append(Skip.over_budget(f"IG batch {batch}"))
+            camp.run_ig(f"ig-b{batch}", "IG", names, batch, [best], known_labels=known)
     return skips
 
 
-def _dlg(camp: Campaign, cfg: GradientInversionConfig, ctx: RunContext) -> list[Skip]:
-    """Run DLG and iDLG where they are predicted to fit the remaining budget; return the ones left out."""
+def _dlg(camp: Campaign, cfg: GradientInversionConfig) -> list[Skip]:
+    """Run DLG and iDLG unless the safety net stops them; return the ones left out."""
     skips = []
     for idlg in (False, True):
-        if camp.fits(camp.images.shape[0], cfg.iterations * 2, ctx.remaining_s()):
-            camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
+        if (cut := camp.net.stops("iDLG" if idlg else "DLG")) is not None:
+            skips.append(cut)
         else:
-            skips.append(Skip.over_budget("iDLG" if idlg else "DLG"))
+            camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
     return skips

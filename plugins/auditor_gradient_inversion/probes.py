@@ -10,7 +10,7 @@ from torch import nn
 
 from auditor.plugin import DataBundle, RunContext, default_probe_images, image_floor_scores
 from auditor_gradient_inversion.attacks.ig import IGStep
-from auditor_gradient_inversion.campaign import Campaign
+from auditor_gradient_inversion.campaign import Campaign, SafetyNet
 from auditor_gradient_inversion.config import NORMALISATIONS, GradientInversionConfig
 from auditor_gradient_inversion.groups import last_linear
 from auditor_gradient_inversion.oracle import seeded_rng
@@ -101,6 +101,7 @@ def open_campaign(ctx: RunContext, cfg: GradientInversionConfig, probes: Probes,
         num_classes=num_classes,
         scaling=cfg.ssim_scaling,
         check_budget=ctx.check_budget,
+        net=SafetyNet(ctx.budget_s, ctx.remaining_s),
         on_step=on_step,
     )
     return camp, bn_note

@@ -5,7 +5,6 @@ Seed 003 Table 6: which parameter groups leak the input on their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from auditor_gradient_inversion.attacks.ig import IGSettings
@@ -28,7 +27,7 @@ class Ranking:
 
 
 def rank_groups(camp: Campaign, groups: dict[str, list[str]], cfg: GradientInversionConfig, best: IGSettings, *,
-                known: bool, remaining_s: Callable[[], float | None]) -> Ranking:
+                known: bool) -> Ranking:
     """Run IG (winning setting, ``cfg.group_iterations``) on each of ``cfg.groups`` alone; rank by mean SSIM."""
     if not cfg.group_iterations:
         return Ranking()
@@ -46,8 +45,8 @@ def rank_groups(camp: Campaign, groups: dict[str, list[str]], cfg: GradientInver
         names = groups.get(group, [])
         if not names:
             continue
-        if not camp.fits(camp.images.shape[0], cfg.group_iterations, remaining_s()):
-            skips.append(Skip.over_budget(f"group {group}"))
+        if (cut := camp.net.stops(f"group {group}")) is not None:
+            skips.append(cut)
             continue
         row = camp.run_ig(f"group-{group}", "IG", names, 1, [setting], known_labels=known, group=group)[0]
         rank = RankRow(key=row.key, group=group, tensors=len(names), elements=row.param_elements,

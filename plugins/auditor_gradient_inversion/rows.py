@@ -16,9 +16,9 @@ from auditor.plugin import Floor
 class Skip:
     """An attack a stage did not run: which, why, and whether the budget cut it (the run is then cut short).
 
-    ``cut_short`` is set by the stage that knows: an attack predicted not to fit the remaining budget is
-    cut short; a switched-off or inapplicable one is not. The IG search's own early stop is not cut short
-    either: it is stated as undecided (:attr:`auditor_gradient_inversion.search.Search.undecided`).
+    ``cut_short`` is set when the wall-clock safety net stopped the attack
+    (:meth:`auditor_gradient_inversion.campaign.SafetyNet.stops`), the IG search's later stages included;
+    a switched-off or inapplicable one is not cut short.
     """
 
     stage: str
@@ -29,11 +29,6 @@ class Skip:
     def text(self) -> str:
         """Return the line reported in ``metrics.skipped`` (and, when cut short, to ``ctx.cut_short``)."""
         return f"{self.stage}: {self.reason}"
-
-    @classmethod
-    def over_budget(cls, stage: str) -> Skip:
-        """Return the skip of an attack predicted not to fit the remaining budget."""
-        return cls(stage, "predicted not to fit the remaining budget", cut_short=True)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from auditor_gradient_inversion.attacks.ig import IGSettings
@@ -12,7 +11,8 @@ from auditor_gradient_inversion.metrics import image_measurements, leaks
 from auditor_gradient_inversion.rows import Floors, IGRow, Skip
 
 #: IG settings (learning rate, TV weight, init) searched by default, in stages; the search stops
-#: after the first stage whose best setting establishes a leak. Stage 1 holds the settings that
+#: after the first stage whose best setting establishes a leak. These stages and the preset's iterations are
+#: the search's work budget: how many run never depends on the machine's speed. Stage 1 holds the settings that
 #: reconstructed seed 004's CNN best in a sweep (docs/gradient-inversion.md), stage 2 inversefed's.
 SEARCH: tuple[tuple[tuple[float, float, str], ...], ...] = (
     ((0.03, 0.01, "box"), (0.03, 0.1, "box")),
@@ -24,8 +24,8 @@ SEARCH: tuple[tuple[tuple[float, float, str], ...], ...] = (
 class Search:
     """The staged IG search at batch 1: the best row, every setting by row key, why it stopped, the rows tried.
 
-    ``skip`` is the stage the budget left out (never cut short: a search that ended early without a leak
-    says so in ``undecided``, which the run reports as undecided).
+    ``skip`` is the stage the wall-clock safety net stopped (cut short: the run is then inconclusive);
+    ``undecided`` says why nothing was attacked when the net fired before the first stage.
     """
 
     winner: IGRow | None
@@ -71,24 +71,23 @@ def stages(cfg: GradientInversionConfig) -> list[list[IGSettings]]:
     return out
 
 
-def search(camp: Campaign, cfg: GradientInversionConfig, floors: Floors, *, known: bool, seed: int,
-           remaining_s: Callable[[], float | None]) -> Search:
+def search(camp: Campaign, cfg: GradientInversionConfig, floors: Floors, *, known: bool, seed: int) -> Search:
     """Run IG over all parameters at batch 1 stage by stage; keep the setting with the highest mean SSIM.
 
     Stops after the first stage that establishes a leak (:func:`leaks` on the margin over the
-    floor). A search cut short by the budget before a leak was found cannot vouch for the model:
-    it says so in ``Search.undecided``. ``remaining_s`` (``ctx.remaining_s``) is asked before each stage.
+    floor), else after every stage of :func:`stages`: a fixed amount of work, whatever the machine's
+    speed. The wall-clock safety net (``camp.net``) is asked before each stage; a stage it stops is a
+    cut-short :class:`Skip`, so the run is inconclusive rather than ``ok`` with a weaker search.
     """
     names = [n for n, _ in camp.model.named_parameters()]
     staged = stages(cfg)
     tried: list[IGRow] = []
     settings: dict[str, IGSettings] = {}
-    winner, stopped, skip, cut = None, "every stage run", None, False
-    n = camp.images.shape[0]
+    winner, stopped, skip = None, "every stage run", None
     for k, stage in enumerate(staged):
-        if not camp.fits(n * len(stage) * cfg.restarts, cfg.iterations, remaining_s()):
-            stopped = f"stage {k + 1} of {len(staged)} predicted not to fit the remaining budget"
-            skip, cut = Skip("IG search", stopped), True
+        skip = camp.net.stops(f"IG search stage {k + 1} of {len(staged)}")
+        if skip is not None:
+            stopped = skip.text
             break
         rows = camp.run_ig(f"ig-b1-s{k + 1}", "IG", names, 1, stage, known_labels=known)
         settings.update({r.key: s for r, s in zip(rows, stage)})
@@ -97,9 +96,6 @@ def search(camp: Campaign, cfg: GradientInversionConfig, floors: Floors, *, know
         if leaks(image_measurements(winner.per_probe(), floors, "", seed)[0]):
             stopped = f"leak established after stage {k + 1} of {len(staged)}"
             break
-    undecided = None
-    if winner is None:
-        undecided = "no IG setting fit the budget, so nothing was attacked"
-    elif cut:
-        undecided = f"the IG search ended early without finding a leak: {stopped}"
+    undecided = "the safety net stopped the IG search before its first stage, so nothing was attacked" \
+        if winner is None else None
     return Search(winner=winner, settings=settings, stopped=stopped, tried=tried, skip=skip, undecided=undecided)

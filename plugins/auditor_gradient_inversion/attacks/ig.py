@@ -161,7 +161,7 @@ def invert(
     seed: int,
     noise_shapes: Sequence[tuple[int, ...]] | None = None,
     noise: NoiseMode | None = None,
-    check_budget: Callable[[], None] = lambda: None,
+    check_budget: Callable[[], bool | None] = lambda: None,
     on_step: Callable[[IGStep], None] | None = None,
 ) -> IGResult:
     """Reconstruct one input batch per (target gradient, setting), each setting's restarts as trials.
@@ -180,7 +180,8 @@ def invert(
             every step (plain IG on a stochastic model); ``"zero"`` holds the noise at 0 (the model
             without its defence); None lets the model draw. Draws no override answers (dropout)
             come from the global RNG, forked and seeded with ``seed`` for the run.
-        check_budget: called every iteration; raises when the plugin's time is up.
+        check_budget: called every iteration; raises when the plugin's time is up, or returns True to stop
+            the descent there (the caller's safety net; each trial keeps its best iterate so far).
         on_step: called at the top of every iteration, before ``check_budget``, with an :class:`IGStep`
             (the trace a benchmark reads; it costs nothing when None).
     """
@@ -243,7 +244,7 @@ def _invert(
     seed: int,
     noise_shapes: Sequence[tuple[int, ...]] | None,
     noise: NoiseMode | None,
-    check_budget: Callable[[], None],
+    check_budget: Callable[[], bool | None],
     on_step: Callable[[IGStep], None] | None,
 ) -> IGResult:
     """Run :func:`invert` inside its seeded RNG fork: set the trials up, descend, keep each best restart."""
@@ -339,7 +340,7 @@ def _descend(
     run_step: Callable[[bool, torch.Tensor], tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]],
     batched: bool,
     fresh: bool,
-    check_budget: Callable[[], None],
+    check_budget: Callable[[], bool | None],
     on_step: Callable[[IGStep], None] | None = None,
 ) -> _Descent:
     """Run Adam on every active trial, with learning-rate stages and plateau stops; keep each best iterate."""
@@ -356,9 +357,8 @@ def _descend(
     for it in range(first.iterations):
         if on_step is not None:
             on_step(IGStep(it, tuple(t.order), tuple(s.describe() for s in t.group), best_x))
-        check_budget()
         idx = active.nonzero().flatten()
-        if idx.numel() == 0:
+        if check_budget() or idx.numel() == 0:
             break
         if fresh:
             _fresh(t.eps, t.gens, idx)
