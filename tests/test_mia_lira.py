@@ -15,8 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.mia_lira import balanced_masks, lira_scores, logit_confidence, report, run_lira  # noqa: E402
-from benchmarks.mia_scenarios import Recipe, digits, shift, split, tensors, train  # noqa: E402
+from benchmarks.mia_lira import balanced_masks, lira_scores, logit_confidence, report, run_lira
+from benchmarks.mia_scenarios import Recipe, digits, shift, split, tensors, train
 
 N = 100  # targets per side
 RECIPE = Recipe(epochs=100, lr=1e-3, batch=32)
