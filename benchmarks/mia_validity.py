@@ -94,14 +94,13 @@ def plugin_row(got: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
         "exchangeability_auc_ci95": _get(m, "exchangeability.auc_ci95"),
         "train_test_accuracy": [_get(m, "train_accuracy"), _get(m, "test_accuracy")],
     }
+    if p["status"] in ("skipped", "error"):  # not a measurement: stop rather than tabulate it
+        raise SystemExit(f"the membership-inference plugin did not run: {p['status']}: {p.get('reason')}")
     missing = []
     for path in NEW_FIELDS:
         try:
             row[path] = field(m, path)
         except MissingField:
-            if p["status"] in ("skipped", "error"):
-                row[path] = None
-                continue
             missing.append(path)
             row[path] = None
     if missing and not allow_missing:
