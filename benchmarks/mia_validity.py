@@ -17,8 +17,9 @@ holds ``claimed_epsilon``; every other setting is at its default, the reference 
 The blind baseline and the side of the bound are the plugin's issue-33 fields (``blind_baseline``,
 ``epsilon.side``): read by name, and the run stops with an error when the plugin does not report them, unless
 ``--allow-missing-fields`` (then they are recorded as absent). Writes ``benchmarks/results/mia_validity.json``
-(``--results-key``), rendered into docs/output-attacks.md by ``benchmarks/render_docs.py``. Cost: about 15 min
-wall on the shared 2-core box (``--quick``: 4 shadows, six scenarios, about 3 min).
+(``--results-key``), rendered into docs/output-attacks.md by ``benchmarks/render_docs.py``. Cost (measured, seed 0,
+pre-issue-33 plugin): 4.5 min of CPU, 29 min wall on the shared 2-core box at load average 9-11; the longest row
+is the 300-epoch sweep target (16 shadows of 300 epochs). ``--quick`` (4 shadows, six scenarios) is a smoke run.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def plugin_row(got: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
     m = p.get("metrics", {})
     row: dict[str, Any] = {
         "exit": got["exit"], "verdict": got["verdict"], "status": p["status"], "findings": got["findings"],
-        "held_out_auc": _get(m, "held_out.auc"), "held_out_attack": _get(m, "held_out.attack"),
+        "held_out_auc": _get(m, "held_out.auc"), "held_out_auc_ci95": _get(m, "held_out.auc_ci95"),
+        "held_out_attack": _get(m, "best_attack"),
         "epsilon_lower_bound": _get(m, "epsilon.epsilon_lower_bound"), "epsilon_attack": _get(m, "epsilon.attack"),
         "control": p["power"][0]["value"] if p.get("power") else None,
         "control_passed": p["power"][0]["passed"] if p.get("power") else None,
