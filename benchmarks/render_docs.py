@@ -342,6 +342,10 @@ def _blind(p: dict) -> str:
     return f"{_f(p['blind_baseline.auc'])} {_ci(p['blind_baseline.auc_ci95'])}"
 
 
+def _held(p: dict) -> str:
+    return f"{_f(p['held_out_auc'])} {_ci(p.get('held_out_auc_ci95'))}"
+
+
 def _bound(p: dict) -> str:
     side = ABSENT if "epsilon.side" in p.get("missing_fields", []) else p["epsilon.side"]
     return f"{_f(p['epsilon_lower_bound'], '.2f')} ({p['epsilon_attack']}; side: {side})"
@@ -355,14 +359,13 @@ def mia_validity() -> str:
     run, got = runs["default"]["run"], runs["default"]["results"]
     rows = {r["scenario"]: r for r in got["rows"]}
     acc = "{train_accuracy:.3f} / {test_accuracy:.3f}".format
-    sweep = [[r["note"], acc(**r), *_lira(r), f"{_f(r['plugin']['held_out_auc'])} {_ci(r['plugin'].get('held_out_auc_ci95'))} "
-              f"({r['plugin']['held_out_attack']})",
+    sweep = [[r["note"], acc(**r), *_lira(r), f"{_held(r['plugin'])} ({r['plugin']['held_out_attack']})",
               _f(r["plugin"]["control"]), *_mia_common(r)] for n, r in rows.items() if n.startswith("sweep-")]
     dp = [[n, r["note"], _f(r["noise_multiplier"], ".2f"), _f(r["accountant_epsilon"]), r["weight_norm"], acc(**r),
            *(_lira(r)[:2] if "lira" in r else ["—", "—"]), _bound(r["plugin"]), _f(r["plugin"]["control"]),
            *_mia_common(r)] for n, r in rows.items() if n.startswith(("dp-eps", "noise-off", "dp-momentum"))]
     shifted = [[n, r["note"], acc(**r), _blind(r["plugin"]), _ci(r["plugin"]["exchangeability_auc_ci95"]),
-                f"{_f(r['plugin']['held_out_auc'])} {_ci(r['plugin'].get('held_out_auc_ci95'))}", _bound(r["plugin"]), _f(r["plugin"]["control"]), *_mia_common(r)]
+                _held(r["plugin"]), _bound(r["plugin"]), _f(r["plugin"]["control"]), *_mia_common(r)]
                for n, r in rows.items() if "-shift-" in n]
     common = ["findings", "verdict", "wall s / CPU s"]
     lira = ["LiRA online AUC", "TPR@1% FPR", "TPR@0.1% FPR", "offline AUC / TPR@1%"]
@@ -374,7 +377,8 @@ def mia_validity() -> str:
             f"{got['cpu_s'] / 60:.0f} min CPU.{missing}\n\n"
             "**Leak-strength sweep** (digits with pixel noise 0.5; bold: the independent LiRA's TPR reaches 10 % at "
             "FPR ≤ 1 %):\n\n"
-            + table(["target", "train / test acc", *lira, "plugin held-out AUC [CI] (attack)", "control", *common], sweep)
+            + table(["target", "train / test acc", *lira, "plugin held-out AUC [CI] (attack)", "control", *common],
+                    sweep)
             + "\n**DP-SGD** (opacus, RDP accountant, δ = 1e-5; the independent LiRA's shadows trained with the same "
             "DP recipe):\n\n"
             + table(["scenario", "recipe", "noise multiplier", "accountant ε", "weight norm", "train / test acc",
