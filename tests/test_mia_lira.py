@@ -94,3 +94,20 @@ def test_shifts_change_the_images_a_model_can_tell_apart() -> None:
         assert out.shape == (20, 8, 8) and 0 <= out.min() and out.max() <= 1
         assert np.abs(out - imgs[:20]).mean() > 0.05, kind
     assert shift(imgs[:5], "contrast").min() >= 0.25 - 1e-6  # the background is grey, not black
+
+
+def test_the_benchmark_stops_when_the_plugin_lacks_the_issue_33_fields() -> None:
+    from benchmarks.mia_validity import NEW_FIELDS, plugin_row
+
+    metrics = {"held_out": {"auc": 0.7}, "epsilon": {"epsilon_lower_bound": 0.0, "attack": "loss"}}
+    got = {"exit": 0, "verdict": "PASS", "findings": [],
+           "plugin": {"status": "ok", "metrics": metrics, "power": [{"value": 0.9, "passed": True}]}}
+    with pytest.raises(SystemExit, match="blind_baseline.auc"):
+        plugin_row(got, allow_missing=False)
+    assert plugin_row(got, allow_missing=True)["missing_fields"] == list(NEW_FIELDS)
+    metrics["blind_baseline"] = {"auc": 0.51, "auc_ci95": [0.45, 0.57]}
+    metrics["epsilon"]["side"] = "members"
+    row = plugin_row(got, allow_missing=False)
+    assert row["missing_fields"] == [] and row["blind_baseline.auc"] == 0.51 and row["epsilon.side"] == "members"
+    with pytest.raises(SystemExit, match="did not run"):
+        plugin_row({**got, "plugin": {"status": "error", "reason": "import failed", "metrics": {}}}, True)
