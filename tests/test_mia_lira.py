@@ -19,7 +19,7 @@ from benchmarks.mia_lira import balanced_masks, lira_scores, logit_confidence, r
 from benchmarks.mia_scenarios import Recipe, digits, shift, split, tensors, train
 
 N = 100  # targets per side
-RECIPE = Recipe(epochs=100, lr=1e-3, batch=32)
+RECIPE = Recipe(epochs=50, lr=1e-3, batch=32)
 
 
 @pytest.fixture(scope="module")
