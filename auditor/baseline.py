@@ -39,6 +39,19 @@ class SuppressRule(BaseModel):
     expires: date | None = Field(default=None, description="Last day the rule applies (YYYY-MM-DD).")
 
 
+class IgnoreRule(BaseModel):
+    """One ``[[ignore]]`` table of the config: files whose path matches a glob are not audited (and say so)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1, description="Glob over the file path (relative to the working dir).")
+    reason: str = Field(min_length=1, description="Why the files are not audited (listed in the reports).")
+
+    def matches(self, path: str | Path) -> bool:
+        """Return True when ``path`` (its identity: relative to the working dir when inside it) matches."""
+        return fnmatch.fnmatchcase(model_identity(str(path)), self.path)
+
+
 class BaselineEntry(BaseModel):
     """An accepted finding as ``--write-baseline`` writes it; people add ``reason`` and ``expires``."""
 

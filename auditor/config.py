@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -9,11 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from auditor.baseline import SuppressRule
+from auditor.baseline import IgnoreRule, SuppressRule
 from auditor.errors import ConfigError, InvalidInputShape
 from auditor.gate import GatePolicy
 from auditor.load.allowlist import ImportPolicy
+from auditor.report.fingerprints import model_identity
 from auditor.report.model import Severity
+from auditor.supply import SUPPLY_RULES, SupplyPolicy
 
 if TYPE_CHECKING:  # torch and the plugin registry load only when a scan needs them
     import torch
@@ -53,6 +56,11 @@ class ScanConfig(BaseModel):
     suppress: list[SuppressRule] = Field(default_factory=list)
     #: What an inconclusive verdict exits with: its own code 3, 1 (fail the gate) or 0 (let it through).
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
+    # policy ([severity], [[ignore]]) and supply chain ([supply], --verify-signature ...)
+    severity: dict[str, Severity] = Field(default_factory=dict)
+    ignore: list[IgnoreRule] = Field(default_factory=list)
+    policy_source: str = Field(default="", description="The config file the policy was read from.")
+    supply: SupplyPolicy = Field(default_factory=SupplyPolicy)
 
     @property
     def import_policy(self) -> ImportPolicy:
@@ -63,7 +71,8 @@ class ScanConfig(BaseModel):
     def gate(self) -> GatePolicy:
         """Return the gate's policy: ``fail_on``, ``strict``, ``on_inconclusive`` and the ``[[suppress]]`` rules."""
         return GatePolicy(fail_on=self.fail_on, strict=self.strict, on_inconclusive=self.on_inconclusive,
-                          suppressions=tuple(self.suppress))
+                          suppressions=tuple(self.suppress), severity=tuple(self.severity.items()),
+                          policy_source=f"{self.policy_source or 'config'} [severity]")
 
     @field_validator("plugins")
     @classmethod
@@ -114,11 +123,11 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
 
 
 CONFIG_NAME = "auditor.toml"
-_TABLES = ("scan", "plugins", "suppress")
+_TABLES = ("scan", "plugins", "suppress", "severity", "ignore", "supply")
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read the ``[scan]``, ``[plugins.NAME]`` and ``[[suppress]]`` tables of a TOML file.
+    """Read ``[scan]``, ``[plugins.NAME]``, ``[[suppress]]``, ``[severity]``, ``[[ignore]]`` and ``[supply]``.
 
     A ``pyproject.toml`` is read from its ``[tool.auditor]`` table.
 
@@ -137,12 +146,12 @@ def load_config_file(path: Path) -> dict[str, Any]:
     unknown = set(data) - set(_TABLES)
     if unknown:
         raise ConfigError(f"config file {path}: {where}unknown table(s) {sorted(unknown)}; expected [scan], "
-                          "[plugins.NAME], [[suppress]]")
+                          "[plugins.NAME], [[suppress]], [severity], [[ignore]], [supply]")
     merged = dict(data.get("scan", {}))
-    if "plugins" in data:
-        merged["plugin_config"] = data["plugins"]
-    if "suppress" in data:
-        merged["suppress"] = data["suppress"]
+    renamed = {"plugins": "plugin_config", "suppress": "suppress", "severity": "severity", "ignore": "ignore",
+               "supply": "supply"}
+    merged.update({key: data[table] for table, key in renamed.items() if table in data})
+    merged["policy_source"] = model_identity(path) + (" [tool.auditor]" if where else "")
     return merged
 
 
@@ -196,6 +205,22 @@ fail_on = "high"
 # path = "models/legacy/*.pt"
 # reason = "legacy model, retired in Q3"
 # expires = 2026-12-31
+
+# Severity policy: set a rule's severity (an id, or a glob over ids; a key that names no known rule is a
+# configuration error, exit 4). Never silent: every report shows the rule's own severity beside the
+# applied one, and this file as the source.
+# [severity]
+# "arch.last-stage-skip" = "medium"
+
+# Files not to audit in directory scans (listed in the reports and the ML-BOM with the reason).
+# [[ignore]]
+# path = "tests/fixtures/*"
+# reason = "hostile test fixtures, never shipped"
+
+# Supply chain: refuse a model scanned without --verify-signature SIG (it is then not loaded).
+# [supply]
+# require_signature = true
+# public_key = "keys/model-signing.pub.pem"
 """
 
 
@@ -206,12 +231,35 @@ def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) 
         ConfigError: naming the first invalid key.
     """
     merged = {**file_values, **{k: v for k, v in cli_values.items() if v is not None}}
+    if isinstance(file_values.get("supply"), Mapping) and isinstance(cli_values.get("supply"), Mapping):
+        methods = ("public_key", "certificate_chain", "identity", "identity_provider")
+        file_supply = {k: v for k, v in file_values["supply"].items()
+                       if not (k in methods and any(m in cli_values["supply"] for m in methods))}
+        merged["supply"] = {**file_supply, **cli_values["supply"]}  # flags over the [supply] table
     try:
         return ScanConfig(**merged)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"invalid configuration{' ' + where if where else ''}: {err['msg']}") from exc
+
+
+#: Rules the core emits itself (docs/rules.md, "Core findings"); plugins declare theirs in their catalogues.
+CORE_RULES = ("load.unsafe-pickle", "load.unknown-class", "load.trust-all", "graph.export-fallback",
+              "graph.profile-incomplete", "graph.onnx-profile", "onnx.reference-mismatch", *SUPPLY_RULES)
+
+
+def check_policy_rules(config: ScanConfig, entries: Sequence[PluginEntry]) -> None:
+    """Check every ``[severity]`` key names a known rule (an id, or a glob that matches one).
+
+    Raises:
+        ConfigError: a key matches no rule of the core or of an installed plugin.
+    """
+    known = set(CORE_RULES) | {r.id for e in entries if e.plugin is not None for r in e.plugin.rules}
+    for pattern in config.severity:
+        if not any(fnmatch.fnmatchcase(rule, pattern) for rule in known):
+            raise ConfigError(f"{config.policy_source or 'config'} [severity] {pattern!r} names no known rule "
+                              "(`auditor plugins` lists the plugins; docs/rules.md the rules)")
 
 
 def build_plugin_configs(entries: Sequence[PluginEntry], config: ScanConfig) -> dict[str, BaseModel]:

@@ -8,7 +8,8 @@ from types import ModuleType
 from auditor.errors import MissingDependency
 
 #: The ``auditor[EXTRA]`` that installs each optional package.
-EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "ray": "ray", "transformers": "transformers"}
+EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "ray": "ray", "transformers": "transformers",
+          "model_signing": "supply", "cyclonedx": "supply"}
 
 
 def require(package: str, purpose: str) -> ModuleType:

@@ -6,6 +6,7 @@ Every report is judged once, last: after it is assembled and its accepted findin
 
 from __future__ import annotations
 
+import fnmatch
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from auditor.report.model import (
     Finding,
     PluginRun,
     Severity,
+    SeverityOverride,
     Summary,
 )
 
@@ -60,6 +62,28 @@ class GatePolicy:
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive"
     #: ``[[suppress]]`` rules: findings they match are accepted (marked, kept, not counted).
     suppressions: tuple[SuppressRule, ...] = ()
+    #: ``[severity]`` overrides, (rule id or glob, severity), first match wins; shown on every finding they change.
+    severity: tuple[tuple[str, Severity], ...] = ()
+    #: Where the overrides came from, e.g. ``auditor.toml [severity]``.
+    policy_source: str = "config [severity]"
+
+
+def apply_severity_policy(findings: Sequence[Finding], policy: GatePolicy) -> list[Finding]:
+    """Return the findings with the policy's severities, each changed one marked with its original and source.
+
+    A finding already marked (judged twice) keeps its first original severity.
+    """
+    out = []
+    for f in findings:
+        original = f.severity_override.original if f.severity_override else f.severity
+        hit = next(((pattern, level) for pattern, level in policy.severity if fnmatch.fnmatchcase(f.rule_id, pattern)),
+                   None)
+        if hit is None or hit[1] == original:
+            out.append(f.model_copy(update={"severity": original, "severity_override": None}))
+            continue
+        mark = SeverityOverride(original=original, applied=hit[1], pattern=hit[0], source=policy.policy_source)
+        out.append(f.model_copy(update={"severity": hit[1], "severity_override": mark}))
+    return sorted(out, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
 
 
 def decide(
@@ -78,6 +102,9 @@ def decide(
     summary = summarize(active, plugins, fail_on=policy.fail_on, unsafe=unsafe, strict=policy.strict,
                         on_inconclusive=policy.on_inconclusive)
     accepted = len(findings) - len(active)
+    changed = sum(1 for f in findings if f.severity_override is not None)
+    if changed:
+        summary.reasons.append(f"{changed} finding(s) with a severity set by {policy.policy_source}")
     if accepted:
         summary.reasons.append(f"{accepted} accepted finding(s) not counted (baseline or [[suppress]])")
     summary.reasons.extend(expired)
@@ -160,7 +187,9 @@ def summarize(
     verdict: Literal["pass", "fail", "inconclusive"] = "fail"
     if unsafe:
         code = ExitCode.FAIL
-        reasons.append("the checkpoint was refused: its pickles import names outside the allowlist")
+        supply = any(f.rule_id.startswith("supply.") for f in findings)
+        reasons.append("the checkpoint was refused before loading: " + (
+            "its signature check failed" if supply else "its pickles import names outside the allowlist"))
     elif strict and errored:
         code = ExitCode.ERROR
         reasons.append(f"--strict: plugin(s) could not complete: {', '.join(errored)}")

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from tests.plugins.auditor_gradient_inversion import _models as M
-from tests.plugins.auditor_gradient_inversion.test_protocol import protocol_attack
+from benchmarks.fixtures import models as M
+from benchmarks.fixtures.protocol import protocol_attack
 
 
 def main() -> None:

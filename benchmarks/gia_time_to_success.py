@@ -7,12 +7,13 @@ measures on digits), both ``torch.manual_seed(0)`` random init (``--train-steps 
 on examples/digits.py data first). Probes: scikit-image's bundled images (the plugin's own probes
 without ``--data``), whose floor (probe-set mean, leave-one-out) lies far below 0.5.
 
-* auditor: the plugin itself, ``GradientInversionPlugin().run`` with its **default** config (preset
-  ``fast``: 300 iterations, search on, patience 50) except ``images``, stopped once its search
-  returns. Its result at time t: per (stage, setting) the best-loss iterate so far of every probe
-  (what ``invert`` returns), and of those the setting with the highest mean SSIM, the pick the
-  plugin makes (``_search``). ``first setting`` is the same run read without any pick: setting 1 of
-  stage 1 alone (still charged the whole vmapped batch's time).
+* auditor: the plugin's own stages up to its search, in the order ``GradientInversionPlugin.run`` calls
+  them (``probes.private_inputs``, ``probes.open_campaign``, ``probes.floors``, ``closed_form``,
+  ``search.search``), with its **default** config (preset ``fast``: 300 iterations, search on,
+  patience 50) except ``images``. Its result at time t: per (stage, setting) the best-loss iterate so
+  far of every probe (what ``invert`` returns), and of those the setting with the highest mean SSIM,
+  the pick the plugin makes (``search.search``). ``first setting`` is the same run read without any
+  pick: setting 1 of stage 1 alone (still charged the whole vmapped batch's time).
 * breaching 0.1.2: ``get_attack_config("invertinggradients")`` unchanged (24k iterations, TV 0.2,
   lr 0.1 step decay, signed Adam, boxed, one trial), one ``reconstruct`` per probe, stopped at a cap
   (``--cap-s`` CPU seconds in all, default 10× auditor's time to success, or its search time when
@@ -20,8 +21,8 @@ without ``--data``), whose floor (probe-set mean, leave-one-out) lies far below 
   time at j is the sum over probes of the CPU each spent reaching j (the probes run in turn).
 
 Snapshots: every ``--every`` iterations the tool's best-loss iterate is copied with its process-CPU
-and wall timestamps (auditor: from the plugin's ``check_budget`` hook; breaching: a global optimiser
-step pre-hook), each read off the running loop's frame; the snapshot's own time is subtracted.
+and wall timestamps (auditor: the attack's ``on_step`` trace, an ``IGStep`` per iteration; breaching: a
+global optimiser step pre-hook, read off its running loop's frame); the snapshot's own time is subtracted.
 They are scored afterwards with the plugin's scoring (``image_scores``, min-max). Time to success:
 the first snapshot whose mean SSIM is ≥ 0.5 and beats the mean floor by ≥ 0.1. On CUDA
 (``--device``, default cuda when present) read the wall columns; on the CPU the CPU ones
@@ -41,7 +42,6 @@ Flags: ``--models seed004-cnn digits-tinycnn``, ``--images 2``, ``--every 5``, `
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -51,8 +51,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from auditor_gradient_inversion.attacks.ig import IGStep
+from auditor_gradient_inversion.closed_form import closed_form
 from auditor_gradient_inversion.config import GradientInversionConfig
 from auditor_gradient_inversion.metrics import MARGIN_SSIM, SUCCESS_SSIM
+from auditor_gradient_inversion.probes import floors, open_campaign, private_inputs
+from auditor_gradient_inversion.report import TRIED_FIELDS
+from auditor_gradient_inversion.search import search
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -68,13 +73,11 @@ def _seed004_cnn() -> nn.Module:
 
 
 def _tiny_cnn() -> nn.Module:
-    from tests.plugins.output_attacks._digits import TinyCNN
+    from benchmarks.fixtures.models import TinyCNN
 
     return TinyCNN()
 
 
-#: The plugin's module (the package's ``plugin`` attribute is the plugin object, not the module).
-gi_plugin = importlib.import_module("auditor_gradient_inversion.plugin")
 #: name -> (builder, input shape, default probe count). At 1×8×8 two bundled probes look alike (floor
 #: SSIM 0.45, too close to 0.5); with four the floor is -0.12.
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int], int]] = {
@@ -141,14 +144,6 @@ class Snap:
     x: torch.Tensor  # auditor: (trials, C, H, W) best-loss iterates; breaching: (C, H, W)
 
 
-class _SearchDone(Exception):
-    """Raised after the plugin's search returns, to skip the rest of the audit."""
-
-    def __init__(self, search: Any) -> None:
-        super().__init__("search done")
-        self.search = search
-
-
 class _Stop(Exception):
     """Raised from breaching's optimiser hook at the cap."""
 
@@ -166,65 +161,47 @@ def _frame_locals(name: str) -> dict[str, Any]:
 def run_auditor(
     model: nn.Module, shape: tuple[int, int, int], images: int, device: torch.device, every: int
 ) -> dict[str, Any]:
-    """Run the plugin with its default config up to the end of its search; return snapshots and timings."""
-    plugin = gi_plugin.GradientInversionPlugin()
+    """Run the plugin's stages with its default config up to the end of its search; return snapshots and timings."""
     config = GradientInversionConfig(images=images)
     clock = Clock(cuda=device.type == "cuda")
     snaps: list[Snap] = []
     calls: list[dict[str, Any]] = []
 
-    class Ctx(RunContext):
-        def check_budget(self) -> None:  # called by _descend at the top of every iteration
-            cpu, wall = time.process_time(), time.monotonic()
-            f = sys._getframe(1)
-            if f.f_code.co_name == "_descend":
-                loc = f.f_locals
-                it, trials = loc["it"], loc["t"]
-                if it == 0:
-                    calls.append({"order": list(trials.order), "settings": [s.describe() for s in trials.group]})
-                if it % every == 0:
-                    clock.exclude(cpu, wall)
-                    t_cpu, t_wall, cpu, wall = clock.now()
-                    snaps.append(Snap(len(calls) - 1, it, t_cpu, t_wall, loc["best_x"].detach().clone()))
-                clock.exclude(cpu, wall)
-            super().check_budget()
-
-    original, load = gi_plugin._search, gi_plugin._private_inputs
-    loading: list[float] = []
-
-    def search_then_stop(*args: Any, **kwargs: Any) -> Any:
-        raise _SearchDone(original(*args, **kwargs))
-
-    def load_untimed(*args: Any, **kwargs: Any) -> Any:  # breaching is handed the probes too
+    def on_step(step: IGStep) -> None:  # the attack's trace, at the top of every iteration
         cpu, wall = time.process_time(), time.monotonic()
-        out = load(*args, **kwargs)
-        loading.append(time.process_time() - cpu)
+        if step.iteration == 0:
+            calls.append({"order": list(step.order), "settings": list(step.settings)})
+        if step.iteration % every == 0:
+            clock.exclude(cpu, wall)
+            t_cpu, t_wall, cpu, wall = clock.now()
+            snaps.append(Snap(len(calls) - 1, step.iteration, t_cpu, t_wall, step.best_x.detach().clone()))
         clock.exclude(cpu, wall)
-        return out
 
-    gi_plugin._search, gi_plugin._private_inputs = search_then_stop, load_untimed
-    ctx = Ctx(model=model, profile=profile_model(model, shape), config=config, device=device, seed=0,
-              budget_s=None, plugin_name=plugin.name)
+    ctx = RunContext(model=model, profile=profile_model(model, shape), config=config, device=device, seed=0,
+                     budget_s=None, plugin_name="gradient-inversion")
     clock.start()
-    try:
-        plugin.run(ctx)
-        raise RuntimeError("the plugin returned without running its search")
-    except _SearchDone as done:
-        search = done.search
-        end_cpu, end_wall, _, _ = clock.now()
-    finally:
-        gi_plugin._search, gi_plugin._private_inputs = original, load
-    winner = search.winner
+    cpu, wall = time.process_time(), time.monotonic()  # breaching is handed the probes too: loading is not timed
+    probes = private_inputs(ctx.data, shape, config)
+    loading = time.process_time() - cpu
+    clock.exclude(cpu, wall)
+    camp, _ = open_campaign(ctx, config, probes, on_step=on_step)
+    known = config.label_mode == "known"
+    floor = floors(camp, known, probes.pool)
+    closed_form(camp, ctx.profile)
+    found = search(camp, config, floor, known=known, seed=ctx.seed, remaining_s=ctx.remaining_s)
+    end_cpu, end_wall, _, _ = clock.now()
+    winner = found.winner
     return {
         "snaps": snaps,
         "calls": calls,
         "search_cpu_s": end_cpu,
         "search_wall_s": end_wall,
-        "stopped": search.stopped,
-        "tried": search.tried,
-        "winner": None if winner is None else {k: winner[k] for k in ("key", "setting", "ssim_mean", "psnr_mean")},
+        "stopped": found.stopped,
+        "tried": [{k: getattr(r, k) for k in TRIED_FIELDS} for r in found.tried],
+        "winner": None if winner is None else {k: getattr(winner, k) for k in ("key", "setting", "ssim_mean",
+                                                                              "psnr_mean")},
         "iterations_cap": config.iterations,
-        "probe_loading_cpu_s": sum(loading),
+        "probe_loading_cpu_s": loading,
     }
 
 

@@ -19,14 +19,13 @@ from torch import nn
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
-from tests.plugins.auditor_gradient_inversion import _models as M
-from tests.plugins.auditor_gradient_inversion.test_verdicts import ZeroInput, _seed004_cnn
+from benchmarks.fixtures import models as M
 
 MODELS = {
-    "baseline": _seed004_cnn,
+    "baseline": M.seed004_sequential,
     "cvb1": M.cvb_p1,
     "precode3": lambda: M.precode(3),
-    "zeroed": lambda: nn.Sequential(ZeroInput(), *_seed004_cnn()),
+    "zeroed": lambda: nn.Sequential(M.ZeroInput(), *M.seed004_sequential()),
 }
 
 

@@ -31,7 +31,7 @@ from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
 
 SHAPE = (1, 8, 8)
-ATTACKS = ("loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline", "lira-online")
+ATTACKS = ("loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline")
 
 
 class Block(nn.Module):

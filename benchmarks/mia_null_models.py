@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 
-from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
+from benchmarks.fixtures.digits import context, write_manifest
+from benchmarks.fixtures.models import fit, mlp
 
 
 def _ci(values: list[float]) -> str:

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results
-from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
+from benchmarks.fixtures.digits import context, write_manifest
+from benchmarks.fixtures.models import TinyCNN, fit
 
 
 def _load(root: str | None) -> tuple[object, type, type]:

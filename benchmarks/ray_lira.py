@@ -21,7 +21,8 @@ from auditor_membership_inference.config import MembershipInferenceConfig, Recip
 
 from auditor.distributed import ray_session
 from benchmarks import results
-from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
+from benchmarks.fixtures.digits import context, write_manifest
+from benchmarks.fixtures.models import fit, mlp
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
             remote = plugin.run(context(target, data, cfg, budget_s=3600))
         t_ray = time.perf_counter() - started
     auc = {a: (local.metrics["attacks"][a]["auc"], remote.metrics["attacks"][a]["auc"])
-           for a in ("lira-offline", "lira-online")}
+           for a in ("lira-offline", "shadow-mlp")}
     print(f"| run | references x epochs | wall s |\n|---|---|---|\n"
           f"| in process | {args.references} x {args.epochs} | {t_local:.1f} |\n"
           f"| Ray, {args.workers} CPUs (start-up included) | {args.references} x {args.epochs} | {t_ray:.1f} |\n\n"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tests.fixtures.hostile import (  # noqa: E402
+from benchmarks.fixtures.hostile import (  # noqa: E402
     Reduce,
     pt2_with_pickled_weight,
     raw_getattr_import,
@@ -38,7 +38,7 @@ from tests.fixtures.hostile import (  # noqa: E402
     torch_save_bytes,
     torchscript_with_setstate,
 )
-from tests.fixtures.zips import comment_hides_a_second_end, zip64_two_views  # noqa: E402
+from benchmarks.fixtures.zips import comment_hides_a_second_end, zip64_two_views  # noqa: E402
 
 
 @dataclass(frozen=True)

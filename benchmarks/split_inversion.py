@@ -264,7 +264,8 @@ def plugin_run(budget_s: float) -> None:
 
     from auditor.plugin.registry import PluginEntry
     from auditor.plugin.runner import RunSettings, run_plugins
-    from tests.plugins.output_attacks._digits import TinyCNN, fit, write_manifest
+    from benchmarks.fixtures.digits import write_manifest
+    from benchmarks.fixtures.models import TinyCNN, fit
 
     order = np.random.default_rng(0).permutation(1797)
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from auditor._version import __version__
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
-from auditor.gate import GatePolicy, decide
+from auditor.gate import GatePolicy, apply_severity_policy, decide
 from auditor.report.model import (
     ArchitectureProfile,
     Finding,
@@ -95,6 +95,8 @@ def judge(
     ``accept`` fingerprints the findings and marks those ``baseline`` or ``policy.suppressions`` accept.
     """
     messages: list[str] = []
+    if policy.severity:
+        draft = draft.model_copy(update={"findings": apply_severity_policy(draft.findings, policy)})
     if accept:
         draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
     summary = decide(draft.findings, draft.plugins, policy, unsafe=draft.model.load_safety.verdict == "unsafe",

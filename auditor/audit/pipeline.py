@@ -49,6 +49,13 @@ def scan(
     """
     force_offline()  # the library's entry point: Hugging Face libraries stay offline for the process
     config = config or ScanConfig()
+    if config.supply.signature is not None or config.supply.require_signature:
+        from auditor.audit.supply import signature_refusal
+        from auditor.supply.verify import check_signature
+
+        check = check_signature(Path(path), config.supply)  # before anything under the path is opened
+        if check.refused:
+            return judge(signature_refusal(Path(path), check, config), config.gate)[0]
     return judge(audit(path, config, entries=entries, progress=progress), config.gate)[0]
 
 

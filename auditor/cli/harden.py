@@ -15,15 +15,19 @@ from auditor.cli import render
 from auditor.cli.options import (
     ArchOption,
     BudgetOption,
+    ConfigOption,
+    DataOption,
     DeviceOption,
+    FailOnOption,
     ImportsOption,
     InputShapeOption,
+    OnInconclusiveOption,
     PluginsOption,
+    SeedOption,
 )
 from auditor.cli.outputs import REWRITE_IDS
 from auditor.cli.render import comparison_table, plain, safe, verdict_line
 from auditor.report.coverage import verdict_reasons
-from auditor.report.model import Severity
 from auditor.rewrite.options import harden_flags
 
 
@@ -56,17 +60,8 @@ RewriteOption = Annotated[str, typer.Option(
 OutOption = Annotated[Path, typer.Option(
     help="Where to save the hardened model (a pickled module that `auditor scan` loads, traces, splits and "
          "attacks).")]
-DataOption = Annotated[Path | None, typer.Option(
-    help="ImageFolder (DIR/<class>/...) or DIR/train + DIR/test to fine-tune and measure accuracy on.")]
 TorchscriptOption = Annotated[Path | None, typer.Option(
     help="Also save a traced TorchScript archive here (for deployment; auditor audits --out).")]
-ConfigOption = Annotated[Path | None, typer.Option(
-    "--config", help="TOML file with [scan] and [plugins.NAME] tables (both audits; default: ./auditor.toml, "
-                     "else [tool.auditor] in the nearest pyproject.toml).")]
-FailOnOption = Annotated[Severity | None, typer.Option(help="Gate of the after audit [default: high].")]
-OnInconclusiveOption = Annotated[str | None, typer.Option(
-    "--on-inconclusive", help="Exit code of an INCONCLUSIVE comparison (an attack not judged on either side, or "
-                              "no fine-tuning): 'inconclusive' (3), 'fail' (1) or 'pass' (0).")]
 
 
 @_with_rewrite_flags
@@ -79,7 +74,7 @@ def harden(
     arch: ArchOption = None, imports: ImportsOption = None, input_shape: InputShapeOption = None,
     torchscript: TorchscriptOption = None, plugins: PluginsOption = None, budget: BudgetOption = None,
     config_file: ConfigOption = None,
-    seed: Annotated[int, typer.Option(help="Seed of the split, training and both audits.")] = 0,
+    seed: SeedOption = None,
     device: DeviceOption = None, fail_on: FailOnOption = None, on_inconclusive: OnInconclusiveOption = None,
     json_path: Annotated[Path, typer.Option("--json", help="JSON report of the hardened model.")] = Path(
         "harden-report.json"),

@@ -25,6 +25,7 @@ class OutputFormat(str, Enum):
     JSON = "json"
     SARIF = "sarif"
     MARKDOWN = "markdown"
+    CYCLONEDX = "cyclonedx"
 
 
 def _input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -53,7 +54,7 @@ ArchOption = Annotated[str | None, typer.Option(
 #: Its callback parses the text: the command receives ``tuple[int, ...] | None``.
 InputShapeOption = Annotated[str | None, typer.Option(
     "--input-shape", callback=_input_shape,
-    help="Example input C,H,W (default: from the model, else 3,224,224).")]
+    help="Example input C,H,W (default: from the model or a .pt2's signature, else 3,224,224).")]
 
 # Running the audit (scan and harden).
 #: Its callback splits the list: the command receives ``list[str] | None``.
@@ -72,6 +73,9 @@ OnInconclusiveOption = Annotated[str | None, typer.Option(
 ConfigOption = Annotated[Path | None, typer.Option(
     "--config", help="TOML file with [scan], [plugins.NAME] and [[suppress]] tables (default: ./auditor.toml, "
                      "else [tool.auditor] in the nearest pyproject.toml).")]
+SeedOption = Annotated[int | None, typer.Option("--seed", help="Seed for every randomised step [default: 0].")]
+DataOption = Annotated[Path | None, typer.Option(
+    "--data", help="Your data: ImageFolder or manifest layout (train/, test/, public/, attributes.csv).")]
 #: Its callback checks the spec: the command receives its canonical text or None.
 InputSpecOption = Annotated[str | None, typer.Option(
     "--input-spec", callback=_input_spec, help="Token input for sequence models: tokens:BxL[:vocab=V] (default "
@@ -79,6 +83,7 @@ InputSpecOption = Annotated[str | None, typer.Option(
 
 # Writing reports (scan).
 FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif or markdown.")]
+    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif, markdown or cyclonedx "
+                           "(an ML-BOM).")]
 OutputOption = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the --format output to this file instead of stdout.")]

@@ -36,6 +36,7 @@ class Outputs:
     html_path: Path | None = None
     sarif_path: Path | None = None
     out_dir: Path | None = None
+    sbom_path: Path | None = None
 
     def to_stdout(self) -> bool:
         """Return whether a report goes to stdout (the human output then goes to stderr).
@@ -46,7 +47,7 @@ class Outputs:
         claims = [name for name, on in (
             (f"--format {self.fmt.value}", self.fmt is not OutputFormat.TEXT and self.output in (None, STDOUT)),
             ("--json -", self.json_path == STDOUT), ("--sarif -", self.sarif_path == STDOUT),
-            ("--html -", self.html_path == STDOUT),
+            ("--html -", self.html_path == STDOUT), ("--sbom -", self.sbom_path == STDOUT),
         ) if on]
         if len(claims) > 1:
             raise ConfigError(f"only one output can go to stdout, got {' and '.join(claims)}")
@@ -59,17 +60,21 @@ def stdout_path(path: Path | None) -> Path | None:
 
 
 def outputs_of(fmt: OutputFormat, *, output: Path | None, json_path: Path | None, html_path: Path | None,
-               sarif_path: Path | None, out_dir: Path | None) -> Outputs:
+               sarif_path: Path | None, out_dir: Path | None, sbom_path: Path | None = None) -> Outputs:
     """Return the outputs with stdout spelled one way and ``-o -`` dropped for text (it goes to stdout anyway)."""
     output = stdout_path(output)
     if output == STDOUT and fmt is OutputFormat.TEXT:
         output = None
     return Outputs(fmt=fmt, output=output, json_path=stdout_path(json_path), html_path=stdout_path(html_path),
-                   sarif_path=stdout_path(sarif_path), out_dir=out_dir)
+                   sarif_path=stdout_path(sarif_path), out_dir=out_dir, sbom_path=stdout_path(sbom_path))
 
 
-def write_outputs(rows: Sequence[ScanRow], code: int, outputs: Outputs) -> list[Path]:
-    """Write every requested output; return the files written (stdout is not one)."""
+def write_outputs(rows: Sequence[ScanRow], code: int, outputs: Outputs,
+                  not_audited: Sequence[tuple[str, str]] = ()) -> list[Path]:
+    """Write every requested output; return the files written (stdout is not one).
+
+    ``not_audited`` lists the files of a directory scan that no row covers, with why (the ML-BOM lists them).
+    """
     from auditor.audit.batch import report_names
 
     reports = [r.report for r in rows if r.report is not None]
@@ -89,8 +94,10 @@ def write_outputs(rows: Sequence[ScanRow], code: int, outputs: Outputs) -> list[
         emit(outputs.sarif_path, _sarif_text(rows, code))
     if outputs.html_path is not None and reports:
         emit(outputs.html_path, html_text(reports[0]))
+    if outputs.sbom_path is not None:
+        emit(outputs.sbom_path, sbom_text(rows, not_audited))
     if outputs.fmt is not OutputFormat.TEXT or outputs.output is not None:
-        emit(outputs.output or STDOUT, _format_text(outputs.fmt, rows, code))
+        emit(outputs.output or STDOUT, _format_text(outputs.fmt, rows, code, not_audited))
     if outputs.out_dir is not None:
         outputs.out_dir.mkdir(parents=True, exist_ok=True)
         for name, report in zip(report_names([r.model.path for r in reports]), reports):
@@ -141,7 +148,20 @@ def recording_console() -> Console:
     return Console(record=True, file=open(os.devnull, "w"), width=140, highlight=False)
 
 
-def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int) -> str:
+def sbom_text(rows: Sequence[ScanRow], not_audited: Sequence[tuple[str, str]] = ()) -> str:
+    """Render the CycloneDX ML-BOM of the run from the rows' JSON report data."""
+    from auditor.report.render_cyclonedx import render_cyclonedx
+    from auditor.report.render_json import report_to_dict
+
+    return render_cyclonedx([report_to_dict(r.report) for r in rows if r.report is not None],
+                            errors=[(r.path, r.error) for r in rows if r.error is not None],
+                            not_audited=not_audited)
+
+
+def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int,
+                 not_audited: Sequence[tuple[str, str]] = ()) -> str:
+    if fmt is OutputFormat.CYCLONEDX:
+        return sbom_text(rows, not_audited)
     if fmt is OutputFormat.JSON:
         return json_text(rows, code)
     if fmt is OutputFormat.SARIF:

@@ -94,7 +94,11 @@ def print_report(console: Console, report: Report) -> None:
             table.add_column(col, overflow="fold")
         for f in report.findings:
             status = f"accepted ({f.suppression.kind})" if f.suppression else ""
-            table.add_row(f"[{_SEVERITY_STYLE[f.severity.value]}]{f.severity.value}[/]", safe(f.rule_id),
+            o = f.severity_override
+            if o is not None:
+                status = "; ".join(x for x in (status, f"severity set by {o.source} (rule: {o.original.value})") if x)
+            was = f" (was {o.original.value})" if o is not None else ""
+            table.add_row(f"[{_SEVERITY_STYLE[f.severity.value]}]{f.severity.value}[/]{was}", safe(f.rule_id),
                           safe(f.title), safe(f.location or ""), safe(status))
         console.print(table)
     for p in report.plugins:

@@ -13,6 +13,7 @@ from auditor.cli.options import (
     ArchOption,
     BudgetOption,
     ConfigOption,
+    DataOption,
     DeviceOption,
     FailOnOption,
     FormatOption,
@@ -23,6 +24,7 @@ from auditor.cli.options import (
     OutputFormat,
     OutputOption,
     PluginsOption,
+    SeedOption,
 )
 from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
@@ -60,9 +62,6 @@ WriteBaselineOption = Annotated[Path | None, typer.Option(
                              "already there are kept).")]
 DisablePluginOption = Annotated[list[str] | None, typer.Option(
     "--disable-plugin", metavar="NAME", help="Plugin not to run (repeatable).")]
-SeedOption = Annotated[int | None, typer.Option("--seed", help="Seed for every randomised step [default: 0].")]
-DataOption = Annotated[Path | None, typer.Option(
-    "--data", help="Your data: ImageFolder or manifest layout (train/, test/, public/, attributes.csv).")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 2 when a plugin could not complete.")]
 WorkersOption = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Audit the checkpoints as Ray tasks on a local Ray instance with this many CPUs "
@@ -70,6 +69,21 @@ WorkersOption = Annotated[int | None, typer.Option(
 RayAddressOption = Annotated[str | None, typer.Option(
     "--ray-address", help="Submit the checkpoints' audits to this existing Ray cluster (e.g. ray://head:10001 or "
                           "'auto').")]
+SbomOption = Annotated[Path | None, typer.Option(
+    "--sbom", help="Write a CycloneDX 1.6 ML-BOM here ('-': stdout): every file scanned, each model with its "
+                   "format, hashes, architecture profile and measured privacy risk (needs auditor[supply]).")]
+SignatureOption = Annotated[Path | None, typer.Option(
+    "--verify-signature", metavar="SIG", help="Verify each PATH against this model-signing signature before "
+    "anything is loaded; a mismatch refuses it (critical supply.signature-invalid). Needs auditor[supply].")]
+PublicKeyOption = Annotated[Path | None, typer.Option(
+    "--public-key", metavar="KEY.pem", help="--verify-signature: the public key of an offline key pair.")]
+CertChainOption = Annotated[list[Path] | None, typer.Option(
+    "--certificate-chain", metavar="CERT.pem", help="--verify-signature: a certificate of the signer's chain "
+                                                    "(repeatable).")]
+IdentityOption = Annotated[str | None, typer.Option(
+    "--identity", help="--verify-signature: the Sigstore signer identity (keyless; needs the network).")]
+IdentityProviderOption = Annotated[str | None, typer.Option(
+    "--identity-provider", help="--verify-signature: the OIDC issuer of --identity (Sigstore).")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -84,11 +98,13 @@ def scan(
     disable_plugin: DisablePluginOption = None, device: DeviceOption = None, seed: SeedOption = None,
     budget: BudgetOption = None, data: DataOption = None, config_file: ConfigOption = None,
     strict: StrictOption = False, on_inconclusive: OnInconclusiveOption = None, workers: WorkersOption = None,
-    ray_address: RayAddressOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+    ray_address: RayAddressOption = None, sbom: SbomOption = None, verify_signature: SignatureOption = None,
+    public_key: PublicKeyOption = None, certificate_chain: CertChainOption = None, identity: IdentityOption = None,
+    identity_provider: IdentityProviderOption = None, quiet: QuietOption = False, debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
-    Nothing is written unless asked: --json/--html/--sarif PATH, --out-dir DIR, -o FILE.
+    Nothing is written unless asked: --json/--html/--sarif/--sbom PATH, --out-dir DIR, -o FILE.
     """
     from auditor.commands.scan import ScanOptions
 
@@ -99,13 +115,20 @@ def scan(
         "input_shape": input_shape, "fail_on": fail_on,
         "input_spec": input_spec, "plugins": plugins, "disable_plugins": disable_plugin or None, "device": device,
         "seed": seed, "budget_s": budget, "data_dir": data, "reference": reference, "strict": strict or None,
-        "on_inconclusive": on_inconclusive,
+        "on_inconclusive": on_inconclusive, "supply": {k: v for k, v in {
+            "signature": verify_signature, "public_key": public_key, "certificate_chain": certificate_chain or None,
+            "identity": identity, "identity_provider": identity_provider}.items() if v is not None} or None,
     })
     outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
-                         out_dir=out_dir)
+                         out_dir=out_dir, sbom_path=sbom)
+    if sbom is not None or fmt is OutputFormat.CYCLONEDX:  # missing: say so before the scan, not after
+        from auditor.deps import require
+
+        require("cyclonedx", "write the CycloneDX ML-BOM")
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
-                       one_report=outputs.html_path is not None)
+                       one_report=outputs.html_path is not None,
+                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX)
     return run_and_print(opts, outputs, quiet=quiet)
 
 
@@ -126,7 +149,10 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
                                            on_remote_start=None if quiet else ray_started,
                                            on_remote_done=None if quiet else ray_done))
     rows, code = outcome.rows, outcome.code
-    written = write_outputs(rows, code, outputs)
+    written = write_outputs(rows, code, outputs, not_audited=outcome.not_audited)
+    for path, why in outcome.not_audited:
+        if why.startswith("ignored by"):  # a policy decision: said, never silent (other skipped files: --sbom)
+            render.err.print(f"auditor: not audited: {plain(path)}: {plain(why)}", markup=False)
     for row in rows:
         for message in row.messages:
             render.err.print(f"auditor: {plain(message)}", markup=False)

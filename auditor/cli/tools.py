@@ -12,11 +12,23 @@ from rich.table import Table
 
 from auditor._version import __version__
 from auditor.cli import render
-from auditor.cli.options import ArchOption, ImportsOption, InputShapeOption, OutputFormat, OutputOption
+from auditor.cli.options import (
+    ArchOption,
+    ConfigOption,
+    ImportsOption,
+    InputShapeOption,
+    OutputFormat,
+    OutputOption,
+)
 from auditor.cli.outputs import recording_console
 from auditor.cli.render import fmt, plain, safe
 from auditor.errors import ConfigError
 from auditor.gate import ExitCode
+
+#: The checks' own flags (reparam-check, split), declared once for both.
+CheckBatchOption = Annotated[int, typer.Option("--batch", min=1, help="Inputs in the batch the check runs on.")]
+CheckSeedOption = Annotated[int, typer.Option(
+    "--seed", help="Seed of the inputs the check draws (reparam-check: and of its cotangents).")]
 
 
 def list_plugins(
@@ -59,8 +71,8 @@ def reparam_check(
     arch: ArchOption = None,
     deploy_arch: Annotated[str | None, typer.Option(help="Architecture of a weights-only deploy file.")] = None,
     imports: ImportsOption = None, input_shape: InputShapeOption = None,
-    batch: Annotated[int, typer.Option(help="Inputs in the comparison batch.")] = 4,
-    seed: Annotated[int, typer.Option(help="Seed of the inputs and cotangents.")] = 0,
+    batch: CheckBatchOption = 4,
+    seed: CheckSeedOption = 0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the verdict as JSON here.")] = None,
 ) -> int:
     """Check a training form and its fused deploy form agree in outputs and input gradients (exit 0/1)."""
@@ -101,8 +113,8 @@ def split(
     onnx_path: Annotated[Path | None, typer.Option("--onnx", help="Write the head (input to the split point) "
                                                                      "here as ONNX and verify it.")] = None,
     arch: ArchOption = None, imports: ImportsOption = None, input_shape: InputShapeOption = None,
-    batch: Annotated[int, typer.Option(min=1, help="Inputs in the verification batch.")] = 4,
-    seed: Annotated[int, typer.Option(help="Seed of the verification inputs.")] = 0,
+    batch: CheckBatchOption = 4,
+    seed: CheckSeedOption = 0,
 ) -> int:
     """List a model's split points, or export its head up to one as ONNX and check it with onnxruntime (exit 0/1)."""
     from auditor.commands.model import ModelOptions
@@ -159,8 +171,7 @@ def diff(
     fmt_: Annotated[OutputFormat, typer.Option("--format", "-f", help="text, json or markdown (a pull-request "
                                                "comment).")] = OutputFormat.TEXT,
     output: OutputOption = None,
-    config_file: Annotated[Path | None, typer.Option("--config", help="Config for checkpoints that are audited "
-                                                        "here (default: discovered as for scan).")] = None,
+    config_file: ConfigOption = None,
     arch: ArchOption = None,
 ) -> int:
     """Compare two audits: new, fixed and changed findings, metrics outside their CI; exit 1 when risk rose."""

@@ -37,7 +37,6 @@ from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
 from auditor.rewrite.options import options_for
 from auditor.rewrite.program import RewrittenModel, save_module
-from auditor.rewrite.tts import EXTRAPOLATION, tts_schedule
 
 Progress = Callable[[str, int, int], None]
 
@@ -242,19 +241,16 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
         train, held = _splits(load_data_dir(opts.data_dir), shape, opts.holdout, seed)
     acc_before = accuracy(model, *held) if held else None
     history: list[dict[str, float]] = []
-    epochs, notes = opts.epochs if train else 0, []
-    if rewrite.id == "tts":
-        m, n = tts_schedule(max(epochs, 1), opts.m_epochs)
-        notes.append(f"TTS schedule: M = {m} epoch(s) with skips, then N = {n} with RoLSS. {EXTRAPOLATION}")
-        if train:
-            history += fine_tune(model, *train, m, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
-                                 label="TTS stage 1 (with skips)", progress=say)
-        epochs = n if train else 0
+    plan = rewrite.schedule(opts.epochs if train else 0, before=opts.m_epochs)
+    notes = list(plan.notes)
+    if train and plan.before is not None:
+        history += fine_tune(model, *train, plan.before, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
+                             label=plan.before_label, progress=say)
     say("rewriting", 0, 1)
     result = apply_rewrite(model, rewrite.id, shape, **opts.rewrite_options)
     hardened = RewrittenModel(result.model).to(device)
     if train:
-        history += fine_tune(hardened, *train, epochs, lr=opts.lr, batch_size=opts.batch_size, seed=seed + 1,
+        history += fine_tune(hardened, *train, plan.after, lr=opts.lr, batch_size=opts.batch_size, seed=seed + 1,
                              label=f"fine-tuning ({rewrite.id})", progress=say)
     acc_after = accuracy(hardened, *held) if held else None
     opts.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ Each checkpoint goes through :func:`auditor.audit.pipeline.audit`, which hands O
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ class ScanOptions:
     workers: int | None = None
     ray_address: str | None = None
     one_report: bool = False  # --html: the run must find exactly one checkpoint
+    inventory: bool = False  # --sbom: list every file under the scan paths that was not audited, and why
 
 
 @dataclass
@@ -55,6 +56,8 @@ class ScanOutcome:
     rows: list[ScanRow]
     code: int
     baseline_written: int | None = None  # findings recorded by --write-baseline
+    #: Files under the scan paths that were not audited, and why (the ML-BOM lists them).
+    not_audited: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
@@ -67,18 +70,26 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     """
     from auditor.audit.batch import audit_many, collect, worst_exit_code
     from auditor.baseline import Baseline, load_baseline, write_baseline
+    from auditor.commands.supply import check_paths, ignored, not_audited, with_signature_notes
 
     hooks = hooks or ScanHooks()
     config = opts.config
+    if config.severity:
+        from auditor.config import check_policy_rules
+        from auditor.plugin.registry import discover_plugins
+
+        check_policy_rules(config, discover_plugins())
     accepted = load_baseline(opts.baseline) if opts.baseline is not None else None
     recording = None  # --write-baseline: the file's entries so far (each model accepts what it records)
     if opts.write_baseline is not None:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
-    targets = collect(opts.paths, opts.include, opts.exclude)
-    if not targets:
+    preflight = check_paths(opts.paths, config)  # before anything under a path is opened
+    targets, left_out = ignored(collect(preflight.paths, opts.include, opts.exclude), config)
+    if not targets and not preflight.refused:
+        why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
-                         "their bytes; check --include/--exclude)")
-    if opts.one_report and len(targets) > 1:
+                         f"their bytes; check --include/--exclude{why})")
+    if opts.one_report and len(targets) + len(preflight.refused) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
     if opts.workers is not None and opts.ray_address is not None:
         raise ConfigError("--workers starts a local Ray instance and --ray-address joins a cluster: give one")
@@ -88,11 +99,15 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     else:
         rows = audit_many(targets, config, baseline=accepted, recording=recording, progress=hooks.for_model,
                           on_row=hooks.on_row)
+    rows = preflight.refused + with_signature_notes(rows, preflight.notes)
+    reasons = dict(left_out)
+    others = not_audited(preflight.paths, targets, opts.include, opts.exclude) if opts.inventory else []
+    skipped = [(p, reasons.pop(p, why)) for p, why in others] + list(reasons.items())
     recorded = None
     if opts.write_baseline is not None:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
-    return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded)
+    return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded, not_audited=skipped)
 
 
 def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Baseline | None,

@@ -27,6 +27,7 @@ from auditor.errors import (
     UnsafeCheckpoint,
 )
 from auditor.load.arch import fit_state_dict
+from auditor.load.export_inputs import declared_input
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
@@ -139,9 +140,10 @@ def load_checkpoint(
         )
         return LoadedModel(None, checked.refused_info(arch), notes)
 
+    declared_shape, declared_source = _export_signature_shape(sniffed)
     try:
         if sandbox and sniffed.container in _SANDBOXED:
-            notes.append(_probe(sniffed, probe_shape or _PROBE_SHAPE))
+            notes.append(_probe(sniffed, probe_shape or declared_shape or _PROBE_SHAPE))
         done = _materialise(sniffed, arch, checked.allowed, notes)
         _refuse_unsafe_names(done.model, path)
     except RefusedWhileLoading as exc:
@@ -154,6 +156,8 @@ def load_checkpoint(
     model = done.model
     _to_eval(model, done.format, notes)
     input_shape, shape_source = _declared_input_size(model)
+    if input_shape is None and declared_shape is not None:
+        input_shape, shape_source = declared_shape, declared_source
     info = ModelInfo(
         format=done.format,
         params=sum(p.numel() for p in model.parameters()),
@@ -167,6 +171,14 @@ def load_checkpoint(
         size_bytes=sniffed.size_bytes,
     )
     return LoadedModel(model, info, notes, None if wait_for_sha256 else checked.hashing)
+
+
+def _export_signature_shape(sniffed: Sniffed) -> tuple[list[int] | None, str | None]:
+    """Return the per-sample shape a ``.pt2`` declares for its one floating-point input, and its source."""
+    declared = declared_input(sniffed.path) if sniffed.container is Container.TORCH_EXPORT else None
+    if declared is None or not declared.floating:
+        return None, None
+    return _capped(list(declared.shape), declared.source)
 
 
 def _refuse_unsafe_names(model: torch.nn.Module, path: Path) -> None:

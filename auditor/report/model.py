@@ -11,54 +11,17 @@ removes or changes the meaning of a key.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = "1.7.0"
+from auditor.report.severity import Severity
+
+SCHEMA_VERSION = "1.8.0"
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Severity(str, Enum):
-    """Finding severity, ordered from ``info`` to ``critical``."""
-
-    INFO = "info"
-    LOW = "low"
-    MEDIUM = "medium"
-    HIGH = "high"
-    CRITICAL = "critical"
-
-    @property
-    def rank(self) -> int:
-        """Return 0 for ``info`` up to 4 for ``critical``."""
-        return _SEVERITY_ORDER.index(self)
-
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank >= other.rank
-
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank > other.rank
-
-    def __le__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank <= other.rank
-
-    def __lt__(self, other: object) -> bool:  # type: ignore[override]
-        if not isinstance(other, Severity):
-            return NotImplemented
-        return self.rank < other.rank
-
-
-_SEVERITY_ORDER = [Severity.INFO, Severity.LOW, Severity.MEDIUM, Severity.HIGH, Severity.CRITICAL]
 
 
 # Stable categories for plugin outcomes that are not ``ok`` (never change their meaning).
@@ -97,6 +60,15 @@ class Suppression(_Record):
     expires: str | None = Field(default=None, description="ISO date after which the finding counts again.")
 
 
+class SeverityOverride(_Record):
+    """A severity the policy changed: the rule's own severity, the one applied, and which policy did it."""
+
+    original: Severity = Field(description="The severity the rule gave.")
+    applied: Severity = Field(description="The severity the policy set (the finding's `severity`).")
+    pattern: str = Field(description="The [severity] key that matched the rule id (an id or a glob).")
+    source: str = Field(description="Where the policy came from, e.g. 'auditor.toml [severity]'.")
+
+
 class Finding(_Record):
     """One result a reviewer should read: a rule that fired, with its evidence."""
 
@@ -114,6 +86,10 @@ class Finding(_Record):
     )
     suppression: Suppression | None = Field(
         default=None, description="Set when a baseline or config entry accepts the finding; it then does not gate."
+    )
+    severity_override: SeverityOverride | None = Field(
+        default=None, description="Set when a [severity] policy changed the rule's severity; `severity` is the "
+        "applied one."
     )
 
 

@@ -28,7 +28,11 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
         if f.suppression is not None:
             reason = f": {f.suppression.reason}" if f.suppression.reason else ""
             status = f"accepted ({f.suppression.kind}{reason})"
-        lines.append(f"| {f.severity.value} | `{md_code(f.rule_id)}` | {md_cell(f.title)} | "
+        o = f.severity_override
+        if o is not None:
+            status += f"; severity set by {o.source} (rule: {o.original.value})"
+        was = f" (was {o.original.value})" if o is not None else ""
+        lines.append(f"| {f.severity.value}{was} | `{md_code(f.rule_id)}` | {md_cell(f.title)} | "
                      f"{md_cell(f.location or '')} | {md_cell(status)} |")
     return lines
 

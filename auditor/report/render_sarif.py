@@ -199,6 +199,12 @@ def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifac
             "remediation": data["remediation"],
         },
     }
+    if finding.severity_override is not None:  # never silent: the rule's own severity and the policy beside it
+        o = finding.severity_override
+        result["properties"].update({"originalSeverity": o.original.value, "appliedSeverity": o.applied.value,
+                                     "severityPolicy": f"{o.pattern} in {o.source}"})
+        result["message"]["text"] = sarif_message(
+            f"{text} (severity {o.applied.value} set by {o.source}; the rule says {o.original.value})")
     if finding.suppression is not None:
         s = finding.suppression
         result["suppressions"] = [{

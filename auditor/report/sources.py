@@ -55,6 +55,18 @@ SOURCES: dict[str, Source] = {
         "Adversary Instantiation: Lower Bounds for Differentially Private Machine Learning",
         "Nasr et al. 2021", "https://arxiv.org/abs/2101.04535",
     ),
+    "lit:Steinke2023": Source(
+        "Privacy Auditing with One (1) Training Run",
+        "Steinke et al. 2023", "https://arxiv.org/abs/2305.08846",
+    ),
+    "lit:Das2024": Source(
+        "Blind Baselines Beat Membership Inference Attacks for Foundation Models",
+        "Das et al. 2024", "https://arxiv.org/abs/2406.16201",
+    ),
+    "lit:Kairouz2015": Source(
+        "The Composition Theorem for Differential Privacy",
+        "Kairouz et al. 2015", "https://arxiv.org/abs/1311.0776",
+    ),
     "lit:pickle": Source(
         "pickle - Python object serialization (Python documentation)",
         "Python docs", "https://docs.python.org/3/library/pickle.html",

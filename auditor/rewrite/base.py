@@ -104,6 +104,20 @@ class RewriteResult:
         return (self.params_after - self.params_before) / self.params_before if self.params_before else 0.0
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How ``auditor harden`` spends its fine-tuning epochs around a rewrite.
+
+    ``before`` epochs train the original model before the rewrite (None: no such phase), ``after`` epochs
+    train the rewritten one; ``notes`` go into the comparison report.
+    """
+
+    after: int
+    before: int | None = None
+    before_label: str = ""
+    notes: tuple[str, ...] = ()
+
+
 class Rewrite(ABC):
     """A named architecture rewrite; ids match the architecture-risk plugin's remediation ids."""
 
@@ -124,6 +138,13 @@ class Rewrite(ABC):
 
     def ensures(self, ctx: RewriteContext, result: RewriteResult) -> None:
         """Raise :class:`RewriteError` when ``result`` is not what the rewrite promised."""
+
+    def schedule(self, epochs: int, *, before: int | None = None) -> Schedule:
+        """Return how to spend ``epochs`` of fine-tuning (0: no data); by default all after the rewrite.
+
+        ``before`` is the epochs asked for before the rewrite (``--m-epochs``), for a rewrite that has such a phase.
+        """
+        return Schedule(after=epochs)
 
     def command(self, model: str = "MODEL") -> str:
         """Return the exact ``auditor harden`` command that applies this rewrite."""

@@ -9,7 +9,7 @@ may survive it, so the hardened model must be re-audited (``auditor harden`` doe
 
 from __future__ import annotations
 
-from auditor.rewrite.base import register
+from auditor.rewrite.base import Schedule, register
 from auditor.rewrite.skips import RoLSS
 
 EXTRAPOLATION = ("TTS from a converged checkpoint is an extrapolation: Koh et al. 2024 ran stage 1 for only M = 5 "
@@ -36,3 +36,9 @@ class TTS(RoLSS):
                        "(less protection than RoLSS, almost no accuracy cost); from a converged checkpoint: "
                        "untested extrapolation")
     cost = "no new parameters; M + N fine-tuning epochs; " + EXTRAPOLATION
+
+    def schedule(self, epochs: int, *, before: int | None = None) -> Schedule:
+        """Spend ``epochs`` as M epochs with skips before RoLSS and N after it (:func:`tts_schedule`)."""
+        m, n = tts_schedule(max(epochs, 1), before)
+        note = f"TTS schedule: M = {m} epoch(s) with skips, then N = {n} with RoLSS. {EXTRAPOLATION}"
+        return Schedule(after=n if epochs else 0, before=m, before_label="TTS stage 1 (with skips)", notes=(note,))

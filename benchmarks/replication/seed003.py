@@ -128,7 +128,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
             mia_status[arm].append(entry["status"])
             m = entry["metrics"]
             mia[(arm, "auc")].append(_headline(entry, "auc")["value"])
-            mia[(arm, "lira")].append(m["attacks"]["lira-online"]["auc"])
+            mia[(arm, "lira")].append(m["attacks"]["lira-offline"]["auc"])
             mia[(arm, "gap")].append(m["train_test_gap"])
             mia[(arm, "train")].append(m["train_accuracy"])
             mia[(arm, "test")].append(m["test_accuracy"])

@@ -12,21 +12,26 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from auditor.plugin import Scaling, image_scores
 from auditor_gradient_inversion.attacks.analytic import recover_labels
 from auditor_gradient_inversion.attacks.dlg import dlg
-from auditor_gradient_inversion.attacks.ig import IGSettings, invert, trial_generator
+from auditor_gradient_inversion.attacks.ig import IGSettings, IGStep, invert, trial_generator
 from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes, seeded_rng
+from auditor_gradient_inversion.rows import DLGRow, IGRow
 
 
 @dataclass
 class Campaign:
-    """One model under attack: private inputs, normalisation, seeds and the rows produced so far."""
+    """One model under attack: private inputs, normalisation, seeds and the rows produced so far.
+
+    ``on_step`` (optional) is handed every IG iteration's :class:`~auditor_gradient_inversion.attacks.ig.IGStep`
+    (benchmarks read the attack's progress through it).
+    """
 
     model: torch.nn.Module
     images: torch.Tensor  # (N, C, H, W) in [0, 1]
@@ -39,7 +44,8 @@ class Campaign:
     num_classes: int
     scaling: Scaling = "minmax"
     check_budget: Callable[[], None] = lambda: None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    on_step: Callable[[IGStep], None] | None = None
+    rows: list[IGRow | DLGRow] = field(default_factory=list)
     recons: dict[str, torch.Tensor] = field(default_factory=dict)
     sec_per_trial_iter: float | None = None
 
@@ -117,7 +123,7 @@ class Campaign:
         known_labels: bool,
         noise: Literal["model", "joint", "zero"] = "model",
         group: str = "all",
-    ) -> list[dict[str, Any]]:
+    ) -> list[IGRow]:
         """Run IG with every setting in one batch of trials and append one scored row per setting.
 
         ``noise``: ``"model"`` - the victim draws its seeded noise and the attacker meets fresh seeded
@@ -143,6 +149,7 @@ class Campaign:
             noise_shapes=shapes,
             noise=mode,
             check_budget=self.check_budget,
+            on_step=self.on_step,
         )
         trial_iters = max(1, int(res.steps.sum()) * settings[0].restarts)
         self.sec_per_trial_iter = res.seconds / trial_iters
@@ -152,32 +159,32 @@ class Campaign:
             per_image = self._score(pix, recon)
             tag = key if len(settings) == 1 else f"{key}/{j}"
             self.recons[tag] = recon.reshape(-1, *self.images.shape[1:]).cpu()
-            row = {
-                "key": tag,
-                "attack": attack,
-                "group": group,
-                "setting": setting.describe(),
-                "lr": setting.lr,
-                "tv_weight": setting.tv_weight,
-                "init": setting.init,
-                "params_matched": len(names),
-                "param_elements": sum(oracle.sizes),
-                "batch_size": batch,
-                "clients": x.shape[0],
-                "label_mode": "known" if known_labels else "recovered",
-                "label_recovery_acc": label_acc,
-                "noise": noise if shapes else "none (deterministic model)",
-                "iterations": setting.iterations,
-                "steps_mean": float(res.steps[:, j].float().mean()),
-                "restarts": setting.restarts,
-                "seconds": round(res.seconds / len(settings), 2),
-                "trial_mode": res.note,
-                "final_loss_mean": float(res.loss[:, j].mean()),
+            row = IGRow(
+                key=tag,
+                attack=attack,
+                group=group,
+                setting=setting.describe(),
+                lr=setting.lr,
+                tv_weight=setting.tv_weight,
+                init=setting.init,
+                params_matched=len(names),
+                param_elements=sum(oracle.sizes),
+                batch_size=batch,
+                clients=x.shape[0],
+                label_mode="known" if known_labels else "recovered",
+                label_recovery_acc=label_acc,
+                noise=noise if shapes else "none (deterministic model)",
+                iterations=setting.iterations,
+                steps_mean=float(res.steps[:, j].float().mean()),
+                restarts=setting.restarts,
+                seconds=round(res.seconds / len(settings), 2),
+                trial_mode=res.note,
+                final_loss_mean=float(res.loss[:, j].mean()),
                 **summarise(per_image),
-                "per_image_ssim": [round(r["ssim"], 4) for r in per_image],
-                "per_image_psnr": [round(r["psnr"], 3) for r in per_image],
-                "per_image_mse": [round(r["mse"], 6) for r in per_image],
-            }
+                per_image_ssim=[round(r["ssim"], 4) for r in per_image],
+                per_image_psnr=[round(r["psnr"], 3) for r in per_image],
+                per_image_mse=[round(r["mse"], 6) for r in per_image],
+            )
             self.rows.append(row)
             rows.append(row)
         return rows
@@ -193,7 +200,7 @@ class Campaign:
             scores.extend(table[i][j] for i, j in zip(rows, cols))
         return scores
 
-    def run_dlg(self, key: str, iterations: int, *, idlg: bool) -> dict[str, Any]:
+    def run_dlg(self, key: str, iterations: int, *, idlg: bool) -> DLGRow:
         """Run DLG (joint soft label) or iDLG (recovered label) on every image at batch 1."""
         pix, x, y = self.batches(1)
         eps = self.victim_noise(x)
@@ -220,20 +227,20 @@ class Campaign:
         per_image = self._score(pix, rec)
         self.recons[key] = rec.reshape(-1, *self.images.shape[1:]).cpu()
         acc = float((torch.stack(guessed).cpu() == y.cpu()).float().mean())
-        row = {
-            "key": key,
-            "attack": "iDLG" if idlg else "DLG",
-            "group": "all",
-            "batch_size": 1,
-            "clients": x.shape[0],
-            "label_mode": "recovered" if idlg else "optimised",
-            "label_recovery_acc": label_acc if idlg else acc,
-            "iterations": iterations,
-            "restarts": 1,
-            "seconds": round(time.monotonic() - start, 2),
+        row = DLGRow(
+            key=key,
+            attack="iDLG" if idlg else "DLG",
+            group="all",
+            batch_size=1,
+            clients=x.shape[0],
+            label_mode="recovered" if idlg else "optimised",
+            label_recovery_acc=label_acc if idlg else acc,
+            iterations=iterations,
+            restarts=1,
+            seconds=round(time.monotonic() - start, 2),
             **summarise(per_image),
-            "per_image_ssim": [round(r["ssim"], 4) for r in per_image],
-        }
+            per_image_ssim=[round(r["ssim"], 4) for r in per_image],
+        )
         self.rows.append(row)
         return row
 

@@ -1,4 +1,4 @@
-"""The positive control: the audited model's own first layers, exposed to the gradient, attacked at the audit's budget.
+"""The control stage: the audited model's own first layers, exposed to the gradient, attacked at the audit's budget.
 
 The control is built from the audited architecture wherever it can be: the model cut at a split
 point (fx node carrying everything) that lies before every sampling node (so the noise layers and
@@ -15,14 +15,20 @@ control falls back to an unprotected patchify CNN of the same input size, and th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, UnsplittableModel, split_model
+from auditor.plugin import ArchitectureProfile, PowerCheck, UnsplittableModel, split_model
+from auditor_gradient_inversion.attacks.ig import IGSettings
+from auditor_gradient_inversion.campaign import Campaign
+from auditor_gradient_inversion.groups import last_linear
+from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_measurements, leaks
 from auditor_gradient_inversion.oracle import AUX_ATTR, seeded_rng
+from auditor_gradient_inversion.rows import Floors, Skip
 from auditor_gradient_inversion.stochastic import split_parameters
 
 
@@ -127,3 +133,83 @@ def _no_cut_reason(profile: ArchitectureProfile) -> str | None:
     if len(profile.split_points) < 2:
         return "the fx graph has no split point before the output"
     return None
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    """The control as reported in ``metrics.positive_control``: what it is, and its score once attacked."""
+
+    kind: str
+    model: str
+    why: str
+    ssim_mean: float | None = None
+    margin: float | None = None
+    margin_ci: Any = None
+    passed: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the record; the score's fields only when the control was attacked."""
+        out: dict[str, Any] = {"kind": self.kind, "model": self.model, "why": self.why}
+        if self.passed is not None:
+            out |= {"ssim_mean": self.ssim_mean, "margin": self.margin, "margin_ci": self.margin_ci,
+                    "passed": self.passed}
+        return out
+
+
+@dataclass(frozen=True)
+class ControlOutcome:
+    """The control stage's result: its power check (empty when not attacked), its record, and why it was not run."""
+
+    power: tuple[PowerCheck, ...] = ()
+    record: ControlRecord | None = None
+    skip: Skip | None = None
+
+
+def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSettings, floors: Floors, *, known: bool,
+                   seed: int, remaining_s: Callable[[], float | None]) -> ControlOutcome:
+    """Attack the positive control with the winning setting, budget and probes; return its power check and record.
+
+    Its reconstruction is filed in ``camp.recons["control"]`` (shown in the grid).
+    """
+    n = camp.images.shape[0]
+    with seeded_rng(camp.seed, camp.device):
+        ctrl = build_control(camp.model, profile, camp.to_model(camp.images.to(camp.device)), camp.num_classes,
+                             camp.seed)
+    record = ControlRecord(kind=ctrl.kind, model=ctrl.what, why=ctrl.why)
+    if not camp.fits(n * best.restarts, best.iterations, remaining_s()):
+        return ControlOutcome(record=record, skip=Skip.over_budget("positive control"))
+    ref = ctrl.model.to(camp.device)
+    if ctrl.kind == "reference":
+        ref.train()
+    ref_camp = Campaign(
+        model=ref,
+        images=camp.images,
+        labels=camp.labels,
+        mean=camp.mean,
+        std=camp.std,
+        seed=camp.seed,
+        noise_seed=camp.noise_seed,
+        head=last_linear(ref),
+        num_classes=camp.num_classes,
+        scaling=camp.scaling,
+        check_budget=camp.check_budget,
+    )
+    names = [name for name, _ in ref.named_parameters()]
+    row = ref_camp.run_ig("control", "IG", names, 1, [best], known_labels=known)[0]
+    camp.recons["control"] = ref_camp.recons["control"]
+    ssim = image_measurements(row.per_probe(), floors, "", seed)[0]
+    ci = f", 95 % CI [{ssim.ci[0]:.2f}, {ssim.ci[1]:.2f}]" if ssim.ci else ""
+    passed = leaks(ssim)
+    check = PowerCheck(
+        control=f"{ctrl.what} ({ctrl.kind})",
+        metric="mean SSIM (must also beat the floor by 0.1 with its CI above 0)",
+        value=ssim.value,
+        required=SUCCESS_SSIM,
+        passed=passed,
+        how=f"IG at the model's setting and budget ({best.describe()}, at most {best.iterations} "
+        f"iterations, mean {row.steps_mean:.0f} run), same {n} probes; margin over {floors.kind} "
+        f"{ssim.margin:.2f}{ci}; why this control: {ctrl.why}",
+    )
+    scored = ControlRecord(kind=ctrl.kind, model=ctrl.what, why=ctrl.why, ssim_mean=ssim.value, margin=ssim.margin,
+                           margin_ci=ssim.ci, passed=passed)
+    return ControlOutcome(power=(check,), record=scored)

@@ -7,11 +7,12 @@ no-information floor (:func:`auditor.plugin.image_floor_scores`) and must beat i
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from auditor.plugin import Floor, LeakJudgement, Measurement, judge_leak, measure
+from auditor.plugin import LeakJudgement, Measurement, judge_leak, measure
+from auditor_gradient_inversion.rows import Floors
 
 #: Seed 004's attack-success threshold on SSIM (§4.1, ASR).
 SUCCESS_SSIM = 0.5
@@ -55,22 +56,25 @@ def leaks(m: Measurement) -> bool:
 
 
 def image_measurements(
-    row: dict[str, Any], floors: dict[str, list[float]], floor_kind: str, how: str, seed: int
+    per_probe: Mapping[str, Sequence[float]], floors: Floors, how: str, seed: int
 ) -> list[Measurement]:
-    """Return SSIM, PSNR and MSE of one scored row beside the per-probe floors (paired margins, 95 % CI)."""
+    """Return SSIM, PSNR and MSE beside the per-probe floors (paired margins, 95 % CI).
+
+    ``per_probe`` holds each metric's per-probe scores (``IGRow.per_probe()``).
+    """
     out = []
     for metric, label, unit, worse_high in (
         ("ssim", "IG reconstruction SSIM (mean over probes)", "", True),
         ("psnr", "IG reconstruction PSNR (mean over probes)", "dB", True),
         ("mse", "IG reconstruction MSE (mean over probes)", "", False),
     ):
-        values = row[f"per_image_{metric}"]
+        values = per_probe[metric]
         out.append(
             measure(
                 metric,
                 label,
                 values,
-                Floor.per_probe(floor_kind, floors[metric][: len(values)]),
+                floors.of(metric, len(values)),
                 higher_is_worse=worse_high,
                 threshold=MARGIN_SSIM if metric == "ssim" else None,
                 unit=unit,

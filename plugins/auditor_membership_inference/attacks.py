@@ -71,37 +71,29 @@ def lira_phi(logits: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
     return (zy - rest).numpy()
 
 
-def lira(
-    target_phi: np.ndarray, ref_phi: np.ndarray, keep: np.ndarray, *, pooled: bool
-) -> tuple[np.ndarray | None, np.ndarray]:
-    """Score targets with LiRA from per-view φ values.
+def lira_offline(target_phi: np.ndarray, ref_phi: np.ndarray, out: np.ndarray, *, pooled: bool) -> np.ndarray:
+    """Score targets with offline LiRA (Carlini et al. 2022) from per-view φ values.
 
     Args:
         target_phi: ``[n_targets, n_views]`` φ of the audited model.
         ref_phi: ``[n_refs, n_targets, n_views]`` φ of the reference models.
-        keep: ``[n_refs, n_targets]`` whether the target was in each reference's training set.
+        out: ``[n_refs, n_targets]`` the OUT references each target is tested against (never trained on it;
+            the same number for every target, so members and non-members are scored alike).
         pooled: use one variance per view over all targets (few references) instead of per target.
 
     Returns:
-        (online, offline) scores; online is None when some target has no IN reference.
+        The standardised ``z = (phi - mu_out) / sd_out`` of φ averaged over the views: the one-sided
+        Gaussian test ``Pr(phi_out <= phi) = Phi(z)`` orders targets as z does, and z does not round to
+        0 for large values as ``log Phi(z)`` does (ties among the clearest members); one unusual view
+        cannot dominate, as it can when per-view log-probabilities are averaged.
     """
-    from scipy.stats import norm
-
-    k = keep[:, :, None]
-    out_n, in_n = (~k).sum(0), k.sum(0)
-    mu_out = np.where(~k, ref_phi, 0).sum(0) / np.maximum(out_n, 1)
-    mu_in = np.where(k, ref_phi, 0).sum(0) / np.maximum(in_n, 1)
-    var_out = np.where(~k, (ref_phi - mu_out) ** 2, 0).sum(0) / np.maximum(out_n - 1, 1)
-    var_in = np.where(k, (ref_phi - mu_in) ** 2, 0).sum(0) / np.maximum(in_n - 1, 1)
+    t, r = target_phi.mean(1), ref_phi.mean(2)  # φ averaged over the query views first
+    out_n = out.sum(0)
+    mu_out = np.where(out, r, 0).sum(0) / np.maximum(out_n, 1)
+    var_out = np.where(out, (r - mu_out) ** 2, 0).sum(0) / np.maximum(out_n - 1, 1)
     if pooled:
-        var_out = np.broadcast_to(np.median(var_out, axis=0, keepdims=True), var_out.shape)
-        var_in = np.broadcast_to(np.median(var_in, axis=0, keepdims=True), var_in.shape)
-    sd_out, sd_in = np.sqrt(var_out) + 1e-12, np.sqrt(var_in) + 1e-12
-    offline = norm.logcdf((target_phi - mu_out) / sd_out).mean(1)
-    if (in_n == 0).any() or (out_n == 0).any():
-        return None, offline
-    online = (norm.logpdf(target_phi, mu_in, sd_in) - norm.logpdf(target_phi, mu_out, sd_out)).mean(1)
-    return online, offline
+        var_out = np.full_like(var_out, np.median(var_out))
+    return (t - mu_out) / (np.sqrt(var_out) + 1e-12)
 
 
 def rmia(
@@ -115,15 +107,15 @@ def rmia(
 
     Args:
         target_p: ``[n]`` the audited model's true-class probability on each target.
-        ref_p: ``[n_refs, n]`` the same for every reference model (each target IN for half of them).
+        ref_p: ``[n]`` the mean of the same over the reference models that did not train on each target.
         pop_target_p: ``[m]`` the audited model's true-class probability on population samples z.
-        pop_ref_p: ``[n_refs, m]`` the same for the reference models.
+        pop_ref_p: ``[m]`` the mean of the same over the reference models that did not train on each z.
         gamma: the likelihood-ratio margin a target must beat a population sample by.
 
     Returns:
         For each target, the fraction of population samples z with LR(x) / LR(z) >= gamma,
-        where LR(u) = Pr(u | target) / mean over references of Pr(u | reference).
+        where LR(u) = Pr(u | target) / mean over OUT references of Pr(u | reference) (offline RMIA).
     """
-    lr_x = target_p / np.maximum(ref_p.mean(0), 1e-30)
-    lr_z = pop_target_p / np.maximum(pop_ref_p.mean(0), 1e-30)
+    lr_x = target_p / np.maximum(ref_p, 1e-30)
+    lr_z = pop_target_p / np.maximum(pop_ref_p, 1e-30)
     return (lr_x[:, None] / np.maximum(lr_z[None, :], 1e-30) >= gamma).mean(1)

@@ -33,10 +33,11 @@ def exchangeability(
     """Tell whether models that saw neither side already separate members from non-members.
 
     ``scores`` are the metric attacks scored by reference models on targets outside their training
-    set (:func:`out_reference_scores`). Members and non-members drawn from one distribution give an
-    AUC of 0.5 in expectation whatever the attack; an interval outside ``[1 - shift_max_auc,
-    shift_max_auc]`` says the two sides differ in distribution, so the model's own scores cannot be
-    read as membership.
+    set (:func:`out_reference_scores`); the references trained on members (and public/) only, never
+    on a non-member, so they know the members' distribution and nothing of the non-members'.
+    Members and non-members drawn from one distribution give an AUC of 0.5 in expectation whatever
+    the attack; an interval outside ``[1 - shift_max_auc, shift_max_auc]`` says the two sides differ
+    in distribution, so the model's own scores cannot be read as membership.
     """
     per_attack = {}
     for name, score in scores.items():
@@ -54,7 +55,8 @@ def exchangeability(
         "tolerance": [round(1 - cfg.shift_max_auc, 4), cfg.shift_max_auc],
         "attacks": per_attack,
         "how": "each metric attack's score per target averaged over the reference models that did not train on "
-        "it (models that saw neither that member nor that non-member); AUC members vs non-members on all "
+        "it (references train on members and public/ only, never on a non-member: models that saw the members' "
+        "distribution but neither that member nor any non-member); AUC members vs non-members on all "
         f"targets, 95% CI from {cfg.bootstrap} stratified bootstrap resamples; the two sides count as exchangeable "
         f"while every CI overlaps [{1 - cfg.shift_max_auc:.2f}, {cfg.shift_max_auc:.2f}]",
     }
@@ -75,6 +77,23 @@ def canaries(member: np.ndarray, y: torch.Tensor, n_classes: int, seed: int) -> 
     return idx, canary, (y[idx] + shift) % max(n_classes, 2)
 
 
+def weight_scales(model: nn.Module, seed: int) -> list[float]:
+    """Return, per parameter tensor, its RMS over that of a freshly initialised copy's (at least 1).
+
+    DP-SGD with large steps or momentum can leave weights hundreds of times larger than at
+    initialisation; a fixed learning rate then barely moves them. Scaling each tensor's rate by this
+    ratio makes the control's steps the same size relative to the weights on any optimiser's output.
+    """
+    from auditor_membership_inference.references import fresh_copy
+
+    fresh, _ = fresh_copy(model, seed)
+    out = []
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        rms_p, rms_q = float(p.detach().float().pow(2).mean().sqrt()), float(q.detach().float().pow(2).mean().sqrt())
+        out.append(max(1.0, rms_p / rms_q) if rms_q > 0 else 1.0)
+    return out
+
+
 def plant_canaries(
     model: nn.Module,
     x: torch.Tensor,
@@ -84,17 +103,17 @@ def plant_canaries(
     seed: int,
     cache_dir: Any,
     tick: Any,
-) -> tuple[nn.Module, bool, Recipe]:
+) -> tuple[nn.Module, bool, Recipe, list[float]]:
     """Fine-tune a copy of the audited model (its trained weights) on the canaries for ``control_epochs``.
 
-    The recipe is the reference recipe without regularisation; training also stops once the mean
-    loss is below ``control_stop_loss``. Returns the copy, whether it came from the cache, and the recipe.
+    Adam at ``control_lr`` (scaled per tensor by :func:`weight_scales`), batch 64, no regularisation;
+    training also stops once the mean loss is below ``control_stop_loss``. Returns the copy, whether
+    it came from the cache, the recipe and the scales.
     """
     import copy
 
-    recipe = cfg.recipe.model_copy(
-        update={"weight_decay": 0.0, "shift_augment": 0, "hflip_augment": False, "epochs": cfg.control_epochs}
-    )
+    recipe = Recipe(epochs=cfg.control_epochs, batch_size=64, lr=cfg.control_lr, optimizer="adam")
+    scales = weight_scales(model, seed)
     tuned, cached = train_cached(copy.deepcopy(model), x, y, recipe, seed=seed, cache_dir=cache_dir, tick=tick,
-                                 stop_loss=cfg.control_stop_loss)
-    return tuned, cached, recipe
+                                 stop_loss=cfg.control_stop_loss, lr_scale=scales)
+    return tuned, cached, recipe, scales

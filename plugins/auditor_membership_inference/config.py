@@ -37,15 +37,42 @@ class MembershipInferenceConfig(BaseModel):
         ge=0,
         description="Reference models for LiRA, RMIA and the shadow attack (below 2: metric attacks only).",
     )
-    recipe: Recipe = Field(default_factory=Recipe)
-    workers: int = Field(default=1, ge=1, description="Reference models trained in parallel (threads).")
+    recipe: Recipe | None = Field(
+        default=None,
+        description="How reference models are trained; default (null): fitted to the target (fit_epochs x "
+        "fit_weight_decay, Adam lr 1e-3, batch 64) so the references' train/held-out accuracy and loss gap "
+        "match the target's. A recipe given here is used as it is.",
+    )
+    fit_epochs: list[int] = Field(default_factory=lambda: [3, 10, 30, 100, 300],
+                                  description="Recipe fit: the epoch counts tried (one probe run per weight decay).")
+    fit_weight_decay: list[float] = Field(default_factory=lambda: [0.0, 0.005],
+                                          description="Recipe fit: the weight decays tried.")
+    fit_tolerance: float = Field(
+        default=0.05, gt=0, description="Recipe fit: a candidate matches when train and held-out accuracy are each "
+        "within this of the target's and the loss gap within max(0.1, 25%) of the target's."
+    )
+    work_budget_steps: int = Field(
+        default=400_000, ge=1,
+        description="Work budget: the most optimizer steps all references together may take; the recipe fit "
+        "only considers candidates within it. The wall clock (budget_s) is only a safety net.",
+    )
+    workers: int | Literal["auto"] = Field(
+        default="auto", description="Reference models trained in parallel (threads); 'auto': one per core "
+        "(at most 4), one when the model draws random numbers in training mode. Same numbers for any count."
+    )
+    blind_margin: float = Field(
+        default=0.03, gt=0, lt=0.5,
+        description="Blind baseline: members and non-members are not exchangeable when its held-out AUC's 95% "
+        "CI lower end exceeds 0.5 + this.",
+    )
     cache_dir: str | None = Field(
         default="~/.cache/auditor/mia-references",
         description="Reference models are cached here by content hash; null disables the cache.",
     )
     query_augmentations: list[Literal["none", "hflip", "shift"]] = Field(
-        default_factory=lambda: ["none", "shift"],
-        description="Views each sample is queried with for LiRA ('shift' rolls by one pixel).",
+        default_factory=lambda: ["none"],
+        description="Views each sample is queried with for LiRA ('shift' rolls by one pixel, 'hflip' flips); add "
+        "the augmentations the target trained with, if any.",
     )
     global_variance: Literal["auto", "always", "never"] = Field(
         default="auto", description="Pool LiRA's variance over samples; 'auto' pools below 64 references."
@@ -74,6 +101,10 @@ class MembershipInferenceConfig(BaseModel):
         default=0.55, gt=0.5, lt=1,
         description="Members and non-members count as exchangeable while the AUC that models which saw neither "
         "reach has a 95% CI overlapping [1 - this, this].",
+    )
+    control_lr: float = Field(
+        default=1e-3, gt=0, description="Positive control: Adam learning rate, scaled per weight tensor by its "
+        "RMS over a freshly initialised one's (at least 1x), so large trained weights still move."
     )
     control_epochs: int = Field(
         default=100, ge=1, description="Positive control: most fine-tuning epochs of the copy on its canaries (it "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,16 +64,33 @@ def train(
     seed: int,
     tick: Callable[[], None],
     stop_loss: float | None = None,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
+    lr_scale: Sequence[float] | None = None,
 ) -> nn.Module:
     """Train ``model`` in place on (x, y) with ``recipe``; ``tick`` is called once per batch.
 
     With ``stop_loss``, training ends after the first epoch whose mean batch loss is below it.
+    ``on_epoch(epoch, model)`` is called after every epoch (1-based; the model in eval mode there).
+    ``lr_scale`` multiplies the learning rate of each parameter tensor (in ``parameters()`` order).
     torch's global generator is seeded with ``seed`` for the duration (and restored after), so
     dropout and noise layers draw the same values on every run, whatever ran before.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss)
+        return _train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss, on_epoch=on_epoch,
+                      lr_scale=lr_scale)
+
+
+def _optimizer(model: nn.Module, recipe: Recipe, lr_scale: Sequence[float] | None) -> torch.optim.Optimizer:
+    """Return the recipe's optimizer, one parameter group per tensor when ``lr_scale`` is given."""
+    params: list = list(model.parameters())
+    if lr_scale is not None:
+        params = [{"params": [p], "lr": recipe.lr * float(s)} for p, s in zip(params, lr_scale)]
+    if recipe.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=recipe.lr, momentum=0.9, weight_decay=recipe.weight_decay)
+    if recipe.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
 
 
 def _train(
@@ -84,21 +102,15 @@ def _train(
     seed: int,
     tick: Callable[[], None],
     stop_loss: float | None,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
+    lr_scale: Sequence[float] | None = None,
 ) -> nn.Module:
     """The body of :func:`train`, with torch's generator already seeded."""
     device = next(model.parameters()).device
-    params = model.parameters()
-    if recipe.optimizer == "sgd":
-        opt: torch.optim.Optimizer = torch.optim.SGD(
-            params, lr=recipe.lr, momentum=0.9, weight_decay=recipe.weight_decay
-        )
-    elif recipe.optimizer == "adamw":
-        opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
-    else:
-        opt = torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    opt = _optimizer(model, recipe, lr_scale)
     gen = torch.Generator().manual_seed(seed)
     model.train()
-    for _ in range(recipe.epochs):
+    for epoch in range(recipe.epochs):
         order = torch.randperm(len(x), generator=gen)
         total = 0.0
         for start in range(0, len(x), recipe.batch_size):
@@ -110,6 +122,9 @@ def _train(
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, model.eval())
+            model.train()
         if stop_loss is not None and total / len(x) < stop_loss:
             break
     return model.eval()
@@ -125,14 +140,18 @@ def train_cached(
     cache_dir: Path | None,
     tick: Callable[[], None],
     stop_loss: float | None = None,
+    lr_scale: Sequence[float] | None = None,
 ) -> tuple[nn.Module, bool]:
     """Train ``model`` as :func:`train` does, or load it from ``cache_dir``; return it and whether it was cached.
 
-    The key is the architecture, the initial weights, the data, the recipe, the seed (and the stop rule).
+    The key is the architecture, the initial weights, the data, the recipe, the seed (the stop rule, the scales).
     """
     tag = "" if stop_loss is None else f"stop_loss={stop_loss}"
+    if lr_scale is not None:
+        tag += f";lr_scale={[round(float(v), 6) for v in lr_scale]}"
     return fit_cached(model, (x, y, recipe, seed, tag),
-                      lambda m: train(m, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss), cache_dir)
+                      lambda m: train(m, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss, lr_scale=lr_scale),
+                      cache_dir)
 
 
 def train_references(
@@ -181,6 +200,34 @@ def _train_task(job: tuple[nn.Module, torch.Tensor, torch.Tensor, int, Recipe, P
     """Train (or load from the cache) one reference model on the CPU: the body of a Ray task."""
     ref, xs, ys, s, recipe, cache_dir = job
     return train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=lambda: None)
+
+
+def resolve_workers(setting: int | str, model: nn.Module, example: torch.Tensor, references: int) -> tuple[int, str]:
+    """Return how many threads train the references, and why.
+
+    ``"auto"``: one per core this process may use (at most 4, at most one per reference), but one when
+    the model draws random numbers in training mode (dropout, noise layers): those come from torch's
+    global generator, which threads share, so only one thread keeps each reference seeded by itself.
+    Every reference is seeded by its index, never by its thread: any worker count gives the same models.
+    """
+    if setting != "auto":
+        return int(setting), "set in the config"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = max(1, min(cores, 4, references))
+    if n > 1 and draws_randomness(model, example):
+        return 1, "auto: one, because the model draws random numbers in training mode (shared generator)"
+    return n, f"auto: {n} ({cores} cores available, {references} references)"
+
+
+def draws_randomness(model: nn.Module, example: torch.Tensor) -> bool:
+    """Return whether two training-mode forward passes on the same input, with different seeds, differ."""
+    clone = copy.deepcopy(model).cpu().train()
+    outs = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            outs.append(clone(example.cpu()))
+    return not torch.equal(outs[0], outs[1])
 
 
 #: The query views besides the identity (any other name): a horizontal flip and a one-pixel roll.

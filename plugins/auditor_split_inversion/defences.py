@@ -12,6 +12,7 @@ retrained on noisy features, so leakage under noise is a lower bound.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,6 +21,19 @@ from auditor_split_inversion.dci import invert
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
 
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One (noise kind, σ) of the sweep: utility, the best attack's PSNR and SSIM, and its per-probe scores."""
+
+    kind: str
+    sigma: float
+    utility: float
+    utility_metric: str
+    psnr: float
+    ssim: float
+    best_attack: str
+    per_probe: dict[str, list[float]]
 
 def add_noise(feature: torch.Tensor, sigma: float, kind: str, gen: torch.Generator) -> torch.Tensor:
     """Return ``feature`` plus fresh noise of scale ``sigma`` times the feature's standard deviation."""
@@ -57,7 +71,7 @@ def noise_sweep(
     tv: float,
     seed: int,
     tick: Callable[[], bool],
-) -> list[dict]:
+) -> list[SweepRow]:
     """Return one row per (kind, σ) with utility and the best attack's PSNR/SSIM."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -80,10 +94,10 @@ def noise_sweep(
                 continue
             scores = {a: summarise(v) for a, v in per_probe.items()}
             best = {m: max(scores, key=lambda a, m=m: scores[a][f"{m}_mean"]) for m in ("psnr", "ssim")}
-            rows.append({
-                "kind": kind, "sigma": sigma, "utility": _utility(tail, noisy, clean_pred, labels),
-                "utility_metric": "accuracy on probe labels" if labels is not None else "agreement with clean output",
-                "psnr": scores[best["psnr"]]["psnr_mean"], "ssim": scores[best["ssim"]]["ssim_mean"],
-                "best_attack": best["psnr"], "per_probe": {m: per_probe[a][m] for m, a in best.items()},
-            })
+            rows.append(SweepRow(
+                kind=kind, sigma=sigma, utility=_utility(tail, noisy, clean_pred, labels),
+                utility_metric="accuracy on probe labels" if labels is not None else "agreement with clean output",
+                psnr=scores[best["psnr"]]["psnr_mean"], ssim=scores[best["ssim"]]["ssim_mean"],
+                best_attack=best["psnr"], per_probe={m: per_probe[a][m] for m, a in best.items()},
+            ))
     return rows

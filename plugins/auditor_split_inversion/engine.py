@@ -268,14 +268,16 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                         clock=clock)
         inv.recons["rmle"], settings_of["rmle"], records["rmle"] = rmle.recons, rmle.settings, rmle.record
     evaluator = train_probe_evaluator(inputs, budget, records, seed=seed, device=device, clock=clock)
+    clean_acc = None
+    if evaluator is not None and inv.labels is not None:
+        others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
+        inv = replace(inv, floor={**inv.floor, "evaluator_acc": round(top1_accuracy(evaluator, others, inv.labels), 4)})
+        clean_acc = round(top1_accuracy(evaluator, inv.probes, inv.labels), 4)
     out = SplitAuditResult(splits=cut.splits, split_note=cut.split_note, notes=cut.notes, records=records,
                            probes=inv.probes, blocks=cut.blocks, server=cut.server, feats=inv.feats,
                            snapshots=snapshots, recons=inv.recons, predicted=inv.predicted, classes=inv.classes,
-                           floor=inv.floor, lpips=lpips_status()[1], settings=settings_of, train_sets=train_sets)
-    if evaluator is not None and inv.labels is not None:
-        others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
-        inv.floor["evaluator_acc"] = round(top1_accuracy(evaluator, others, inv.labels), 4)
-        out.evaluator_clean_acc = round(top1_accuracy(evaluator, inv.probes, inv.labels), 4)
+                           floor=inv.floor, lpips=lpips_status()[1], settings=settings_of, train_sets=train_sets,
+                           evaluator_clean_acc=clean_acc)
     score_splits(out, inv, evaluator, cfg, seed=seed, probe_source=inputs.probe_source)
     return out
 

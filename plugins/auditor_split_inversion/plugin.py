@@ -39,6 +39,7 @@ from auditor_split_inversion.engine import (
     seeded,
 )
 from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
+from auditor_split_inversion.outcomes import DefenceRow, EnsemblerRun, EnsemblerSkipped, NoiseDefence
 from auditor_split_inversion.plots import defence_chart, leakage_chart
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
@@ -117,21 +118,21 @@ class SplitInversionPlugin:
         rows, fl = res.rows, res.floor
         power, control = controls(ctx, res, inputs, cfg, budget, clock)
         findings = _findings(rows, res)
-        defence = self._defence(res, rows, inputs, cfg, budget, ctx, clock)
-        if defence:
+        defence = self._defence(res, rows, inputs, cfg, ctx, clock)
+        if defence is not None:
             findings.append(NOISE_DEFENCE.finding(
-                message="; ".join(f"{r['kind']} σ={r['sigma']:g}: {r['verdict']} (utility {r['utility']:.2f}, "
-                                  f"PSNR {r['psnr']:.1f} dB, drop {r['psnr_drop']:+.1f} dB "
-                                  f"{_ci(r['psnr_drop_ci'])} from σ=0)" for r in defence["rows"] if r["sigma"]),
-                location=defence["split"], evidence=defence))
+                message="; ".join(f"{r.kind} σ={r.sigma:g}: {r.verdict} (utility {r.utility:.2f}, "
+                                  f"PSNR {r.psnr:.1f} dB, drop {r.psnr_drop:+.1f} dB "
+                                  f"{_ci(r.psnr_drop_ci)} from σ=0)" for r in defence.rows if r.sigma),
+                location=defence.split, evidence=defence.as_dict()))
         ensembler = self._ensembler(res, rows, defence, inputs, cfg, budget, ctx, clock)
-        if ensembler is not None and "rows" in ensembler:
+        if isinstance(ensembler, EnsemblerRun):
             findings.append(ENSEMBLER_DEFENCE.finding(
                 message="; ".join(f"{r['setting']}: accuracy {r['accuracy']:.2f}, best PSNR {r['psnr']:.1f} dB "
                                   f"({r['best_attack']}), best SSIM {r['ssim']:.2f}"
-                                  + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler["rows"])
-                        + f"; query-free gate: {ensembler['query_free_gate']}",
-                location=ensembler["split"], evidence=ensembler))
+                                  + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler.rows)
+                        + f"; query-free gate: {ensembler.table['query_free_gate']}",
+                location=ensembler.split, evidence=ensembler.as_dict()))
         for stage in clock.cut:
             ctx.cut_short(f"{stage} was cut short by the wall-clock safety net (less than {clock.reserve:.0%} of the "
                           f"{ctx.budget_s:g} s budget was left), so its numbers are not the preset's: give the "
@@ -146,9 +147,9 @@ class SplitInversionPlugin:
         if res.evaluator_clean_acc is not None:
             metrics["evaluator_clean_acc"] = res.evaluator_clean_acc
         if defence is not None:
-            metrics["noise_defence"] = defence
+            metrics["noise_defence"] = defence.as_dict()
         if ensembler is not None:
-            metrics["ensembler"] = ensembler
+            metrics["ensembler"] = ensembler.as_dict()
         provenance = {
             "threat_model": THREAT_MODEL, "preset": cfg.preset, "work": budget.__dict__,
             "preset_filled": cfg.filled(),
@@ -165,13 +166,13 @@ class SplitInversionPlugin:
             "training": res.records, "notes": res.notes,
         }
         artifacts = _artifacts(res, rows, fl, defence)
-        if ensembler is not None and "rows" in ensembler:
-            artifacts.append(_ensembler_csv(ensembler, fl))
+        if isinstance(ensembler, EnsemblerRun):
+            artifacts.append(_ensembler_csv(ensembler.as_dict(), fl))
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts,
                             headline=_headline(res), power=power, undecided=undecided)
 
     def _defence(self, res: SplitAuditResult, rows: list[SplitRow], inputs: Inputs, cfg: SplitInversionConfig,
-                 budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
+                 ctx: RunContext, clock: Clock) -> NoiseDefence | None:
         """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
             return None
@@ -183,42 +184,40 @@ class SplitInversionPlugin:
         rmle_settings = rows[k].attacks.get("rmle", {}).get("settings")
         clock.stage("noise defence")
         with seeded(ctx.seed, STAGES["defence"], ctx.device):
-            rows_d = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
+            sweep = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
                                  sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
                                  rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
                                  tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed,
                                  tick=clock.tick)
         chance = 1 / res.classes if res.classes else 0.0
-        for kind in cfg.noise_kinds:
-            mine = [r for r in rows_d if r["kind"] == kind]
-            base = next((r for r in mine if r["sigma"] == 0), None)
-            for r in mine if base is not None else []:
-                r.update(judge_defence(r["per_probe"], base["per_probe"], res.floor, thresholds_of(cfg),
-                                       utility=r["utility"], n_utility=len(res.probes), chance=chance,
-                                       how=f"{r['best_attack']} at {rows[k].split}, σ={r['sigma']:g}",
-                                       seed=ctx.seed))
-        for r in rows_d:
-            r.pop("per_probe")
-        rows_d = [r for r in rows_d if "verdict" in r]
-        return {"split": rows[k].split, "rows": rows_d, "sigma_unit": "times the feature's standard deviation",
-                "attackers": "not retrained on noisy features (lower bound)",
-                "baseline": "the σ = 0 row: the same attacks and budget on the undefended feature",
-                "rmle_settings": rmle_settings} if rows_d else None
+        judged: dict[int, DefenceRow] = {}  # by the row's place in the sweep; a kind without σ = 0 is not judged
+        for kind in dict.fromkeys(cfg.noise_kinds):
+            mine = [(i, r) for i, r in enumerate(sweep) if r.kind == kind]
+            base = next((r for _, r in mine if r.sigma == 0), None)
+            for i, r in mine if base is not None else []:
+                judged[i] = DefenceRow.judged(r, judge_defence(
+                    r.per_probe, base.per_probe, res.floor, thresholds_of(cfg), utility=r.utility,
+                    n_utility=len(res.probes), chance=chance, how=f"{r.best_attack} at {rows[k].split}, σ={r.sigma:g}",
+                    seed=ctx.seed))
+        if not judged:
+            return None
+        return NoiseDefence(rows[k].split, tuple(judged[i] for i in sorted(judged)), rmle_settings)
 
-    def _ensembler(self, res: SplitAuditResult, rows: list[SplitRow], defence: dict | None, inputs: Inputs,
-                   cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock) -> dict | None:
+    def _ensembler(self, res: SplitAuditResult, rows: list[SplitRow], defence: NoiseDefence | None, inputs: Inputs,
+                   cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock
+                   ) -> EnsemblerRun | EnsemblerSkipped | None:
         """Retrain the model as Ensembler at the defence split, attack it, and return the table (or why not)."""
         ens = cfg.ensembler
         if ens is None or not rows:
             return None
-        split = ens.split or (defence["split"] if defence else rows[0].split)
+        split = ens.split or (defence.split if defence else rows[0].split)
         if inputs.aux is None or inputs.aux_labels is None or len(inputs.aux) < 50:
-            return {"skipped": "Ensembler retrains the model, so it needs labelled --data with at least 50 "
-                               "training images besides the probes (the synthetic set has no true labels)"}
+            return EnsemblerSkipped("Ensembler retrains the model, so it needs labelled --data with at least 50 "
+                                    "training images besides the probes (the synthetic set has no true labels)")
         try:
             pieces = cut(ctx.model, ctx.profile, split)
         except ValueError as exc:
-            return {"skipped": str(exc)}
+            return EnsemblerSkipped(str(exc))
         template = pieces[0]
         if cfg.input_mean and cfg.input_std:
             pieces[0] = nn.Sequential(Normalize(cfg.input_mean, cfg.input_std).to(ctx.device), pieces[0])
@@ -236,11 +235,11 @@ class SplitInversionPlugin:
                                      rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
                             res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
         except OutOfTime:
-            return {"skipped": f"the wall-clock safety net stopped Ensembler's training ({ens.n_bodies} bodies, "
-                               f"{ens.epochs} epochs); give the plugin a larger --budget"}
-        return {**out, "split": split, "settings": ens.model_dump(), "rmle_settings": settings,
-                "data": {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
-                         "source": f"{inputs.aux_source}, seeded 40/40/20 split"}}
+            return EnsemblerSkipped(f"the wall-clock safety net stopped Ensembler's training ({ens.n_bodies} bodies, "
+                                    f"{ens.epochs} epochs); give the plugin a larger --budget")
+        return EnsemblerRun(out, split, ens.model_dump(), settings,
+                            {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
+                             "source": f"{inputs.aux_source}, seeded 40/40/20 split"})
 
 
 def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
@@ -323,7 +322,7 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
     return findings
 
 
-def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: dict | None) -> list[Artifact]:
+def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: NoiseDefence | None) -> list[Artifact]:
     """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r.split for r in rows]
     attacks = sorted({a for r in rows for a in r.attacks})
@@ -352,8 +351,8 @@ def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: d
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(svg_artifact(defence_chart(defence["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
-                                 f"noise at {defence['split']}: utility against best-attack PSNR, points = σ"))
+        arts.append(svg_artifact(defence_chart(defence.as_dict()["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
+                                 f"noise at {defence.split}: utility against best-attack PSNR, points = σ"))
     return arts
 
 

@@ -1,6 +1,6 @@
 """Archives that torch's reader (miniz) and Python's ``zipfile`` would read as two different archives are refused.
 
-Each file is assembled byte by byte (:mod:`tests.fixtures.zips`); the live ones are first loaded with
+Each file is assembled byte by byte (:mod:`benchmarks.fixtures.zips`); the live ones are first loaded with
 plain ``torch.load`` to show torch runs the member Python never sees.
 """
 

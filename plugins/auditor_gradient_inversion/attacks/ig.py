@@ -162,6 +162,7 @@ def invert(
     noise_shapes: Sequence[tuple[int, ...]] | None = None,
     noise: NoiseMode | None = None,
     check_budget: Callable[[], None] = lambda: None,
+    on_step: Callable[[IGStep], None] | None = None,
 ) -> IGResult:
     """Reconstruct one input batch per (target gradient, setting), each setting's restarts as trials.
 
@@ -180,9 +181,27 @@ def invert(
             without its defence); None lets the model draw. Draws no override answers (dropout)
             come from the global RNG, forked and seeded with ``seed`` for the run.
         check_budget: called every iteration; raises when the plugin's time is up.
+        on_step: called at the top of every iteration, before ``check_budget``, with an :class:`IGStep`
+            (the trace a benchmark reads; it costs nothing when None).
     """
     with seeded_rng(seed, targets.device):
-        return _invert(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise, check_budget)
+        return _invert(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise, check_budget,
+                       on_step)
+
+
+@dataclass(frozen=True)
+class IGStep:
+    """Where one :func:`invert` call stands at the top of an iteration (its per-step trace).
+
+    ``order`` lists the trials as (target, setting index, restart); ``settings`` describes each setting;
+    ``best_x`` holds every trial's best-loss iterate so far, (trials, B, C, H, W) in the model's input
+    space. ``best_x`` is the live buffer the attack keeps updating: clone it to keep it.
+    """
+
+    iteration: int
+    order: tuple[tuple[int, int, int], ...]
+    settings: tuple[str, ...]
+    best_x: torch.Tensor
 
 
 @dataclass
@@ -225,6 +244,7 @@ def _invert(
     noise_shapes: Sequence[tuple[int, ...]] | None,
     noise: NoiseMode | None,
     check_budget: Callable[[], None],
+    on_step: Callable[[IGStep], None] | None,
 ) -> IGResult:
     """Run :func:`invert` inside its seeded RNG fork: set the trials up, descend, keep each best restart."""
     t = _trials(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise)
@@ -235,7 +255,7 @@ def _invert(
     batched, note = _choose_mode(lambda b: run_step(b, everyone), len(t.order), t.group[0].trial_mode,
                                  sum(oracle.sizes))
     start = time.monotonic()
-    descent = _descend(oracle, t, run_step, batched, noise == "fresh", check_budget)
+    descent = _descend(oracle, t, run_step, batched, noise == "fresh", check_budget, on_step)
     x, loss, steps = _best_restarts(t, descent, targets.shape[0])
     return IGResult(x=x, loss=loss, steps=steps, seconds=time.monotonic() - start, batched=batched, note=note)
 
@@ -320,6 +340,7 @@ def _descend(
     batched: bool,
     fresh: bool,
     check_budget: Callable[[], None],
+    on_step: Callable[[IGStep], None] | None = None,
 ) -> _Descent:
     """Run Adam on every active trial, with learning-rate stages and plateau stops; keep each best iterate."""
     first, x, trials, device = t.group[0], t.x, len(t.order), t.x.device
@@ -333,6 +354,8 @@ def _descend(
     adam_e = [_Adam(e.shape, device) for e in t.eps] if t.joint else []
     marks = [int(first.iterations * f) for f in MILESTONES] if first.decay else []
     for it in range(first.iterations):
+        if on_step is not None:
+            on_step(IGStep(it, tuple(t.order), tuple(s.describe() for s in t.group), best_x))
         check_budget()
         idx = active.nonzero().flatten()
         if idx.numel() == 0:

@@ -10,46 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from auditor_gradient_inversion.attacks.ig import IGSettings, invert
-from auditor_gradient_inversion.oracle import GradientOracle, noise_shapes
-from auditor_gradient_inversion.stochastic import split_parameters
 
-from auditor.plugin import default_probe_images, image_scores
-from tests.plugins.auditor_gradient_inversion import _models as M
-
-MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
-STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(3, 1, 1)
-N_IMAGES = 3
-
-
-def protocol_attack(model: torch.nn.Module, attack: str, n_images: int = N_IMAGES) -> list[float]:
-    """Return per-image SSIM of one protocol attack ("plain", "ignore" or "joint")."""
-    images, _ = default_probe_images((3, 32, 32), n_images)
-    x = ((images - MEAN) / STD).unsqueeze(1)
-    y = torch.full((n_images, 1), 3)
-    model.train()
-    shapes = noise_shapes(model, x[0])
-    gen = torch.Generator().manual_seed(1)
-    eps = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(n_images)]
-    names = (
-        split_parameters(model).upstream if attack == "ignore" else [n for n, _ in model.named_parameters()]
-    )
-    oracle = GradientOracle(model, names)
-    targets = torch.stack([oracle.flat_grad(x[i], y[i], eps[i] or None).detach() for i in range(n_images)])
-    settings = IGSettings(iterations=300, lr=0.1, tv_weight=0.01, trial_mode="vmap")
-    res = invert(
-        oracle,
-        targets,
-        y,
-        (1, 3, 32, 32),
-        (-MEAN / STD, (1 - MEAN) / STD),
-        settings,
-        seed=42,
-        noise_shapes=shapes,
-        noise={"joint": "joint"}.get(attack, "fresh") if shapes else None,
-    )
-    recon = (res.x[:, 0, 0] * STD + MEAN).clamp(0, 1)
-    return [image_scores(images[i], recon[i], "minmax")["ssim"] for i in range(n_images)]
+from benchmarks.fixtures import models as M
+from benchmarks.fixtures.protocol import protocol_attack
 
 
 def _mean(values: list[float]) -> float:

@@ -15,21 +15,14 @@ import torch
 from auditor_gradient_inversion import plugin
 from auditor_gradient_inversion.config import GradientInversionConfig
 from auditor_gradient_inversion.metrics import image_measurements, leaks
+from auditor_gradient_inversion.rows import Floors
 from torch import nn
 
 from auditor.cli import run_cli
 from auditor.graph.profile import profile_model
 from auditor.plugin import PluginResult, RunContext, floor_images, image_floor_scores, image_scores
-from tests.plugins.auditor_gradient_inversion import _models as M
-
-
-def _seed004_cnn() -> nn.Sequential:
-    """Return seed 004's CNN as a plain Sequential (a safe-loadable pickled module), seed 0."""
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 5, stride=2), nn.ReLU(), nn.Conv2d(16, 32, 5, stride=2), nn.ReLU(),
-        nn.Conv2d(32, 64, 5, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(64, 10),
-    )
+from benchmarks.fixtures import models as M
+from tests.plugins._busy import busy_cpu
 
 
 def _scan(tmp_path: Path, config: str | None = None) -> tuple[int, dict, dict]:
@@ -80,17 +73,10 @@ def test_class_mean_digits_score_high_but_are_no_leak() -> None:
     floors, kind = image_floor_scores(images, labels, scaling="minmax")
     guesses = floor_images(images, labels)["class-conditional mean image"]
     scores = [image_scores(i, g, "minmax") for i, g in zip(images, guesses)]
-    row = {f"per_image_{k}": [s[k] for s in scores] for k in ("ssim", "psnr", "mse")}
-    ssim = image_measurements(row, floors, kind, "", 0)[0]
-    assert ssim.value > 0.3 and max(row["per_image_ssim"]) >= 0.5  # the old absolute rule flagged this
+    per_probe = {k: [s[k] for s in scores] for k in ("ssim", "psnr", "mse")}
+    ssim = image_measurements(per_probe, Floors(floors, kind), "", 0)[0]
+    assert ssim.value > 0.3 and max(per_probe["ssim"]) >= 0.5  # the old absolute rule flagged this
     assert ssim.margin <= 1e-9 and not leaks(ssim)
-
-
-class ZeroInput(nn.Module):
-    """Multiply the input by 0: the gradient carries nothing about it."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 0
 
 
 def _run(model: nn.Module, seed: int = 0, **cfg) -> PluginResult:
@@ -101,7 +87,7 @@ def _run(model: nn.Module, seed: int = 0, **cfg) -> PluginResult:
 
 
 def test_zeroed_input_stays_quiet_with_power_shown() -> None:
-    model = nn.Sequential(ZeroInput(), *_seed004_cnn())
+    model = nn.Sequential(M.ZeroInput(), *M.seed004_sequential())
     result = _run(model, iterations=150)
     assert [p.passed for p in result.power] == [True]
     control = result.metrics["positive_control"]  # its own layers discard the input: the reference stands in
@@ -117,7 +103,7 @@ class DropoutCNN(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.net = _seed004_cnn()
+        self.net = M.seed004_sequential()
         self.net.insert(2, nn.Dropout(0.3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -147,9 +133,9 @@ def test_one_probe_is_never_its_own_floor() -> None:
     assert "floor from the bundled image 'coffee'" in result.provenance["data"]
     ssim = next(m for m in result.headline if m.name == "ssim")
     assert ssim.floor < 0.9  # the probe itself would score 1.0
-    from auditor_gradient_inversion.plugin import _private_inputs
+    from auditor_gradient_inversion.probes import private_inputs
 
-    probe = _private_inputs(None, (1, 8, 8), config)
+    probe = private_inputs(None, (1, 8, 8), config)
     assert not any(torch.equal(probe[0][0], other) for other in probe[3][0])
 
 
@@ -169,7 +155,7 @@ def test_same_seed_gives_the_same_headline_with_the_cpu_busy_on_a_noisy_model() 
         return _headline(result)
 
     idle = run()
-    with M.busy_cpu():
+    with busy_cpu():
         busy = run()
     assert idle == busy
 
@@ -177,7 +163,8 @@ def test_same_seed_gives_the_same_headline_with_the_cpu_busy_on_a_noisy_model() 
 def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path) -> None:
     import numpy as np
 
-    from tests.plugins.output_attacks._digits import SHAPE, TinyCNN, write_manifest
+    from benchmarks.fixtures.digits import SHAPE, write_manifest
+    from benchmarks.fixtures.models import TinyCNN
 
     bundle = write_manifest(tmp_path, {"train": np.arange(120)})
     torch.manual_seed(0)
@@ -204,7 +191,7 @@ def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path)
 def test_a_defence_holds_only_against_a_leaking_baseline_by_a_real_margin(
     baseline: list[float], attack: list[float], expected: str
 ) -> None:
-    from auditor_gradient_inversion.plugin import defence_verdict
+    from auditor_gradient_inversion.defence import defence_verdict
 
     from auditor.plugin import measure
 

@@ -50,7 +50,7 @@ from auditor.plugin import RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.render_html import render_html
-from tests.plugins.auditor_gradient_inversion._models import busy_cpu
+from tests.plugins._busy import busy_cpu
 from tests.report.conftest import make_full_report
 
 
@@ -382,12 +382,12 @@ def test_heavy_noise_at_the_split_is_not_a_leak_and_says_when_it_costs_the_model
                        rmle_steps=40, tv=0.0, seed=0, tick=lambda: True)
     floor = floor_scores(probes, net(probes).argmax(1), labels)
     base, heavy = rows
-    verdict = judge_defence(heavy["per_probe"], base["per_probe"], floor, THRESHOLDS, utility=heavy["utility"],
+    verdict = judge_defence(heavy.per_probe, base.per_probe, floor, THRESHOLDS, utility=heavy.utility,
                             n_utility=16, chance=0.1, how="", seed=0)
-    assert judge_defence(base["per_probe"], base["per_probe"], floor, THRESHOLDS, utility=base["utility"],
+    assert judge_defence(base.per_probe, base.per_probe, floor, THRESHOLDS, utility=base.utility,
                          n_utility=16, chance=0.1, how="", seed=0)["verdict"] == "leaks"
     assert verdict["verdict"] != "leaks" and verdict["psnr_drop_ci"][0] > 3.0
-    assert verdict["verdict"] == ("utility lost" if wilson_low(heavy["utility"], 16) <= 0.1 else "held")
+    assert verdict["verdict"] == ("utility lost" if wilson_low(heavy.utility, 16) <= 0.1 else "held")
 
 
 def _pp(rng: np.random.Generator, psnr: float, ssim: float, n: int = 16) -> dict[str, list[float]]:

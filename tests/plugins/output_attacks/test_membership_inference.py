@@ -50,10 +50,10 @@ def test_null_models_stay_quiet_with_shown_power(tmp_path: Path) -> None:
         # The old statistic: threshold chosen on the targets themselves; its CI sits above 0.5.
         assert m["attacks"]["loss"]["balanced_accuracy_upper_bound_ci95"][0] > 0.5
         auc = res.headline[0]
-        assert auc.name == "auc" and auc.floor == 0.5 and auc.ci[0] <= 0 <= auc.ci[1]
+        assert auc.name == "auc" and auc.floor >= 0.5 and auc.ci[0] <= 0 <= auc.ci[1]  # floor: the blind baseline
         assert [p.passed for p in res.power] == [True] and res.power[0].value > 0.6
         control = m["positive_control"]  # the copy holds its mislabelled canaries, not the other non-members
-        assert control["canary_fit"] > 0.9 and control["non_canary_fit"] < 0.2
+        assert control["canary_fit"] > 0.6 and control["non_canary_fit"] < 0.2
 
 
 def test_memorised_noisy_labels_are_flagged(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_power_fails_when_the_control_cannot_learn(tmp_path: Path) -> None:
     """One epoch at a tiny learning rate leaves the control at chance: no power shown, the run must not vouch."""
     data = write_manifest(tmp_path, {"train": ORDER[:150], "test": ORDER[1500:1650]})
     cfg = _config(tmp_path, Recipe(epochs=30, batch_size=32, lr=1e-5), references=0)
-    res = plugin.run(context(mlp(), data, cfg.model_copy(update={"control_epochs": 1})))
+    res = plugin.run(context(mlp(), data, cfg.model_copy(update={"control_epochs": 1, "control_lr": 1e-6})))
     check = res.power[0]
     assert not check.passed and check.value <= 0.6 and "canaries planted in a copy" in check.control
     assert _judged(plugin.family, res, "")[0] == "inconclusive"
@@ -88,7 +88,8 @@ def test_reference_attacks_score_the_target_and_the_control_and_are_cached(tmp_p
     overfit = fit(mlp(), data, epochs=100)
     res = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
     m = res.metrics
-    assert {"loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline", "lira-online"} <= set(m["attacks"])
+    assert {"loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline"} <= set(m["attacks"])
+    assert m["best_attack"] == "lira-offline"  # the fixed order, not a noisy pick
     lira = m["attacks"]["lira-offline"]
     assert lira["auc_ci95"][0] <= lira["auc"] <= lira["auc_ci95"][1]
     assert "train_test_gap" in lira and len(lira["roc"]) > 10
@@ -100,7 +101,7 @@ def test_reference_attacks_score_the_target_and_the_control_and_are_cached(tmp_p
     # A second run loads every reference model, and the control, from the content-hash cache.
     again = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
     assert again.provenance["references_from_cache"] == 4 and "(from the cache)" in again.power[0].how
-    assert again.metrics["attacks"]["lira-online"]["auc"] == m["attacks"]["lira-online"]["auc"]
+    assert again.metrics["attacks"]["lira-offline"]["auc"] == m["attacks"]["lira-offline"]["auc"]
     assert again.metrics["positive_control"]["auc"] == m["positive_control"]["auc"]
 
 

@@ -1,0 +1,151 @@
+"""The empirical DP lower bound: both sides of the hypothesis-testing inequality and the AUC bound, jointly at 95 %.
+
+A mechanism is (eps, delta)-DP only if every membership test satisfies, for every threshold
+(Kairouz et al. 2015; Jagielski et al. 2020; Nasr et al. 2021)::
+
+    TPR <= e^eps * FPR + delta      (calling members: score >= t)
+    TNR <= e^eps * FNR + delta      (calling non-members: score < t)
+
+Each side gives ``eps >= ln((rate_lo - delta) / other_hi)`` from exact Clopper-Pearson bounds. The
+whole ROC is bounded too: the largest AUC an (eps, delta)-DP test can reach is the area under
+``min(1, e^eps * FPR + delta, 1 - e^-eps * (1 - delta - FPR))`` (the (eps, delta) trade-off curve of
+Kairouz et al. 2015 / Dong et al. 2019), ``e^eps / (1 + e^eps)`` at delta = 0.
+
+For every audited attack and each side, the threshold is chosen on the selection half; every test
+is then counted once on the report half. Bonferroni: with ``m`` = 2 x attacks + 1 (the AUC test)
+tests, each uses ``alpha = 0.05 / m`` (split over its two interval ends), so the reported bound --
+the largest of all tests -- is a 95 % lower bound jointly (Steinke et al. 2023 discuss why one-run
+audits of this kind give lower bounds only).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from auditor_membership_inference.lowfpr import _candidate_cuts, _counts, clopper_pearson, epsilon_from
+
+#: The attacks the DP audit reads, in this order, those present (a fixed set keeps the correction small).
+DP_ATTACKS = ("loss", "modified-entropy", "lira-offline", "rmia")
+
+
+def auc_max(eps: float, delta: float, grid: int = 20001) -> float:
+    """Return the largest AUC any (eps, delta)-DP membership test can have (area under the trade-off bound)."""
+    fpr = np.linspace(0.0, 1.0, grid)
+    tpr = np.minimum.reduce([np.ones_like(fpr), math.exp(eps) * fpr + delta,
+                             1 - math.exp(-eps) * np.clip(1 - delta - fpr, 0, None)])
+    return float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
+
+
+def epsilon_from_auc(auc_lo: float, delta: float) -> float:
+    """Return the smallest eps whose AUC bound reaches ``auc_lo`` (0 when 0.5 + delta-ish already allows it)."""
+    if auc_lo <= auc_max(0.0, delta):
+        return 0.0
+    lo, hi = 0.0, 20.0
+    if auc_lo >= auc_max(hi, delta):
+        return hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if auc_max(mid, delta) < auc_lo else (lo, mid)
+    return lo
+
+
+def _delong_lower(member: np.ndarray, score: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Return the AUC and its one-sided ``1 - alpha`` lower bound (DeLong et al. 1988 variance, normal quantile)."""
+    from scipy.stats import norm, rankdata
+
+    s_in, s_out = score[member], score[~member]
+    m, n = len(s_in), len(s_out)
+    allr = rankdata(np.r_[s_in, s_out])
+    r_in, r_out = rankdata(s_in), rankdata(s_out)
+    auc = (allr[:m].sum() - m * (m + 1) / 2) / (m * n)
+    v10 = (allr[:m] - r_in) / n  # placement of each member among non-members
+    v01 = 1 - (allr[m:] - r_out) / m
+    se = math.sqrt(np.var(v10, ddof=1) / m + np.var(v01, ddof=1) / n)
+    return float(auc), float(auc - norm.ppf(1 - alpha) * se)
+
+
+def _best_cut(score: np.ndarray, member: np.ndarray, delta: float, alpha: float) -> tuple[float, float]:
+    """Return the threshold maximising the one-side bound on these (selection) targets, and that bound."""
+    from scipy.stats import beta
+
+    cuts = _candidate_cuts(score)
+    tp, fp = _counts(score, member, cuts)
+    n_in, n_out = int(member.sum()), int((~member).sum())
+    tpr_lo = np.where(tp > 0, beta.ppf(alpha / 2, np.maximum(tp, 1), n_in - tp + 1), 0.0)
+    fpr_hi = np.where(fp < n_out, beta.ppf(1 - alpha / 2, fp + 1, np.maximum(n_out - fp, 1)), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.where(tpr_lo > delta, np.log(np.maximum(tpr_lo - delta, 1e-300) / fpr_hi), 0.0)
+    i = int(np.argmax(eps))
+    return float(cuts[i]), max(0.0, float(eps[i]))
+
+
+def _side_test(score: np.ndarray, member: np.ndarray, select: np.ndarray, delta: float, alpha: float,
+               side: str) -> dict[str, Any]:
+    """Choose one side's threshold on the selection half, count it on the report half; return the test."""
+    s, pos = (score, member) if side == "members" else (-score, ~member)
+    cut, sel_eps = _best_cut(s[select], pos[select], delta, alpha)
+    rep = ~select
+    tp, fp = (int(v[0]) for v in _counts(s[rep], pos[rep], np.array([cut])))
+    n_pos, n_neg = int(pos[rep].sum()), int((~pos[rep]).sum())
+    rate_ci, other_ci = clopper_pearson(tp, n_pos, alpha), clopper_pearson(fp, n_neg, alpha)
+    rate, other = ("tpr", "fpr") if side == "members" else ("tnr", "fnr")
+    threshold = cut if side == "members" else -cut
+    return {
+        "side": side, "rule": "score >= threshold calls a member" if side == "members" else
+        "score < threshold calls a non-member", "threshold": threshold, "selection_epsilon": round(sel_eps, 4),
+        rate: round(tp / max(n_pos, 1), 4), other: round(fp / max(n_neg, 1), 5),
+        f"{rate}_lo": round(rate_ci[0], 4), f"{other}_hi": round(other_ci[1], 5),
+        "epsilon": round(epsilon_from(rate_ci[0], other_ci[1], delta), 4),
+    }
+
+
+def epsilon_audit(
+    scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, delta: float, auc_attack: str
+) -> dict[str, Any]:
+    """Return every DP test on the report half and the largest bound, jointly a 95 % lower bound (Bonferroni).
+
+    Args:
+        scores: every attack's scores (higher = member); the audit reads those in :data:`DP_ATTACKS`.
+        member, select: which targets are members, which are in the selection half.
+        delta: the delta of the guarantee tested.
+        auc_attack: the attack whose report-half AUC is held against the AUC bound (the headline attack).
+    """
+    names = [a for a in DP_ATTACKS if a in scores] or [auc_attack]
+    m = 2 * len(names) + 1
+    alpha = 0.05 / m
+    tests = [{"attack": a, **_side_test(scores[a], member, select, delta, alpha, side)}
+             for a in names for side in ("members", "non-members")]
+    rep = ~select
+    auc, auc_lo = _delong_lower(member[rep], scores[auc_attack][rep], alpha)
+    auc_test = {"attack": auc_attack, "side": "auc", "auc": round(auc, 4), "auc_lo": round(auc_lo, 4),
+                "epsilon": round(epsilon_from_auc(auc_lo, delta), 4)}
+    best = max([*tests, auc_test], key=lambda t: t["epsilon"])
+    n_in, n_out = int(member[rep].sum()), int((~member[rep]).sum())
+    perfect = epsilon_from(clopper_pearson(n_in, n_in, alpha)[0], clopper_pearson(0, n_out, alpha)[1], delta)
+    return {
+        "epsilon_lower_bound": best["epsilon"],
+        "attack": best["attack"],
+        "side": best["side"],
+        "delta": delta,
+        "tests": m,
+        "alpha_per_test": round(alpha, 6),
+        "members": n_in,
+        "non_members": n_out,
+        "epsilon_resolvable": round(perfect, 4),
+        "threshold_tests": tests,
+        "auc_test": auc_test,
+        "how": f"{m} tests on the report half ({n_in} members, {n_out} non-members), each at alpha = 0.05/{m} "
+        f"(Bonferroni, so all hold together at 95%): for each of {', '.join(names)}, TPR <= e^eps FPR + delta "
+        "(calling members) and TNR <= e^eps FNR + delta (calling non-members) at a threshold chosen on the "
+        "selection half, with Clopper-Pearson bounds, eps >= ln((rate_lo - delta) / other_hi); and the "
+        f"{auc_attack} AUC's DeLong lower bound against the largest AUC an (eps, delta)-DP test allows "
+        "(e^eps / (1 + e^eps) at delta 0); the bound is the largest of them",
+    }
+
+
+def auc_limit(eps: float, delta: float) -> float:
+    """Return :func:`auc_max` rounded for reports."""
+    return round(auc_max(eps, delta), 4)
