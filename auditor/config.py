@@ -50,6 +50,10 @@ class ScanConfig(BaseModel):
     budget_s: float | None = None
     data_dir: Path | None = None
     plugin_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: Reuse whole plugin runs of unchanged weights, data and settings (auditor.plugin.results); false: compute all.
+    cache: bool = True
+    #: Where reused runs are kept (default ~/.cache/auditor/runs); must be writable by the scan.
+    cache_dir: Path | None = None
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
@@ -193,6 +197,9 @@ fail_on = "high"
 # budget_s = 600
 # Exit 2 when a plugin could not complete.
 # strict = false
+# Reuse plugin runs of unchanged weights, data and settings (--no-cache turns it off for one run).
+# cache = true
+# cache_dir = "~/.cache/auditor/runs"
 
 # Settings of one plugin (`auditor plugins` lists them):
 # [plugins.architecture-risk]

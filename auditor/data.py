@@ -15,6 +15,8 @@ skipped with the reason :meth:`DataBundle.missing` gives.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +67,21 @@ class DataBundle:
     def members_known(self) -> bool:
         """Tell whether the data says which samples trained the model."""
         return "train" in self.splits and "test" in self.splits
+
+    def fingerprint(self) -> str:
+        """Return the sha256 of the content: layout, classes, each split's files (name, label, bytes), attributes.
+
+        Renaming the folder keeps it; changing, adding or relabelling one image changes it.
+        """
+        h = hashlib.sha256(f"{self.layout}\0{'/'.join(self.classes)}\0".encode())
+        for name in sorted(self.splits):
+            split = self.splits[name]
+            h.update(f"split {name} {len(split)}\0".encode())
+            for path, label in zip(split.paths, split.labels):
+                h.update(f"{path.relative_to(self.root).as_posix()}\0{label}\0".encode())
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+        h.update(json.dumps(self.attributes, sort_keys=True).encode())
+        return h.hexdigest()
 
     def missing(self, *needed: str) -> str | None:
         """Return a sentence naming what is missing for ``needed`` splits/attributes, or None."""

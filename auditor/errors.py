@@ -71,7 +71,7 @@ class UnknownFormat(InputError):
     """The bytes match no checkpoint format auditor reads."""
 
     def __init__(self, path: Path, detail: str = "") -> None:
-        self.path = path
+        self.path, self.detail = path, detail
         extra = f" ({detail})" if detail else ""
         super().__init__(
             f"unknown checkpoint format: {path}{extra}; expected a torch.save file, TorchScript, "

@@ -93,14 +93,16 @@ def decide(
     *,
     unsafe: bool,
     expired: Sequence[str] = (),
+    unjudged_files: Sequence[str] = (),
 ) -> Summary:
     """Return the gate's decision on the findings not accepted: the one call that judges a report.
 
-    ``expired`` names baseline entries and rules that no longer apply (their findings count again).
+    ``expired`` names baseline entries and rules that no longer apply (their findings count again);
+    ``unjudged_files`` the files a loader would run code from that the static check could not judge.
     """
     active = [f for f in findings if f.suppression is None]
     summary = summarize(active, plugins, fail_on=policy.fail_on, unsafe=unsafe, strict=policy.strict,
-                        on_inconclusive=policy.on_inconclusive)
+                        on_inconclusive=policy.on_inconclusive, unjudged_files=unjudged_files)
     accepted = len(findings) - len(active)
     changed = sum(1 for f in findings if f.severity_override is not None)
     if changed:
@@ -170,12 +172,14 @@ def summarize(
     unsafe: bool,
     strict: bool = False,
     on_inconclusive: Literal["inconclusive", "fail", "pass"] = "inconclusive",
+    unjudged_files: Sequence[str] = (),
 ) -> Summary:
     """Return the gate decision with the reasons that led to it.
 
     Precedence: an unsafe checkpoint (FAIL), plugin errors under ``--strict`` (ERROR), findings at
-    or above ``fail_on`` (FAIL), then INCONCLUSIVE when a requested check was not judged or nothing
-    was judged at all, and PASS only when every requested check ran and, for attacks, showed power.
+    or above ``fail_on`` (FAIL), then INCONCLUSIVE when a requested check was not judged, nothing
+    was judged at all, or a file a loader would run code from was not judged (``unjudged_files``),
+    and PASS only when every requested check ran and, for attacks, showed power.
     ``on_inconclusive`` maps the INCONCLUSIVE verdict to its exit code; the verdict stays.
     """
     counts = Counter(f.severity.value for f in findings)
@@ -197,16 +201,19 @@ def summarize(
         code = ExitCode.FAIL
         n = sum(1 for f in findings if f.severity >= fail_on)
         reasons.append(f"{n} finding(s) at or above --fail-on {fail_on.value}")
-    elif gaps or not judged:
+    elif gaps or not judged or unjudged_files:
         verdict = "inconclusive"
         code = _POLICY_CODE[on_inconclusive]
         reasons.append(f"no finding at or above --fail-on {fail_on.value}, but "
                        + ("nothing was judged: no plugin ran" if not judged and not gaps
-                          else f"{len(gaps)} requested check(s) were not judged"))
+                          else f"{len(gaps)} requested check(s) were not judged" if gaps
+                          else f"{len(unjudged_files)} file(s) a loader would run code from were not judged"))
     else:
         verdict = "pass"
         code = ExitCode.PASS
         reasons.append(f"no finding at or above --fail-on {fail_on.value}")
+    if not unsafe:
+        reasons.extend(f"not judged: file {name}" for name in unjudged_files)
     for p in gaps:
         reasons.append(f"not judged: {p.name} ({p.status}{', ' + p.category if p.category else ''}): {p.reason}")
     if verdict == "inconclusive" and on_inconclusive != "inconclusive":

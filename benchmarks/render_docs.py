@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -135,6 +136,41 @@ def full_audit() -> str:
     return text
 
 
+SIDES = ("cold", "warm-unchanged", "warm-changed")
+
+
+def full_audit_sides() -> str:
+    """Cold, warm-unchanged (result cache) and warm-changed (one weight moved) fresh processes side by side."""
+    entry = results.load("full_audit").get("sides")
+    if entry is None:
+        return _missing(f"{FULL_AUDIT} --sides --results-key sides")
+    got = entry["results"]["sides"]
+    names = list(dict.fromkeys(p["name"] for side in SIDES if side in got for p in got[side]["plugins"]))
+    by = {side: {p["name"]: p for p in got[side]["plugins"]} for side in SIDES if side in got}
+
+    def cell(side: str, name: str) -> str:
+        p = by.get(side, {}).get(name)
+        if p is None:
+            return "—"
+        return f"{p['status']}, {'reused' if p['reused'] else str(p['duration_s']) + ' s'}"
+
+    rows = [[n, *[cell(side, n) for side in SIDES]] for n in names]
+    rows.append(["**whole process** (wall / CPU-s, exit)",
+                 *[f"**{got[side]['wall_s']:,.1f} s / {got[side]['cpu_s']:,.1f} CPU-s**, exit {got[side]['exit']}"
+                   if side in got else "not measured" for side in SIDES]])
+    rows.append(["load average (1 min) at start–end",
+                 *[f"{got[side]['load_start'][0]:.1f}–{got[side]['load_end'][0]:.1f}" if side in got else "—"
+                   for side in SIDES]])
+    rows.append(["peak RSS MB", *[str(got[side]["peak_rss_mb"]) if side in got else "—" for side in SIDES]])
+    same = entry["results"]["warm_report_same_as_cold"]
+    verdict = "not compared" if same is None else "**identical**" if same else "**not identical**"
+    flag = re.search(r"--size (\d+)", entry["run"]["command"])
+    size = entry["results"].get("size") or (int(flag.group(1)) if flag else 32)
+    return (f"{run_facts(entry['run'])}; digits at {size}×{size}.\n\n" + table(["plugin", *SIDES], rows)
+            + f"\nThe warm-unchanged report is {verdict} to the cold one apart from times, the command line and "
+              "the reuse note.\n")
+
+
 def speed_ratio() -> str:
     """``architecture-risk`` scan against the floor."""
     runs = results.load("speed")
@@ -173,8 +209,12 @@ def cli_startup() -> str:
     rows = [[f"`{r['command']}`", ", ".join(f"{x['wall_s']:.2f}" for x in r["runs"]),
              ", ".join(f"{x['cpu_s']:.2f}" for x in r["runs"]), f"{r['max_rss_mb']:.0f}",
              ", ".join(str(x["exit"]) for x in r["runs"])] for r in got["rows"]]
-    return (f"{run_facts(run)}.\n\n"
+    text = (f"{run_facts(run)}.\n\n"
             + table(["command", "wall s (each run)", "CPU s (each run)", "peak RSS MB (median)", "exit"], rows))
+    for side, ratio in got.get("accepted_over_floor", {}).items():
+        text += (f"\nAccepted static scan ({side}) ÷ the floor (import torch + torch.load + torch.fx.symbolic_trace), "
+                 f"medians: **{ratio['cpu_s']:.2f}× CPU**, {ratio['wall_s']:.2f}× wall.\n")
+    return text
 
 
 def shape_passes() -> str:
@@ -218,8 +258,31 @@ def targets() -> str:
             ["`--plugins all` on the small residual CNN ≤ 60 s without lowering leakage (`full_audit.py`), cold and "
              "warm", *fa_cell],
             ["every plugin honours `--device`, autocast on CUDA", "not verified",
-             "no GPU was lent to this task; nothing measured"]]
+             "no GPU was lent to this task; nothing measured"],
+            _warm_target(), _static_target()]
     return table(["target", "status", "measured (results files)"], rows)
+
+
+def _warm_target() -> list[str]:
+    entry = results.load("full_audit").get("sides")
+    what = "warm `--plugins all` on unchanged weights and data ≤ 5 CPU-s (`full_audit.py --sides`)"
+    if entry is None:
+        return [what, "not measured", "`full_audit.py --sides`: no results"]
+    warm = entry["results"]["sides"].get("warm-unchanged")
+    if warm is None:
+        return [what, "not measured", "no warm-unchanged side"]
+    return [what, "**met**" if warm["cpu_s"] <= 5 else "**not met**",
+            f"warm-unchanged: **{warm['cpu_s']:.1f} CPU-s** / {warm['wall_s']:.1f} s wall (whole process)"]
+
+
+def _static_target() -> list[str]:
+    entry = results.load("cli_startup").get("default")
+    what = "static scan of a tiny accepted model ≤ 1.3× import torch + torch.load + symbolic_trace (`cli_startup.py`)"
+    ratio = entry["results"].get("accepted_over_floor", {}).get("--no-cache") if entry else None
+    if ratio is None:
+        return [what, "not measured", "`cli_startup.py`: no accepted row"]
+    return [what, "**met**" if ratio["cpu_s"] <= 1.3 else "**not met**",
+            f"{ratio['cpu_s']:.2f}× CPU, {ratio['wall_s']:.2f}× wall (medians, fresh processes)"]
 
 
 def ray() -> str:
@@ -390,14 +453,15 @@ def mia_validity() -> str:
 
 RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
-    "full-audit": full_audit, "speed-ratio": speed_ratio, "speed-breakdown": speed_breakdown,
+    "full-audit": full_audit, "full-audit-sides": full_audit_sides, "speed-ratio": speed_ratio,
+    "speed-breakdown": speed_breakdown,
     "cli-startup": cli_startup, "shape-passes": shape_passes, "speed-targets": targets, "ray": ray,
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
     "readme-rewrites": readme_rewrites, "mi-power": mi_power,
     "mia-validity": mia_validity,
 }
 #: The docs with generated regions.
-DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md")
+DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md", "docs/ci.md")
 
 
 def stale() -> dict[str, list[str]]:

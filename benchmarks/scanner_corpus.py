@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.fixtures import layouts  # noqa: E402
 from benchmarks.fixtures.hostile import (  # noqa: E402
     Reduce,
     pt2_with_pickled_weight,
@@ -38,6 +39,7 @@ from benchmarks.fixtures.hostile import (  # noqa: E402
     torch_save_bytes,
     torchscript_with_setstate,
 )
+from benchmarks.fixtures.sidecars import SIDECARS  # noqa: E402
 from benchmarks.fixtures.zips import comment_hides_a_second_end, zip64_two_views  # noqa: E402
 
 
@@ -49,7 +51,8 @@ class Case:
     name: str
     hostile: bool
     path: Path
-    loader: str  # torch.load | jit.load | export.load | dir (torch.load of the sidecar) | hang | alloc
+    loader: str  # torch.load | jit.load | export.load | dir (torch.load of the sidecar) | hang | alloc | a
+    # key of benchmarks.fixtures.sidecars.LOADERS (joblib, numpy, package, gzip ...) | onnx-hang (an onnxruntime run)
     canary: Path | None = None
     arch: str | None = None
     target: Path | None = None  # the file the plain loader opens, when ``path`` is a directory
@@ -272,10 +275,95 @@ def _legit_cases(root: Path) -> list[Case]:
     return cases
 
 
+#: Technique class of each beside-the-weights sidecar (benchmarks.fixtures.sidecars), by its plain loader.
+_BESIDE_CLASS = {"joblib": "joblib (plain, compressed)", "numpy": "numpy object arrays", "npz": "numpy object arrays",
+                 "package": "torch.package", "gzip": "compressed pickle", "bz2": "compressed pickle",
+                 "xz": "compressed pickle", "zlib": "compressed pickle", "pickle": "cloudpickle stream"}
+
+
+def _beside_cases(root: Path) -> list[Case]:
+    """Pickle-bearing files users keep beside weights, each under its own plain loader; one inside a model folder."""
+    cases = []
+    for i, (name, loader, make) in enumerate(SIDECARS):
+        canary = root / f"canary-beside-{i}"
+        path = root / f"beside-{i}-{name}"
+        make(path, canary)
+        cases.append(Case(_BESIDE_CLASS[loader], name, True, path, loader, canary))
+    folder = root / "hub-with-joblib"
+    _tiny_gpt2(folder)
+    canary = root / "canary-beside-dir"
+    SIDECARS[2][2](folder / "preprocessor.joblib.gz", canary)
+    cases.append(Case("directory sidecar", "compressed joblib beside model.safetensors", True, folder, "joblib",
+                      canary, target=folder / "preprocessor.joblib.gz"))
+    keys = b"".join(pickle.dumps(5 + j * ((1 << 61) - 1), protocol=4)[2:-1] + b"N" for j in range(1, 50_001))
+    collide = root / "colliding-keys.pt"
+    collide.write_bytes(b"\x80\x04}(" + keys + b"u.")
+    cases.append(Case("resource bomb", "dict of 50k colliding int keys", True, collide, "hang"))
+    spin = root / "function-loop.onnx"
+    spin.write_bytes(_onnx_function_loop())
+    cases.append(Case("ONNX subgraph", "Loop inside a model-local function", True, spin, "onnx-hang"))
+    return cases
+
+
+def _onnx_function_loop() -> bytes:
+    """An ONNX graph calling a local function whose body is a Loop without a trip count (spins under onnxruntime)."""
+    from onnx import TensorProto, helper
+
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    value = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])], "body",
+        [value("i", TensorProto.INT64, []), value("c_in", TensorProto.BOOL, []),
+         value("v_in", TensorProto.FLOAT, [1, 4])],
+        [value("c_out", TensorProto.BOOL, []), value("v_out", TensorProto.FLOAT, [1, 4])])
+    nodes = [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+             helper.make_node("Loop", ["", "c", "x"], ["y"], body=body)]
+    spin = helper.make_function("local", "Spin", ["x"], ["y"], nodes, opsets)
+    graph = helper.make_graph([helper.make_node("Spin", ["x"], ["y"], domain="local")], "g",
+                              [value("x", TensorProto.FLOAT, [1, 4])], [value("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(graph, opset_imports=opsets, functions=[spin]).SerializeToString()
+
+
+def _legit_layouts(root: Path) -> list[Case]:
+    """Real layouts: a cloned Hub repo (text, tokenizer, .git, WebDataset shards), Lightning, a cache, ONNX."""
+    hub = root / "legit-hub-clone"
+    _tiny_gpt2(hub)
+    layouts.hub_clone_extras(hub)
+    layouts.webdataset_shards(hub / "data")
+    cases = [Case("legitimate", "cloned Hub repo (README, requirements, tokenizer, .git, WebDataset shards)", False,
+                  hub, "dir")]
+    ckpt = root / "lightning" / "last.ckpt"
+    ckpt.parent.mkdir()
+    layouts.lightning_last_ckpt(ckpt)
+    cases.append(Case("legitimate", "Lightning last.ckpt (--arch resnet18)", False, ckpt, "torch.load",
+                      arch="resnet18"))
+    cached = layouts.torchvision_cache(root / "torch-home")
+    cases.append(Case("legitimate", "torchvision hub cache .pth", False, cached, "torch.load", arch="resnet18"))
+    onnx_dir = root / "onnx-external"
+    onnx_dir.mkdir()
+    _onnx_external(onnx_dir / "model.onnx")
+    cases.append(Case("legitimate", "ONNX with external data (model.onnx + model.onnx.data)", False,
+                      onnx_dir / "model.onnx", "none"))
+    return cases
+
+
+def _onnx_external(path: Path) -> None:
+    """A small CNN exported to ONNX with its tensors in ``model.onnx.data`` beside it."""
+    import onnx
+
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(8, 10)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(cnn, (torch.zeros(1, 3, 32, 32),), str(path), dynamo=False)
+    onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=0)
+
+
 def build_corpus(root: Path) -> list[Case]:
     """Write every corpus file under ``root`` and return the cases, hostile first."""
     root.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     clean = torch_save_bytes(torch.nn.Linear(2, 2).state_dict())
     return [*_pickle_cases(root), *_container_cases(root, clean), *_archive_cases(root),
-            *_directory_and_resource_cases(root), *_legit_cases(root)]
+            *_directory_and_resource_cases(root), *_beside_cases(root), *_legit_cases(root), *_legit_layouts(root)]

@@ -40,19 +40,24 @@ _LOADERS = {
     "dir": "torch.load(p, weights_only=False)",
     "hang": "torch.load(p, weights_only=False)",
     "alloc": "torch.load(p, weights_only=False)",
+    "onnx-hang": ("import numpy as np, onnxruntime as ort; ort.InferenceSession(p, providers=['CPUExecutionProvider'])"
+                  ".run(None, {'x': np.zeros((1, 4), np.float32)})"),
 }
 
 
 def plain_load(case: Any) -> str:
     """Load the file the plain way in a child; return runs / hangs / exceeds-4GiB / no."""
+    from benchmarks.fixtures.sidecars import LOADERS
+
     target = case.target or case.path
+    load = _LOADERS.get(case.loader) or LOADERS[case.loader]
     limit = "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n" if case.loader == "alloc" else ""
     code = (f"import resource, warnings, torch\nwarnings.simplefilter('ignore')\ntorch.set_num_threads(1)\n{limit}"
-            f"p = {str(target)!r}\ntry:\n    {_LOADERS[case.loader]}\nexcept Exception as exc:\n"
+            f"p = {str(target)!r}\ntry:\n    {load}\nexcept Exception as exc:\n"
             "    print(type(exc).__name__, exc)\n")
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PLAIN_TIMEOUT_S
-                              + 50 * (case.loader != "hang"), check=False, env={**os.environ, **_QUIET_ENV})
+                              + 50 * (not case.loader.endswith("hang")), check=False, env={**os.environ, **_QUIET_ENV})
     except subprocess.TimeoutExpired:
         return "hangs"
     if case.loader == "alloc" and "allocate" in done.stdout + done.stderr:
@@ -109,8 +114,13 @@ def peer_versions(venv: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
 
 
-def measure(venv: Path) -> dict[str, Any]:
-    """Build the corpus, load and scan every file; return the results document."""
+def measure(venv: Path, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the corpus, load and scan every file; return the results document.
+
+    With ``previous`` (an earlier results document measured with the same peer versions), the peer
+    cells of the files it already holds are carried over and the peers run on the new files only;
+    auditor and the plain loads always run on every file.
+    """
     sys.path.insert(0, str(ROOT))
     import importlib.metadata
 
@@ -119,6 +129,11 @@ def measure(venv: Path) -> dict[str, Any]:
     from benchmarks.scanner_corpus import build_corpus
 
     versions = peer_versions(venv)
+    carried: dict[tuple[str, str], dict[str, Any]] = {}
+    if previous is not None:
+        if any(previous["versions"].get(tool) != versions.get(tool) for tool in PEERS):
+            raise SystemExit("--keep-peers needs the peer versions of the previous run")
+        carried = {(r["technique"], r["instance"]): r for r in previous["rows"]}
     rows = []
     with tempfile.TemporaryDirectory(prefix="scanners-") as tmp:
         corpus = build_corpus(Path(tmp) / "corpus")
@@ -129,8 +144,13 @@ def measure(venv: Path) -> dict[str, Any]:
             if case.hostile:
                 row["plain_load"] = plain_load(case)
             row["auditor"] = run_auditor(case, Path(tmp))
+            old = carried.get((case.technique, case.name))
             for tool in PEERS:
-                row[tool] = run_peer(tool, case.path, venv) if versions.get(tool) != "missing" else None
+                if old is not None:
+                    row[tool] = old[tool]
+                else:
+                    row[tool] = run_peer(tool, case.path, venv) if versions.get(tool) != "missing" else None
+            row["peers_carried"] = old is not None
             rows.append(row)
     return {"schema": 1, "versions": {"auditor": importlib.metadata.version("auditor"), "torch": torch.__version__,
                                       **versions},
@@ -148,12 +168,15 @@ def render(results: dict[str, Any]) -> str:
              "(do not edit by hand).", "", f"Versions that ran: {versions}.", "",
              "Every file is written by our own code, one or more instances per publicly known technique class "
              "(advisories and the peers' regression cases) plus auditor's own cases. *Runs* is what loading the "
-             "file the plain way did (`torch.load(weights_only=False)`, `torch.jit.load`, `torch.export.load`; "
-             "for a directory, `torch.load` of its sidecar): created the payload's canary, hung past "
+             "file the plain way did (`torch.load(weights_only=False)`, `torch.jit.load`, `torch.export.load`, "
+             "`joblib.load`, `numpy.load(allow_pickle=True)`, `PackageImporter.load_pickle`, `pickle.load` of the "
+             "decompressed stream, an onnxruntime session run; for a directory, that load of its sidecar): created "
+             "the payload's canary, hung past "
              f"{PLAIN_TIMEOUT_S} s, or asked for more than a 4 GiB address space. A scanner *flags* a file when "
              "its report or exit code says so: auditor refuses it (load verdict `unsafe`) or does not load it "
              "(exit 2, no report); a peer exits 1 (any issue; modelaudit's warnings included). Auditor's exit 1 "
              "on a file that loaded as safe comes from architecture findings and is not counted.", "",
+             *_carried_note(results["rows"]), *_COVERAGE,
              "## Per technique class (files flagged / files in the class)", "",
              "| technique class | files | plain load | " + " | ".join(scanners) + " |",
              "|---|---|---|" + "---|" * len(scanners)]
@@ -176,7 +199,35 @@ def render(results: dict[str, Any]) -> str:
                      + " | ".join(cells) + " |")
     lines += ["", "Cells: `flagged` or `passed`, with the exit code (auditor's also with its load verdict: exit 1 "
               "on a file loaded `safe` is an architecture finding); `n/a` when the tool was not installed.", ""]
+    from benchmarks.jail_cost import section
+
+    lines += section()  # the jail, from benchmarks/results/jail_cost.json
     return "\n".join(lines)
+
+
+_COVERAGE = [
+    "A directory is judged file by file: every file is checked (each pickle a loader would unpickle: torch files, "
+    "joblib and gzip/bz2/xz/lzma/zlib-wrapped pickles, `.npy`/`.npz` arrays of objects, `torch.package` archives, "
+    "whose Python source is refused) or listed in the report (`load_safety.files`) with its kind and why no loader "
+    "runs code from it (text, JSON, tokenizer files, safetensors, WebDataset tar shards, numeric arrays). A file a "
+    "loader would run that the check cannot judge (a joblib array's bytes inside its pickle, lz4 data without the "
+    "lz4 module) makes the run INCONCLUSIVE (exit 3), never PASS; a file or folder linking out of the directory is "
+    "not read and refuses it. Pickles are recognised by replaying their opcodes to `STOP` on a well-formed stack "
+    "(or to a call before the stream breaks), never by their first bytes; torch's legacy tar by its `storages` "
+    "member. The scan keeps at most 64 MiB of strings and 4M stack, mark and memo slots per pickle, and refuses more "
+    "than 32 distinct integers sharing one hash (a dict of them fills quadratically). PEFT adapter, diffusers and "
+    "timm Hub-cache folders are checked statically (tests/load/test_real_layouts.py) but hold no model auditor "
+    "builds, so they are not rows here.", ""]
+
+
+def _carried_note(rows: list[dict[str, Any]]) -> list[str]:
+    """The sentence saying which peer cells were carried over from an earlier run (none: no sentence)."""
+    carried = sum(bool(r.get("peers_carried")) for r in rows)
+    if not carried:
+        return []
+    return [f"Auditor and the plain loads ran on all {len(rows)} files in this run; the peers ran on the "
+            f"{len(rows) - carried} files new in it, and their cells for the other {carried} are carried over from "
+            "the run that measured them with the same peer versions (the files are written by the same code).", ""]
 
 
 def _count(rows: list[dict[str, Any]], scanner: str) -> str:
@@ -195,9 +246,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-venv", type=Path, default=Path("/work/wt/peers-venv"))
     parser.add_argument("--render-only", action="store_true", help="only regenerate docs/security.md")
+    parser.add_argument("--keep-peers", action="store_true",
+                        help="carry the peer cells of files already in the results file; run the peers on new files")
     args = parser.parse_args()
     if not args.render_only:
-        results = measure(args.peers_venv)
+        previous = json.loads(RESULTS.read_text()) if args.keep_peers and RESULTS.exists() else None
+        results = measure(args.peers_venv, previous)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     DOC.write_text(render(json.loads(RESULTS.read_text())))

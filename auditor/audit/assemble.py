@@ -21,6 +21,7 @@ from auditor._version import __version__
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
 from auditor.gate import GatePolicy, apply_severity_policy, decide
+from auditor.report.files import not_judged
 from auditor.report.model import (
     ArchitectureProfile,
     Finding,
@@ -38,13 +39,22 @@ if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importin
     from auditor.plugin.runner import RunSettings
 
 
-def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None) -> RunSettings:
-    """Return the plugin runner's settings for a scan with ``config``."""
+def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None,
+                 identity: str | None = None) -> RunSettings:
+    """Return the plugin runner's settings for a scan with ``config``.
+
+    ``identity`` (:func:`auditor.plugin.results.identity_hash` of what is audited) lets the runner
+    reuse stored runs when ``config.cache`` is on; without it every run is computed.
+    """
+    from auditor.plugin.results import DEFAULT_CACHE_DIR, RunCache, cache_disabled_by_env
     from auditor.plugin.runner import RunSettings
 
     selected = tuple(config.plugins) if config.plugins is not None else None
+    cache = None
+    if config.cache and identity is not None and not cache_disabled_by_env():
+        cache = RunCache(config.cache_dir if config.cache_dir is not None else DEFAULT_CACHE_DIR)
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
-                       graph_only=graph_only)
+                       graph_only=graph_only, cache=cache, identity=identity if cache is not None else None)
 
 
 def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None], None]:
@@ -74,9 +84,6 @@ def assemble_report(
 ) -> DraftReport:
     """Sort the findings and stamp the tool and the time: how every audit ends before the gate."""
     findings = sorted(findings, key=lambda f: (-f.severity.rank, f.rule_id, f.location or ""))
-    if architecture is not None and architecture.fx_graph is not None:
-        architecture = architecture.model_copy()  # the report keeps no live graph (rows are shipped, kept)
-        architecture._fx_graph = None
     tool = ToolInfo(version=__version__, torch=_torch_version(), device=str(device), command=list(sys.argv))
     return DraftReport(tool=tool, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model,
                        architecture=architecture, findings=findings, plugins=plugins, notes=notes, onnx=onnx)
@@ -99,8 +106,9 @@ def judge(
         draft = draft.model_copy(update={"findings": apply_severity_policy(draft.findings, policy)})
     if accept:
         draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
-    summary = decide(draft.findings, draft.plugins, policy, unsafe=draft.model.load_safety.verdict == "unsafe",
-                     expired=messages)
+    safety = draft.model.load_safety
+    summary = decide(draft.findings, draft.plugins, policy, unsafe=safety.verdict == "unsafe", expired=messages,
+                     unjudged_files=[f"{f.file} ({f.kind}): {f.reason}" for f in not_judged(safety.files)])
     fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
     return Report(**fields, summary=summary), messages
 

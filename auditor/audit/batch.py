@@ -81,6 +81,8 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                     pass  # starts like a checkpoint: audit it and report the damage
                 except AuditorError:
                     continue
+                except PermissionError:
+                    pass  # unreadable here (in the jail: a link out of the scanned folder): audited on its own
                 found.append(candidate)
     return list(dict.fromkeys(p for p in found if _selected(p, include, exclude)))
 
@@ -103,20 +105,17 @@ def audit_one(
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
-    from auditor.audit.refused import check_before_loading
+    from auditor.audit.jail import JailError, audit_in_jail, jail_enabled
     from auditor.load.offline import force_offline
 
     force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
     try:
-        early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
-        if isinstance(early, DraftReport):
-            draft = early
-        else:
-            from auditor.audit.pipeline import audit
-
-            draft = audit(path, config, progress=progress, checked=early)
+        draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
+                                                                                               progress)
     except ConfigError:
         raise
+    except JailError as exc:  # the worker's own error row, as it worded it
+        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
     except AuditorError as exc:
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
     except Exception as exc:  # a bug in one model's audit must not lose the others
@@ -127,6 +126,22 @@ def audit_one(
     report, messages = judge(draft, config.gate, accept=True, baseline=baseline, today=today)
     return ScanRow(path=str(path), verdict=report.summary.verdict, exit_code=report.summary.exit_code,
                    messages=messages, report=report)
+
+
+def draft_of(path: Path, config: ScanConfig, progress: Progress | None = None) -> DraftReport:
+    """Audit one checkpoint in this process and return the draft report (in the jail worker, or unjailed).
+
+    Raises:
+        AuditorError: the checkpoint or the flags cannot be used (ConfigError for the whole run).
+    """
+    from auditor.audit.refused import check_before_loading
+
+    early = check_before_loading(path, config)  # no torch import for a file the pickle check refuses
+    if isinstance(early, DraftReport):
+        return early
+    from auditor.audit.pipeline import audit
+
+    return audit(path, config, progress=progress, checked=early)
 
 
 def audit_many(

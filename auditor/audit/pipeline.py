@@ -9,10 +9,10 @@ from auditor.audit.assemble import DraftReport, announce_plugins, assemble_repor
 from auditor.audit.inputs import resolve_example_input
 from auditor.audit.refused import refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
-from auditor.data import load_data_dir
+from auditor.data import DataBundle, load_data_dir
 from auditor.deps import require
 from auditor.errors import ConfigError
-from auditor.graph.profile import profile_model
+from auditor.graph.profile import profile_with_graph
 from auditor.graph.tokens import TokenSpec
 from auditor.load.findings import load_findings
 from auditor.load.formats import Container, Sniffed, sniff
@@ -20,8 +20,10 @@ from auditor.load.loaders import LoadedModel, load_checkpoint
 from auditor.load.offline import force_offline
 from auditor.load.static_check import StaticCheck
 from auditor.plugin.registry import PluginEntry, discover_plugins
+from auditor.plugin.results import identity_hash
 from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
+    ArchitectureProfile,
     Finding,
     Report,
     Severity,
@@ -111,15 +113,17 @@ def audit(
     model = loaded.model  # on the CPU: the runner hands each plugin its copy on the device
 
     say(f"tracing the model on {shape if isinstance(shape, TokenSpec) else '1x' + 'x'.join(map(str, shape))}")
-    profile = profile_model(model, shape)
+    profile, graph = profile_with_graph(model, shape)
     findings.extend(_profile_findings(profile.traced_with, profile.trace_notes))
 
+    info = loaded.with_sha256(info)
+    identity = _identity(info.sha256, model, profile, config, data) if config.cache else None
     plugins, plugin_findings = run_plugins(
-        entries, model=model, profile=profile, configs=plugin_configs,
-        settings=run_settings(config, device, data),
+        entries, model=model, graph=graph, profile=profile, configs=plugin_configs,
+        settings=run_settings(config, device, data, identity=identity),
         on_start=announce_plugins(say),
     )
-    return assemble_report(config, device, model=loaded.with_sha256(info), architecture=profile,
+    return assemble_report(config, device, model=info, architecture=profile,
                            findings=findings + plugin_findings, plugins=plugins, notes=notes)
 
 
@@ -137,6 +141,14 @@ def open_checkpoint(path: str | Path, config: ScanConfig, *, checked: StaticChec
                            wait_for_sha256=False, sniffed=checked.sniffed if checked is not None else sniffed,
                            probe_shape=config.input_shape, checked=checked,
                            **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
+
+
+def _identity(sha256: str, model: object, profile: ArchitectureProfile, config: ScanConfig,
+              data: DataBundle | None) -> str:
+    """Return the hash of what the plugins audit: the checkpoint's bytes as materialised, profiled, with this data."""
+    return identity_hash(sha256=sha256, architecture=repr(model), profile=profile.model_dump(mode="json"),
+                         arch=config.arch, imports=config.imports, trust=config.trust, input_spec=config.input_spec,
+                         data=data.fingerprint() if data is not None else None)
 
 
 def _profile_findings(traced_with: str, notes: list[str]) -> list[Finding]:

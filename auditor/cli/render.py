@@ -104,6 +104,8 @@ def print_report(console: Console, report: Report) -> None:
     for p in report.plugins:
         extra = f" \\[{safe(p.category)}]" if p.category else ""
         console.print(f"[bold]plugin[/] {safe(p.name)}: {p.status}{extra} {safe(p.reason)}")
+        if p.reused is not None:
+            console.print(f"  [dim]{safe(p.reused.note)}[/]")
 
 
 def _print_onnx(console: Console, report: Report) -> None:

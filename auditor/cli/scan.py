@@ -84,6 +84,12 @@ IdentityOption = Annotated[str | None, typer.Option(
     "--identity", help="--verify-signature: the Sigstore signer identity (keyless; needs the network).")]
 IdentityProviderOption = Annotated[str | None, typer.Option(
     "--identity-provider", help="--verify-signature: the OIDC issuer of --identity (Sigstore).")]
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", help="Compute every plugin run; do not reuse (or store) runs of unchanged weights, data and "
+                       "settings (config key: cache = false).")]
+CacheDirOption = Annotated[Path | None, typer.Option(
+    "--cache-dir", help="Where reused plugin runs are kept [default: ~/.cache/auditor/runs]; safe to share "
+                        "between concurrent jobs.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -100,7 +106,8 @@ def scan(
     strict: StrictOption = False, on_inconclusive: OnInconclusiveOption = None, workers: WorkersOption = None,
     ray_address: RayAddressOption = None, sbom: SbomOption = None, verify_signature: SignatureOption = None,
     public_key: PublicKeyOption = None, certificate_chain: CertChainOption = None, identity: IdentityOption = None,
-    identity_provider: IdentityProviderOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+    identity_provider: IdentityProviderOption = None, no_cache: NoCacheOption = False,
+    cache_dir: CacheDirOption = None, quiet: QuietOption = False, debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -118,6 +125,7 @@ def scan(
         "on_inconclusive": on_inconclusive, "supply": {k: v for k, v in {
             "signature": verify_signature, "public_key": public_key, "certificate_chain": certificate_chain or None,
             "identity": identity, "identity_provider": identity_provider}.items() if v is not None} or None,
+        "cache": False if no_cache else None, "cache_dir": cache_dir,
     })
     outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
                          out_dir=out_dir, sbom_path=sbom)

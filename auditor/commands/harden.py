@@ -32,6 +32,7 @@ from auditor.device import model_device
 from auditor.errors import ConfigError, InputError
 from auditor.gate import not_judged, with_comparison_gaps
 from auditor.plugin.measure import top1_accuracy
+from auditor.plugin.train import Batch, Recipe, fit_classifier
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
 from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
@@ -118,29 +119,21 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, *
     """Train ``model`` in place with Adam on cross-entropy plus any bottleneck KL; return per-epoch losses."""
     if epochs <= 0:
         return []
-    device = model_device(model)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
-    gen = torch.Generator().manual_seed(seed)
     steps = epochs * ((len(y) + batch_size - 1) // batch_size)
-    history, step = [], 0
-    model.train()
-    for epoch in range(epochs):
-        order, total = torch.randperm(len(y), generator=gen), 0.0
-        for i in range(0, len(y), batch_size):
-            idx = order[i:i + batch_size]
-            loss = F.cross_entropy(model(x[idx].to(device)), y[idx].to(device))
-            kl = bottleneck_kl(model)
-            loss = loss + kl if kl is not None else loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-            step += 1
-            if progress:
-                progress(label, step, steps)
-        history.append({"epoch": float(epoch + 1), "loss": total / len(y)})
-    model.eval()
-    return history
+    done = iter(range(1, steps + 1))
+
+    def loss(net: nn.Module, batch: Batch) -> torch.Tensor:
+        ce = F.cross_entropy(net(batch.x), batch.y)
+        kl = bottleneck_kl(net)
+        return ce + kl if kl is not None else ce
+
+    def tick() -> None:
+        if progress:
+            progress(label, next(done), steps)
+
+    fit = fit_classifier(model, x, y, Recipe(epochs=epochs, batch_size=batch_size, lr=lr), seed=seed, tick=tick,
+                         loss=loss, device=model_device(model))
+    return [{"epoch": float(e + 1), "loss": v} for e, v in enumerate(fit.losses)]
 
 
 def save_torchscript(model: nn.Module, shape: tuple[int, ...], path: Path) -> None:

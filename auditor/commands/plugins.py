@@ -26,6 +26,7 @@ def run_plugins_listing(model: ModelOptions | None = None) -> PluginListing:
     Raises:
         InputError: the model cannot be loaded.
     """
+    from auditor.plugin.api import applicability
     from auditor.plugin.registry import discover_plugins
 
     entries = discover_plugins()
@@ -35,5 +36,5 @@ def run_plugins_listing(model: ModelOptions | None = None) -> PluginListing:
 
     net, example = load_model(model)
     profile = profile_model(net, example.shape)
-    return PluginListing(entries=entries, applies={e.name: e.plugin.applicable(profile) for e in entries
+    return PluginListing(entries=entries, applies={e.name: applicability(e.plugin, profile) for e in entries
                                                    if e.plugin is not None})

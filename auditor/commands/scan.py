@@ -68,7 +68,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         ConfigError: the flags contradict each other (``--html`` with several models, ``--workers``
             with ``--ray-address``).
     """
-    from auditor.audit.batch import audit_many, collect, worst_exit_code
+    from auditor.audit.batch import audit_many, worst_exit_code
     from auditor.baseline import Baseline, load_baseline, write_baseline
     from auditor.commands.supply import check_paths, ignored, not_audited, with_signature_notes
 
@@ -84,7 +84,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     if opts.write_baseline is not None:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
     preflight = check_paths(opts.paths, config)  # before anything under a path is opened
-    targets, left_out = ignored(collect(preflight.paths, opts.include, opts.exclude), config)
+    targets, left_out = ignored(_collect(preflight.paths, opts.include, opts.exclude), config)
     if not targets and not preflight.refused:
         why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
@@ -108,6 +108,16 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded, not_audited=skipped)
+
+
+def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:
+    """The checkpoints under ``paths``; directories are sniffed in a jailed worker (their bytes are untrusted)."""
+    from auditor.audit.batch import collect
+    from auditor.audit.jail import collect_in_jail, jail_enabled
+
+    if jail_enabled() and any(p.is_dir() for p in paths):
+        return collect_in_jail(paths, include, exclude)
+    return collect(paths, include, exclude)
 
 
 def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Baseline | None,

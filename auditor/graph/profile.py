@@ -34,12 +34,28 @@ def profile_model(model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
         TraceError: when the model does not run on the example input at all.
         InvalidInputShape: a token spec does not fit the model.
     """
+    return profile_with_graph(model, input_shape)[0]
+
+
+def profile_with_graph(
+    model: torch.nn.Module, input_shape: Sequence[int] | TokenSpec
+) -> tuple[ArchitectureProfile, torch.fx.Graph | None]:
+    """Return :func:`profile_model`'s profile and the fx graph it was built from (None unless fx traced the model).
+
+    The profile is pure data (it goes into the report); the graph is handed to plugins in the open
+    (``RunContext.graph``) so that cutting the model at its split points does not trace it again.
+
+    Raises:
+        TraceError: when the model does not run on the example input at all.
+        InvalidInputShape: a token spec does not fit the model.
+    """
     example, shape = make_example(model, input_shape)
     device = model_device(model)
     example = example.to(device)
     with without_kv_cache(model):
         result = trace_model(model, example)
-    return profile_trace(model, result, example, shape)
+    profile = profile_trace(model, result, example, shape)
+    return profile, result.fx_graph if profile.traced_with == "fx" else None
 
 
 def profile_trace(
@@ -57,9 +73,7 @@ def profile_trace(
         return _profile_from_hooks(result, common)
     weights = dict(model.named_parameters())
     try:
-        profile = profile_graph(result.graph, result.method, common, weights)
-        profile._fx_graph = result.fx_graph
-        return profile
+        return profile_graph(result.graph, result.method, common, weights)
     except Exception as exc:  # a detector bug: reported in the profile, never raised
         log.exception("detectors failed on the %s graph", result.method)
         result.notes.append(f"the detectors failed on the {result.method} graph ({type(exc).__name__}: {exc}); "

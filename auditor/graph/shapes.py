@@ -66,25 +66,37 @@ class ShapePropagation:
 
 
 def propagate_shapes(
-    gm: torch.nn.Module, example: torch.Tensor, *, graph: torch.fx.Graph | None = None
+    gm: torch.nn.Module, example: torch.Tensor, *, graph: torch.fx.Graph | None = None, real_below_macs: int = 0
 ) -> ShapePropagation:
     """Fill ``tensor_meta`` on every node of ``gm``'s graph for ``example``, skipping the heavy arithmetic.
 
     ``gm`` is a GraphModule, or the traced module itself with its ``graph`` (the meta pass needs
     no generated code; the other passes build a GraphModule only when they run).
 
+    ``real_below_macs``: a model in eval mode whose forward pass costs at most about this many
+    multiply-adds (bounded by parameters x input positions, :func:`_small_forward`) is run for
+    real first: in a fresh process, the meta pass's first elementwise op imports ``torch._dynamo``
+    (1-1.5 CPU-s; torch's Python meta kernels are wrapped in a lazy ``_disable_dynamo``), which
+    costs more than such a forward pass. 0 (the default) always starts with the meta pass.
+
     Raises:
         Exception: whatever the real forward pass raises when the model does not run on ``example``.
     """
     graph = graph if graph is not None else gm.graph
+    if real_below_macs and _small_forward(gm, example, real_below_macs):
+        try:
+            with torch.no_grad():
+                _RealProp(gm, graph=graph).propagate(example.clone())
+            return ShapePropagation("forward", SMALL_MODEL)
+        except Exception as exc:  # the passes below say what the model cannot do, as for any model
+            log.debug("the small model's real forward stopped (%s); trying the shape passes", _reason(exc))
     if rules_cover(gm, graph):
         try:
             MetaRuleProp(gm, graph=graph).propagate(example.to("meta"))
             return ShapePropagation("meta")
         except Exception as exc:  # any failure means: try the next, more literal pass
             log.debug("the meta pass stopped (%s); running the real cheap ops", _reason(exc))
-    if not (isinstance(gm, torch.fx.GraphModule) and gm.graph is graph):
-        gm = torch.fx.GraphModule(gm, graph)
+    gm = _graph_module(gm, graph)
     try:
         with mha_fastpath_disabled(), _HeavyOpsOnMeta():
             _ShapeOnlyProp(gm).propagate(example.clone())
@@ -94,6 +106,45 @@ def propagate_shapes(
     log.info("shapes from a real forward pass; the shape-only pass stopped (%s)", reason)
     ShapeProp(gm).propagate(example.clone())
     return ShapePropagation("forward", reason)
+
+
+#: The reason a shape pass records when a small model's real forward answered first.
+SMALL_MODEL = "small model: a real forward pass costs less than importing the meta kernels"
+#: What :func:`auditor.graph.trace` passes as ``real_below_macs``: about 0.1 CPU-s of forward pass on one core.
+REAL_FORWARD_MACS = 100_000_000
+
+
+def _small_forward(gm: torch.nn.Module, example: torch.Tensor, limit: int) -> bool:
+    """Return whether ``gm`` is in eval mode and (parameters + buffers) x input elements is at most ``limit``.
+
+    Every weight is used at most once per output position, and (for the convolutions, linear layers
+    and attention projections that hold the weights) there are no more output positions than input
+    elements in the models this is meant for (a loose bound: an image's channels count as positions
+    too); a model in training mode is never run (its batch-norm statistics would move).
+    """
+    if any(m.training for m in gm.modules()) or example.dim() == 0:
+        return False
+    positions = example[0].numel()
+    params = sum(p.numel() for p in gm.parameters()) + sum(b.numel() for b in gm.buffers())
+    return params * positions * example.shape[0] <= limit
+
+
+def _graph_module(gm: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    return gm if isinstance(gm, torch.fx.GraphModule) and gm.graph is graph else torch.fx.GraphModule(gm, graph)
+
+
+class _RealProp(MetaRuleProp):
+    """A real forward pass recording ``tensor_meta`` as :class:`MetaRuleProp` does.
+
+    Not :class:`ShapeProp`: its ``run_node`` imports ``torch.fx.experimental.symbolic_shapes`` (sympy,
+    1.3-2 CPU-s in a fresh process) for its fake-mode bookkeeping, which a real pass never uses.
+    """
+
+    def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        return torch.fx.Interpreter.get_attr(self, target, args, kwargs)
+
+    def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:  # type: ignore[override]
+        return torch.fx.Interpreter.call_module(self, target, args, kwargs)
 
 
 class _ShapeOnlyProp(ShapeProp):

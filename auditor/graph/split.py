@@ -2,8 +2,9 @@
 
 Split ids are the fx node names found by :func:`auditor.graph.detect.splits.detect_split_points`
 on the graph traced by :class:`auditor.graph.trace.LeafTracer`; this module traces with the same
-tracer, so the names agree, and traces a model once however many cuts are asked of it (again only
-when its modules or their training flags change). Each piece is built by graph surgery on a copy of
+tracer, so the names agree. A caller that holds the model's graph already (a plugin:
+``RunContext.graph``, traced once with the profile) passes it as ``graph=`` and nothing is traced
+again; without it, each call traces the model. Each piece is built by graph surgery on a copy of
 the traced graph:
 the output is moved to the cut node (head) or the cut node is replaced by a new placeholder
 (tail), then dead code is eliminated, the graph linted and recompiled. The pieces share their
@@ -21,7 +22,6 @@ from __future__ import annotations
 import copy
 import functools
 import operator
-import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -30,7 +30,7 @@ import torch.fx
 from auditor.errors import UnknownSplitPoint, UnsplittableModel
 from auditor.graph.shapes import propagate_shapes
 from auditor.graph.trace import eval_mode, fx_trace
-from auditor.report.model import ArchitectureProfile, SplitPoint
+from auditor.report.model import SplitPoint
 
 #: Batch sizes of the shape probes that check a feature keeps the input's batch dimension first.
 _PROBE_BATCHES = (2, 3)
@@ -68,12 +68,12 @@ def _kept(node: torch.fx.Node) -> bool:
 
 
 def split_model(
-    model: torch.nn.Module, split_id: str, *, example: torch.Tensor | None = None
+    model: torch.nn.Module, split_id: str, *, example: torch.Tensor | None = None, graph: torch.fx.Graph | None = None
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """Return ``(head, tail)`` with ``tail(head(x)) == model(x)``.
 
     ``example`` (a model input, any batch size) is needed only when the tail reads the input's
-    batch size: see :func:`split_segments`.
+    batch size: see :func:`split_segments`, which also says when ``graph`` is used.
 
     Example:
         >>> head, tail = split_model(torchvision.models.resnet18(), "layer2_1_relu_1")  # doctest: +SKIP
@@ -81,12 +81,16 @@ def split_model(
     Raises:
         UnsplittableModel: ``split_id`` is not a node of the fx graph, or not a single-tensor cut.
     """
-    head, tail = split_segments(model, [split_id], example=example)
+    head, tail = split_segments(model, [split_id], example=example, graph=graph)
     return head, tail
 
 
 def split_segments(
-    model: torch.nn.Module, split_ids: Sequence[str], *, example: torch.Tensor | None = None
+    model: torch.nn.Module,
+    split_ids: Sequence[str],
+    *,
+    example: torch.Tensor | None = None,
+    graph: torch.fx.Graph | None = None,
 ) -> list[torch.fx.GraphModule]:
     """Cut ``model`` at every id in ``split_ids`` (input-to-output order) into ``len(ids) + 1`` pieces.
 
@@ -95,10 +99,14 @@ def split_segments(
     A piece that reads the input's batch size (``x.shape[0]``, ``x.size(0)``) reads dim 0 of its
     feature instead, provided shapes propagated from ``example`` show that dim to be the batch.
 
+    ``graph`` is ``model``'s fx graph when the caller holds it (``RunContext.graph``: traced from a
+    model of this structure in eval mode); it is used when every module of ``model`` is in eval
+    mode, and ``model`` is traced again otherwise (a training flag can change the graph).
+
     Raises:
         UnsplittableModel: an id is unknown, repeated, out of order, or not a single-tensor cut.
     """
-    root = torch.fx.GraphModule(model, copy.deepcopy(_traced(model)))
+    root = torch.fx.GraphModule(model, copy.deepcopy(_traced(model, graph)))
     names = [n.name for n in root.graph.nodes]
     missing = [s for s in split_ids if s not in names]
     if missing:
@@ -111,28 +119,11 @@ def split_segments(
     return [_segment(root, bounds[i], bounds[i + 1], batch_problem) for i in range(len(bounds) - 1)]
 
 
-#: Each model's fx graph with the module layout it was traced on: plugins cut one model at many points.
-_GRAPHS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[tuple[int, bool], ...], torch.fx.Graph]] = (
-    weakref.WeakKeyDictionary())
-
-
-def reuse_trace(model: torch.nn.Module, profile: ArchitectureProfile) -> None:
-    """Let later cuts of ``model`` use the fx graph ``profile`` was built from instead of tracing it again.
-
-    ``model`` must have the profiled model's structure (a copy of it): the graph names modules by
-    path. Profiles are traced in eval mode, so the graph is adopted only for a model in eval mode.
-    """
-    if profile.fx_graph is not None and not any(m.training for m in model.modules()):
-        _GRAPHS[model] = (tuple((id(m), m.training) for m in model.modules()), profile.fx_graph)
-
-
-def _traced(model: torch.nn.Module) -> torch.fx.Graph:
-    """Return ``model``'s fx graph, traced again only when a module or a training flag changed."""
-    layout = tuple((id(m), m.training) for m in model.modules())
-    cached = _GRAPHS.get(model)
-    if cached is None or cached[0] != layout:
-        cached = _GRAPHS[model] = (layout, fx_trace(model))
-    return cached[1]
+def _traced(model: torch.nn.Module, graph: torch.fx.Graph | None) -> torch.fx.Graph:
+    """Return ``graph`` when it can stand for ``model`` (every module in eval mode, as profiles trace), else trace."""
+    if graph is not None and not any(m.training for m in model.modules()):
+        return graph
+    return fx_trace(model)
 
 
 def _segment(

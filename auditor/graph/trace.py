@@ -21,7 +21,7 @@ import torch.fx
 
 from auditor.errors import TraceError
 from auditor.graph import dataflow as df
-from auditor.graph.shapes import propagate_shapes
+from auditor.graph.shapes import REAL_FORWARD_MACS, propagate_shapes
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 def _fx_graph(model: torch.nn.Module, example: torch.Tensor, graph: torch.fx.Graph) -> df.DataFlowGraph:
     """Build the normalised graph from ``model``'s fx graph and shape propagation."""
-    propagate_shapes(model, example, graph=graph)
+    propagate_shapes(model, example, graph=graph, real_below_macs=REAL_FORWARD_MACS)
     modules = dict(model.named_modules())
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     nodes: list[df.NodeInfo] = []

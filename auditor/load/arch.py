@@ -79,6 +79,9 @@ def fit_state_dict(arch: str, state_dict: Mapping[str, torch.Tensor]) -> tuple[t
     state_dict = _strip_wrapper_prefix(state_dict, notes)
     model = build_model(arch)
     diff = _compare(model, state_dict)
+    if not diff.ok:
+        state_dict = _strip_module_prefix(model, state_dict, notes)
+        diff = _compare(model, state_dict)
     if not diff.ok and diff.head_classes is not None and _resolve(arch).takes_num_classes:
         logger.info("rebuilding %s with num_classes=%d", arch, diff.head_classes)
         model = build_model(arch, diff.head_classes)
@@ -145,6 +148,34 @@ def _strip_wrapper_prefix(
             result = {k[len(prefix) :]: v for k, v in result.items()}
             notes.append(f"the {prefix!r} prefix was stripped from every state_dict key")
     return result
+
+
+def _strip_module_prefix(
+    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], notes: list[str]
+) -> Mapping[str, torch.Tensor]:
+    """Find the attribute a wrapper (a LightningModule's ``self.model``) holds the network under, and strip it.
+
+    The prefix is the one (``model.``, ``net.backbone.`` ...) under which the state_dict holds every
+    key of the built model; keys outside it (a loss's buffers, metric states) are left out and the
+    note says how many. Returns ``state_dict`` unchanged when no prefix fits.
+    """
+    own = model.state_dict()
+    support: dict[str, int] = {}
+    for key in state_dict:
+        for at in (i for i, c in enumerate(key) if c == "."):
+            if key[at + 1 :] in own:
+                support[key[: at + 1]] = support.get(key[: at + 1], 0) + 1
+    needed = sum(1 for k in own if not k.endswith(_TOLERATED_MISSING_SUFFIX))
+    for prefix in sorted(support, key=lambda p: (-support[p], len(p))):
+        inner = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        if support[prefix] >= needed and set(inner) <= set(own):
+            others = sorted(k for k in state_dict if not k.startswith(prefix))
+            left = (f"; {len(others)} other key(s) of the wrapper were not loaded ({', '.join(others[:3])})"
+                    if others else "")
+            notes.append(f"the wrapper's attribute prefix {prefix!r} (a LightningModule's submodule) was found and "
+                         f"stripped from {len(inner)} state_dict key(s){left}")
+            return inner
+    return state_dict
 
 
 def _compare(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor]) -> _Comparison:

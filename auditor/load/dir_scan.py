@@ -1,63 +1,159 @@
-"""Scan a model directory: its weight pickles and every other file in it that torch could load."""
+"""Scan a model directory: its weights and every other file in it, each checked or listed with why not.
+
+Coverage fails closed. Every file under the directory is sniffed from its bytes and either
+checked (each pickle a loader would unpickle: ``torch.load``-able files, joblib and other
+compressed pickles, ``.npy``/``.npz`` arrays of objects, ``torch.package`` archives), or listed
+with its kind and why no loader runs code from it (text, JSON, safetensors, data), or listed as
+*not judged* when a loader would run code from it that the check cannot judge: the run is then
+INCONCLUSIVE, never PASS. A file or folder that resolves outside the directory is never read and
+refuses the directory, as a weight file would.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
-from auditor.errors import AuditorError, TruncatedArchive
+from auditor.errors import AuditorError, TruncatedArchive, UnknownFormat
+from auditor.load.digest import hash_into
 from auditor.load.formats import Container, Sniffed, sniff
-from auditor.load.hf import confinement_problems, weight_files
+from auditor.load.hf import confinement_problems, inside, weight_files
 from auditor.load.pickle_scan import scan_checkpoint
 from auditor.load.problems import PickleScan, ScanProblem
+from auditor.report.files import FileCoverage
+
+#: Folders no model loader reads: listed once, not walked (a clone's .git holds compressed copies of everything).
+SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__"})
+_TEXT_PROBE = 4096
+_NO_CODE = {
+    Container.SAFETENSORS: "tensors and a JSON header only: no loader runs code from it",
+    Container.ONNX: "an ONNX graph: onnxruntime runs its operators, no Python code (not loaded by this scan)",
+}
 
 
-def scan_hf_dir(sniffed: Sniffed) -> list[PickleScan]:
-    """Scan the ``pytorch_model.bin`` pickles of a Hugging Face directory and every other file torch could load.
+def scan_directory(sniffed: Sniffed) -> tuple[list[PickleScan], list[FileCoverage]]:
+    """Check every file of a directory; return the pickle scans and what was done with each file.
 
-    A directory whose files resolve outside it, or whose config names files or downloads, is refused
-    first. Beside the weights, every file under the directory that a loader could unpickle (found by
-    its bytes: ``training_args.bin``, ``optimizer.pt``, ``rng_state.pth``, a ``pytorch_model.bin``
-    next to ``model.safetensors``) is checked too; training code ``torch.load``-s them next.
+    A ``save_pretrained`` directory (``config.json``) whose weights or config leave the directory
+    is refused before anything else is read.
     """
-    escapes = confinement_problems(sniffed.path)
-    if escapes:
-        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes]
-    files, pickled = weight_files(sniffed.path)
-    scans = []
-    for file in files if pickled else []:
-        for scan in scan_checkpoint(sniff(file)):
-            scan.name = f"{file.name}:{scan.name}"
-            scans.append(scan)
-    for file in sidecar_files(sniffed.path, set(files)):
-        scans.extend(_scan_sidecar(sniffed.path, file))
-    return scans
+    root = sniffed.path
+    scans: list[PickleScan] = []
+    covered: list[FileCoverage] = []
+    weights: set[Path] = set()
+    if sniffed.container is Container.HF_DIR:
+        escapes = confinement_problems(root)
+        if escapes:
+            return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes], []
+        files, pickled = weight_files(root)
+        weights = set(files)
+        for file in files:
+            if pickled:
+                _checked(root, file, sniff(file), scans, covered)
+            else:
+                covered.append(FileCoverage(file=_label(root, file), kind="safetensors", status="no-code",
+                                            reason="weights: " + _NO_CODE[Container.SAFETENSORS]))
+    for path, is_dir in directory_entries(root):
+        if path in weights:
+            continue
+        if not inside(root, path):
+            reason = f"{_label(root, path)} resolves to {path.resolve()}, outside the model directory; it is not read"
+            scans.append(PickleScan(_label(root, path), problems=[ScanProblem("path", 0, reason)]))
+            covered.append(FileCoverage(file=_label(root, path), kind="link", status="refused", reason=reason))
+        elif is_dir:
+            covered.append(FileCoverage(file=_label(root, path) + "/", kind="folder", status="no-code",
+                                        reason="a version-control or cache folder no model loader reads"
+                                        if path.name in SKIPPED_DIRS else "a link to a folder inside the directory"))
+        else:
+            _scan_file(root, path, scans, covered)
+    return scans, covered
 
 
-def sidecar_files(root: Path, skip: set[Path]) -> list[Path]:
-    """Return every regular file under ``root`` but ``skip``, ``config.json`` and JSON files, in sorted order."""
-    found = []
+def directory_entries(root: Path) -> list[tuple[Path, bool]]:
+    """Every file under ``root`` (links included, not followed) and each folder not walked, in sorted order.
+
+    Returns (path, is_folder) pairs; the folders are linked folders and :data:`SKIPPED_DIRS`.
+    """
+    found: list[tuple[Path, bool]] = []
     for folder, dirs, names in os.walk(root):
+        here = Path(folder)
         dirs.sort()
-        for name in sorted(names):
-            file = Path(folder) / name
-            if file not in skip and not name.endswith(".json") and file.is_file():
-                found.append(file)
+        for name in list(dirs):
+            if name in SKIPPED_DIRS or (here / name).is_symlink():
+                found.append((here / name, True))
+                dirs.remove(name)
+        found.extend((here / name, False) for name in sorted(names))
     return found
 
 
-def _scan_sidecar(root: Path, file: Path) -> list[PickleScan]:
-    """Scan one file of a model directory if some loader could unpickle it (none when it is no checkpoint)."""
-    label = file.relative_to(root).as_posix()
+def tree_sha256(root: Path) -> str:
+    """Hash every file under ``root`` (names and bytes, sorted); a link out of it is hashed by its target's name."""
+    digest = hashlib.sha256()
+    for path, is_dir in directory_entries(root):
+        digest.update(_label(root, path).encode() + (b"/\0" if is_dir else b"\0"))
+        if is_dir:
+            continue
+        if inside(root, path):
+            hash_into(digest, path)
+        else:
+            digest.update(os.readlink(path).encode() if path.is_symlink() else b"")
+    return digest.hexdigest()
+
+
+def _scan_file(root: Path, file: Path, scans: list[PickleScan], covered: list[FileCoverage]) -> None:
+    """Sniff one file and check it, or record why no loader runs code from it."""
+    label = _label(root, file)
     try:
         found = sniff(file)
     except TruncatedArchive as exc:
-        return [PickleScan(label, problems=[ScanProblem("zip", 0, f"cannot be checked: {exc}")])]
-    except AuditorError:
-        return []
-    if found.container in (Container.SAFETENSORS, Container.ONNX, Container.HF_DIR):
-        return []
-    scans = scan_checkpoint(found)
-    for scan in scans:
+        scans.append(PickleScan(label, problems=[ScanProblem("zip", 0, f"cannot be checked: {exc}")]))
+        covered.append(FileCoverage(file=label, kind="damaged archive", status="checked", reason=str(exc)))
+        return
+    except UnknownFormat as exc:
+        covered.append(FileCoverage(file=label, kind=_data_kind(file, exc.detail), status="no-code",
+                                    reason=f"no loader runs code from it: {exc.detail or 'no known format'}"))
+        return
+    except AuditorError as exc:  # empty file, not a regular file
+        covered.append(FileCoverage(file=label, kind="other", status="no-code", reason=str(exc)))
+        return
+    if found.container in _NO_CODE:
+        covered.append(FileCoverage(file=label, kind=found.container.value, status="no-code",
+                                    reason=_NO_CODE[found.container]))
+        return
+    _checked(root, file, found, scans, covered)
+
+
+def _checked(root: Path, file: Path, found: Sniffed, scans: list[PickleScan], covered: list[FileCoverage]) -> None:
+    """Scan every pickle of one file, labelled with its path in the directory."""
+    label = _label(root, file)
+    for scan in scan_checkpoint(found):
         scan.name = f"{label}:{scan.name}"
-    return scans
+        scans.append(scan)
+    covered.append(FileCoverage(file=label, kind=found.container.value, status="checked",
+                                reason="every pickle a loader would unpickle from it was inspected"))
+
+
+def _data_kind(file: Path, detail: str) -> str:
+    """Name what a file that is no checkpoint holds: numpy, tar or compressed data, text, JSON, or binary data."""
+    for word, kind in (("numpy", "numpy data"), ("tar archive", "tar data"), ("compressed", "compressed data"),
+                       ("zip", "zip data")):
+        if word in detail:
+            return kind
+    try:
+        with file.open("rb") as fh:
+            head = fh.read(_TEXT_PROBE)
+    except OSError:
+        return "unreadable"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4 or b"\0" in head:  # not just a character cut at the probe's end
+            return "binary data"
+    if b"\0" in head:
+        return "binary data"
+    return "json" if file.suffix.lower() in (".json", ".jsonl") else "text"
+
+
+def _label(root: Path, file: Path) -> str:
+    return file.relative_to(root).as_posix()

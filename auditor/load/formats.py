@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import pickletools
+import os
 import struct
 import tarfile
 import zipfile
@@ -15,6 +16,8 @@ from typing import BinaryIO
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
 from auditor.load.hf import directory_size, is_hf_dir
+from auditor.load.pickle_replay import SNIFF_BYTES, runs_as_pickle
+from auditor.load.wrapped import NPY_MAGIC, compression_of, decompressed_head, npy_holds_objects
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +25,6 @@ ZIP_MAGIC = b"PK\x03\x04"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 PICKLE_PROTOCOLS = range(2, 6)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
-#: First bytes of a pickle stream: any opcode (protocol 0 and 1 pickles start without ``PROTO``).
-PICKLE_FIRST_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
 #: ``ModelProto`` field numbers and their wire types (0 varint, 2 length-delimited), onnx.proto.
 ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
@@ -39,6 +40,11 @@ class Container(str, Enum):
     SAFETENSORS = "safetensors"
     ONNX = "onnx"
     HF_DIR = "hf-pretrained-dir"  # a save_pretrained directory: config.json + weights
+    MODEL_DIR = "model-dir"  # any other directory: every file in it is checked, no model is built
+    COMPRESSED_PICKLE = "compressed-pickle"  # gzip/bz2/xz/lzma/zlib-wrapped pickle (joblib's compressed files)
+    NUMPY = "numpy"  # a .npy array of Python objects: its data is a pickle (numpy.load(allow_pickle=True))
+    NUMPY_ZIP = "numpy-zip"  # a .npz archive of .npy members
+    TORCH_PACKAGE = "torch-package"  # torch.package: pickles plus Python source PackageImporter runs
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,10 @@ def sniff(path: Path) -> Sniffed:
         raise CheckpointNotFound(path)
     if is_hf_dir(path):
         return Sniffed(path, Container.HF_DIR, directory_size(path))
+    if path.is_dir():
+        return Sniffed(path, Container.MODEL_DIR, 0)
     if not path.is_file():
-        raise UnknownFormat(path, "a directory without config.json" if path.is_dir() else "not a regular file")
+        raise UnknownFormat(path, "not a regular file")
     size = path.stat().st_size
     if size == 0:
         raise EmptyCheckpoint(path)
@@ -74,38 +82,55 @@ def sniff(path: Path) -> Sniffed:
         head = fh.read(16)
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         return _sniff_zip(path, size)
-    if _is_tar(path):  # torch.load tries the legacy tar layout before anything but a zip
-        return Sniffed(path, Container.LEGACY_TAR, size)
+    tar = _tar_members(path)
+    if tar is not None:  # torch.load tries the legacy tar layout before anything but a zip
+        if "storages" in tar:  # the member legacy_load unpickles first: without it torch.load fails first
+            return Sniffed(path, Container.LEGACY_TAR, size)
+        raise UnknownFormat(path, "a tar archive without torch's legacy members (data: torch.load fails on it)")
     if len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS:
         return Sniffed(path, Container.LEGACY_PICKLE, size)
     if _looks_like_safetensors(path, head, size):
         return Sniffed(path, Container.SAFETENSORS, size)
     if _looks_like_onnx(path, head, size):
         return Sniffed(path, Container.ONNX, size)
-    if head[0] in PICKLE_FIRST_BYTES and _unpickles(path):
-        return Sniffed(path, Container.LEGACY_PICKLE, size)
+    wrapped = _sniff_wrapped(path, head, size)
+    if wrapped is not None:
+        return wrapped
+    with path.open("rb") as fh:
+        if runs_as_pickle(fh):
+            return Sniffed(path, Container.LEGACY_PICKLE, size)
     raise UnknownFormat(path, f"leading bytes {head[:8].hex(' ')}")
 
 
-def _is_tar(path: Path) -> bool:
-    """Tell whether Python's ``tarfile`` (which ``torch.load`` tries first) opens ``path``."""
+def _sniff_wrapped(path: Path, head: bytes, size: int) -> Sniffed | None:
+    """A numpy array of objects, or a compressed stream that decompresses to a pickle (None: neither).
+
+    Raises:
+        UnknownFormat: a numpy array of plain numbers, or compressed data that is no pickle.
+    """
+    if head.startswith(NPY_MAGIC):
+        with path.open("rb") as fh:
+            if npy_holds_objects(fh):
+                return Sniffed(path, Container.NUMPY, size)
+        raise UnknownFormat(path, "a numpy array without Python objects (data: numpy.load runs no code on it)")
+    method = compression_of(head)
+    if method is None:
+        return None
+    if method == "lz4":
+        return Sniffed(path, Container.COMPRESSED_PICKLE, size)  # judged when scanned (or found unjudgeable)
+    first = decompressed_head(path, method, SNIFF_BYTES)
+    if (len(first) >= 2 and first[0] == 0x80 and first[1] in PICKLE_PROTOCOLS) or runs_as_pickle(io.BytesIO(first)):
+        return Sniffed(path, Container.COMPRESSED_PICKLE, size)
+    raise UnknownFormat(path, f"{method}-compressed data that is no pickle")
+
+
+def _tar_members(path: Path) -> set[str] | None:
+    """The normalised member names of ``path`` if Python's ``tarfile`` (which ``torch.load`` tries first) opens it."""
     try:
-        with tarfile.open(path, "r:"):
-            return True
+        with tarfile.open(path, "r:") as tar:
+            return {os.path.normpath(name) for name in tar.getnames()}
     except (tarfile.TarError, OSError, ValueError, EOFError, UnicodeDecodeError):
-        return False
-
-
-def _unpickles(path: Path) -> bool:
-    """Tell whether ``path`` starts with a complete opcode stream of any protocol (read, never unpickled)."""
-    with path.open("rb") as fh:
-        try:
-            for op, _, _ in pickletools.genops(fh):
-                if op.name == "STOP":
-                    return True
-        except (ValueError, EOFError, UnicodeDecodeError, OverflowError):
-            return False
-    return False
+        return None
 
 
 def classify_zip_members(names: list[str]) -> Container | None:
@@ -116,10 +141,14 @@ def classify_zip_members(names: list[str]) -> Container | None:
     names = [name.lower() for name in names]
     if any(_basename(n) in ("archive_format", "serialized_exported_program.json") for n in names):
         return Container.TORCH_EXPORT
+    if any(n.endswith(".data/extern_modules") for n in names):
+        return Container.TORCH_PACKAGE  # PackageImporter's layout (torch.load finds no data.pkl in it)
     if any("/code/" in f"/{n}" or _basename(n) == "constants.pkl" for n in names):
         return Container.TORCHSCRIPT
     if any(_basename(n) == "data.pkl" for n in names):
         return Container.TORCH_ZIP
+    if names and all(n.endswith(".npy") for n in names):
+        return Container.NUMPY_ZIP
     return None
 
 

@@ -40,6 +40,8 @@ INDEX_SUFFIX = ".index.json"
 #: Config keys whose value is a file to open or a download source (timm, timm_wrapper, backbone configs).
 _PATH_KEYS = frozenset({"checkpoint_path", "pretrained_cfg_overlay", "pretrained_cfg", "hf_hub_id", "hf_hub_filename",
                         "url", "file", "pretrained_model_name_or_path", "cache_dir"})
+#: Path keys that timm also writes as a dict of metadata (input size, mean, std): only its own fields are judged.
+_CFG_DICTS = frozenset({"pretrained_cfg", "pretrained_cfg_overlay"})
 _DOWNLOAD_FLAGS = frozenset({"pretrained", "use_pretrained_backbone"})
 _PROVENANCE_KEYS = frozenset({"_name_or_path", "transformers_version"})  # recorded, never opened
 _REMOTE_PREFIXES = ("hf-hub:", "hf_hub:", "http://", "https://", "ftp://", "file:", "local-dir:", "s3://", "gs://")
@@ -85,7 +87,7 @@ def directory_sha256(path: Path) -> str:
     files, _ = weight_files(path)
     for file in [path / CONFIG_FILE, *files]:
         digest.update(file.name.encode() + b"\0")
-        if _inside(path, file):
+        if inside(path, file):
             hash_into(digest, file)
         else:
             digest.update(os.readlink(file).encode() if file.is_symlink() else b"")
@@ -95,7 +97,7 @@ def directory_sha256(path: Path) -> str:
 def directory_size(path: Path) -> int:
     """Return the bytes of ``config.json`` and the weight files (0 for a file outside the directory)."""
     files, _ = weight_files(path)
-    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files] if _inside(path, f))
+    return sum(f.stat().st_size for f in [path / CONFIG_FILE, *files] if inside(path, f))
 
 
 def confinement_problems(path: Path) -> list[tuple[str, str]]:
@@ -108,7 +110,7 @@ def confinement_problems(path: Path) -> list[tuple[str, str]]:
     files = [path / CONFIG_FILE, *(path / f"{name}{INDEX_SUFFIX}" for name in (SAFETENSORS_FILE, PICKLE_FILE))]
     weights, _ = weight_files(path)
     problems = [(file.name, f"{file.name} resolves to {file.resolve()}, outside the model directory")
-                for file in [*files, *weights] if (file.exists() or file.is_symlink()) and not _inside(path, file)]
+                for file in [*files, *weights] if (file.exists() or file.is_symlink()) and not inside(path, file)]
     if problems:
         return problems
     try:
@@ -125,7 +127,7 @@ def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(node, dict):
         for key, value in node.items():
             at = f"{where}.{key}" if where else str(key)
-            if key in _PATH_KEYS and value:
+            if key in _PATH_KEYS and value and not (key in _CFG_DICTS and isinstance(value, dict)):
                 yield at, f"{CONFIG_FILE} field {at} names a file or download ({str(value)[:80]!r})"
             elif key in _DOWNLOAD_FLAGS and value is True:
                 yield at, f"{CONFIG_FILE} field {at} asks for pretrained weights, which would be downloaded"
@@ -138,7 +140,7 @@ def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
         yield where, f"{CONFIG_FILE} field {where} names a hub id or URL ({node[:80]!r})"
 
 
-def _inside(root: Path, file: Path) -> bool:
+def inside(root: Path, file: Path) -> bool:
     """Tell whether ``file`` resolves inside ``root``, or, for a hub cache snapshot, into its repo's blobs."""
     root, target = root.resolve(), file.resolve()
     blobs = root.parent.parent / "blobs" if root.parent.name == "snapshots" else None

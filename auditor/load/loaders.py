@@ -34,7 +34,7 @@ from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
 from auditor.load.limits import address_space_limit, load_budget
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
-from auditor.load.sandbox import probe
+from auditor.load.sandbox import probe, running_in_jail
 from auditor.load.static_check import (
     FORMAT_LEGACY_PICKLE,
     FORMAT_SAFETENSORS,
@@ -56,6 +56,9 @@ CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 #: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
 _SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
 _PROBE_SHAPE = (3, 224, 224)
+#: Containers a model is loaded from (the others are checked statically only: joblib, numpy, torch.package, folders).
+_MODEL_CONTAINERS = frozenset({Container.TORCHSCRIPT, Container.TORCH_EXPORT, Container.TORCH_ZIP,
+                               Container.LEGACY_PICKLE, Container.LEGACY_TAR})
 #: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
 MAX_DECLARED_SIDE = 4096
 MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
@@ -142,7 +145,7 @@ def load_checkpoint(
 
     declared_shape, declared_source = _export_signature_shape(sniffed)
     try:
-        if sandbox and sniffed.container in _SANDBOXED:
+        if sandbox and sniffed.container in _SANDBOXED and not running_in_jail():
             notes.append(_probe(sniffed, probe_shape or declared_shape or _PROBE_SHAPE))
         done = _materialise(sniffed, arch, checked.allowed, notes)
         _refuse_unsafe_names(done.model, path)
@@ -207,10 +210,8 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
     if result.load_failed:
         raise UnknownFormat(sniffed.path, f"torch could not load it in the sandbox ({result.detail}); it is not "
                                           "loaded again outside the sandbox")
-    confined = ("no network, read-only file system but a scratch tmpfs" if result.network_isolated
-                else "network and file system not isolated: user namespaces are unavailable")
-    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (address-space, CPU, "
-            f"time and file-size limits; {confined})")
+    return (f"loaded and run once on 1x{'x'.join(map(str, shape))} in a sandbox child first (time limit; "
+            f"{result.confinement or 'no confinement reported'})")
 
 
 def _materialise(
@@ -229,6 +230,9 @@ def _materialise(
         model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
         notes.extend(arch_notes)
         return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    if sniffed.container not in _MODEL_CONTAINERS:
+        raise UnknownFormat(path, f"{sniffed.container.value}: its pickles passed the static check, but it holds no "
+                                  "model to audit; pass a weight file (with --arch) or a save_pretrained directory")
     budget = load_budget(sniffed.size_bytes)
     if sniffed.container is Container.TORCHSCRIPT:
         try:

@@ -29,6 +29,11 @@ class ScanProblem:
     name: str = ""
 
 
+#: The opcode of a problem that is no refusal: a loader would run this part of the file, and the static check
+#: cannot judge it (a joblib array's bytes inside its pickle, lz4 data without the lz4 module). The file is
+#: listed as not judged and the run cannot PASS (it is INCONCLUSIVE), unless something else refuses it.
+NOT_JUDGED = "not-judged"
+
 #: How a pickle uses an imported global beyond holding it as a value: calls it (``REDUCE``, ``OBJ``,
 #: ``INST``, a rebuild function's callable argument), builds it as a class (``NEWOBJ``: ``__new__``
 #: and a state update) or modifies it in place (``BUILD``, ``SETITEM``...).

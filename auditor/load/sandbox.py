@@ -3,16 +3,18 @@
 The static checks prove what a pickle can import and which ops TorchScript code calls, but not how
 much memory or time that code takes (``torch.zeros`` of 6 GB in ``__setstate__``, a ``while`` loop
 in ``forward``). So before auditor loads such an archive in its own process, a child process loads
-it and runs one forward pass, confined with the standard tools only:
+it and runs one forward pass, confined:
 
-- ``RLIMIT_AS`` (address space) and ``RLIMIT_CPU`` (CPU seconds), a wall-clock timeout, and
-  ``RLIMIT_FSIZE = 0``: no byte can be written to any file (a write fails with ``EFBIG``; an empty
-  file can still be created, in the scratch directory unless an absolute path is given);
-- when the system allows user namespaces, ``unshare -rmn`` (util-linux): an empty network
-  namespace, and a mount namespace where every mount is remounted read-only except a small tmpfs
-  on the scratch directory, so no file outside it can be created or changed; otherwise these two
-  are missing and the loader note says so;
+- the jail's confinement (:func:`auditor.jail.confine.confine`, the same as ``auditor scan``'s worker):
+  as far as the kernel allows, an empty network namespace, a Landlock view holding only the archive
+  and the Python installation (read-only) and a scratch tmpfs, a seccomp syscall filter, and the
+  limits ``RLIMIT_AS`` (address space), ``RLIMIT_CPU`` (CPU seconds) and ``RLIMIT_FSIZE = 0``: no
+  byte can be written to any file (the write ends the child with ``SIGXFSZ``); plus a wall-clock
+  timeout; what the kernel could not give is named in the loader note;
 - its working directory, ``HOME`` and ``TMPDIR`` in that scratch directory, removed afterwards.
+
+Inside ``auditor scan``'s jail worker the whole process is already confined: no probe child is started
+there (:data:`INSIDE_JAIL`).
 
 A child that runs out of memory, CPU or time, writes a file or dies by a signal makes the archive
 refused as unsafe, with the reason. A child that cannot *load* the archive is no violation, but the
@@ -23,10 +25,11 @@ shape) is not a violation either: the in-process run reports that error as usual
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import logging
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -35,6 +38,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +48,20 @@ ADDRESS_SPACE_PER_FILE_BYTE = 8
 CPU_SECONDS = 30
 WALL_SECONDS = 60.0
 _EXIT_OK, _EXIT_ERROR, _EXIT_MEMORY, _EXIT_WRITE, _EXIT_LOAD_ERROR = 0, 3, 4, 5, 6
-_WRITE_MARKERS = ("File too large", "Read-only file system")
-#: Run in the new namespaces: a tmpfs on the scratch directory, every other mount read-only, then the child.
-_CONFINE = (
-    'scratch="$1"; shift; mount -t tmpfs -o size=64m tmpfs "$scratch" || exit 97; '
-    "for m in $(awk '{print $2}' /proc/self/mounts | sort -u); do "
-    '[ "$m" = "$scratch" ] || mount -o remount,bind,ro "$m" 2>/dev/null; done; exec "$@"'
-)
+_WRITE_MARKERS = ("File too large", "Read-only file system", "Permission denied")
+_JAIL_PREFIX = "auditor-jail: "
+#: The child's first statements (``python -I`` ignores PYTHONPATH: the parent's path travels in the request).
+_BOOT = ("import json, sys; r = json.loads(sys.argv[1]); sys.path[:0] = r['sys_path']; "
+         "from auditor.load.sandbox import _child; sys.exit(_child(r))")
 _MEMORY_MARKERS = ("can't allocate memory", "not enough memory", "std::bad_alloc", "out of memory")
+#: Set by the jail worker (:mod:`auditor.audit.worker`): the whole process is confined, so no probe child is
+#: started (the jail's syscall filter forbids one); the load itself runs under the jail's limits.
+INSIDE_JAIL = False
+
+
+def running_in_jail() -> bool:
+    """True inside the jail worker, where a checkpoint is loaded under the jail instead of probed first."""
+    return INSIDE_JAIL
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class SandboxResult:
     detail: str
     network_isolated: bool
     load_failed: bool = False  # torch raised while loading the archive (not while running it)
+    confinement: str = ""  # what the jail enforced in the child, and what was missing
 
 
 def probe(
@@ -70,28 +81,33 @@ def probe(
 ) -> SandboxResult:
     """Load ``path`` (``torchscript`` or ``torch-export``) and run it on ``1 x input_shape`` in a confined child.
 
-    The child is this file run as a script in isolated mode (``python -I``): it imports torch and
-    nothing of auditor, so it starts in the time importing torch takes.
+    The child is a fresh interpreter in isolated mode (``python -I``) that confines itself, then imports
+    torch; it imports nothing of auditor but this module and :mod:`auditor.jail`.
     """
     limit = BASE_ADDRESS_SPACE + ADDRESS_SPACE_PER_FILE_BYTE * file_bytes
-    isolated = namespaces_available()
     scratch = tempfile.mkdtemp(prefix="auditor-sandbox-")
-    command = [sys.executable, "-I", str(Path(__file__).resolve()), kind, str(path.resolve()),
-               ",".join(map(str, input_shape)), str(limit), str(cpu_s)]
-    if isolated:
-        command = ["unshare", "-rmn", "sh", "-c", _CONFINE, "confine", scratch, *command]
+    request = {"sys_path": [p for p in sys.path if p and os.path.isdir(p)], "kind": kind, "path": str(path.resolve()),
+               "shape": ",".join(map(str, input_shape)), "limit": limit, "cpu_s": cpu_s, "scratch": scratch}
     env = {"PATH": os.environ.get("PATH", ""), "HOME": scratch, "TMPDIR": scratch, "OMP_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "USER": os.environ.get("USER", "auditor")}
     try:
-        done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=wall_s,
-                              check=False)
+        done = subprocess.run([sys.executable, "-I", "-c", _BOOT, json.dumps(request)], cwd=scratch, env=env,
+                              capture_output=True, text=True, timeout=wall_s, check=False)
     except subprocess.TimeoutExpired:
-        return SandboxResult(f"loading and running it did not finish within {wall_s:g} s", "", isolated)
+        return SandboxResult(f"loading and running it did not finish within {wall_s:g} s", "", namespaces_available())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    detail = (done.stderr.strip().splitlines() or [""])[-1][:300]
-    return SandboxResult(_violation(done.returncode, limit, cpu_s, detail), detail, isolated,
-                         done.returncode == _EXIT_LOAD_ERROR)
+    lines = done.stderr.strip().splitlines()
+    jail: dict[str, dict[str, str]] = {}
+    if lines and lines[0].startswith(_JAIL_PREFIX):
+        with contextlib.suppress(ValueError):
+            jail = json.loads(lines.pop(0)[len(_JAIL_PREFIX):])
+    enforced, missing = jail.get("enforced", {}), jail.get("missing", {})
+    confinement = "; ".join(enforced.values()) + (f"; NOT enforced here: {'; '.join(missing.values())}"
+                                                  if missing else "")
+    detail = (lines or [""])[-1][:300]
+    return SandboxResult(_violation(done.returncode, limit, cpu_s, detail), detail, "namespaces" in enforced,
+                         done.returncode == _EXIT_LOAD_ERROR, confinement)
 
 
 def _violation(code: int, limit: int, cpu_s: int, detail: str) -> str | None:
@@ -101,7 +117,7 @@ def _violation(code: int, limit: int, cpu_s: int, detail: str) -> str | None:
     if code == _EXIT_MEMORY:
         return f"it asked for more memory than the sandbox's {limit >> 20} MiB address space ({detail})"
     if code == _EXIT_WRITE:
-        return f"it tried to write a file ({detail})"
+        return f"it tried to write a file, or to open one outside its view ({detail})"
     if code < 0:
         name = signal.Signals(-code).name
         reasons = {"SIGXCPU": f"it used more than {cpu_s} s of CPU", "SIGXFSZ": "it tried to write a file",
@@ -112,37 +128,32 @@ def _violation(code: int, limit: int, cpu_s: int, detail: str) -> str | None:
 
 @functools.cache
 def namespaces_available() -> bool:
-    """Tell whether ``unshare -rmn`` can give a child its own network and mount namespaces here."""
-    if shutil.which("unshare") is None:
-        return False
+    """Tell whether a child may enter its own user and network namespaces here (what the jail tries first)."""
+    check = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x50000000) != 0)"
     try:
-        done = subprocess.run(["unshare", "-rmn", "sh", "-c", _CONFINE, "confine", tempfile.gettempdir(), "true"],
-                              capture_output=True, timeout=10, check=False)
+        done = subprocess.run([sys.executable, "-I", "-c", check], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
 
 
-def _limit(address_space: int, cpu_s: int) -> None:
-    """Apply the child's limits to itself, before torch is imported or the archive opened."""
-    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> int:
-    """Load and run the archive; the exit status tells the parent what happened."""
+def _child(request: dict[str, Any]) -> int:
+    """Confine this process, then load and run the archive; the exit status tells the parent what happened."""
     import tempfile
     import warnings
 
-    _limit(int(address_space), int(cpu_s))
+    from auditor.jail.confine import Limits, View, confine, runtime_paths
+
+    done = confine(View(read=(request["path"], *runtime_paths(False)), write=(), scratch=request["scratch"]),
+                   Limits(memory_bytes=request["limit"], cpu_s=request["cpu_s"], file_bytes=0))
+    print(_JAIL_PREFIX + json.dumps(done.as_dict()), file=sys.stderr, flush=True)
     tempfile.tempdir = os.getcwd()  # the scratch directory: gettempdir() would probe it with a write, which fails
 
     import torch
 
     torch.set_num_threads(1)
     loaded = False
+    path, kind = request["path"], request["kind"]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -152,7 +163,7 @@ def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> 
                 model = torch.export.load(path).module(check_guards=False)
             loaded = True
             with torch.no_grad():
-                model(torch.zeros(1, *map(int, shape.split(","))))
+                model(torch.zeros(1, *map(int, request["shape"].split(","))))
     except MemoryError as exc:
         print(f"MemoryError: {exc}", file=sys.stderr)
         return _EXIT_MEMORY
@@ -165,7 +176,3 @@ def _child(kind: str, path: str, shape: str, address_space: str, cpu_s: str) -> 
             return _EXIT_WRITE
         return _EXIT_ERROR if loaded else _EXIT_LOAD_ERROR
     return _EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(_child(*sys.argv[1:6]))

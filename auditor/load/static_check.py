@@ -14,12 +14,13 @@ from pathlib import Path
 from auditor.errors import NotAPyTorchModel
 from auditor.load.allowlist import ImportPolicy, import_refusal, unknown_advice, use_refusal
 from auditor.load.digest import sha256_file
-from auditor.load.dir_scan import scan_hf_dir
+from auditor.load.dir_scan import scan_directory, tree_sha256
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Container, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
-from auditor.load.problems import BUILT
+from auditor.load.problems import BUILT, NOT_JUDGED
+from auditor.report.files import FileCoverage
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 FORMAT_TORCHSCRIPT = "torchscript"
@@ -72,24 +73,34 @@ def check_statically(
         raise NotAPyTorchModel(path)
     hashing = _hash_in_background(path, sniffed.container)
     policy = ImportPolicy(tuple(imports), trust)
-    if sniffed.container is Container.HF_DIR:
-        scans = scan_hf_dir(sniffed)
+    files: list[FileCoverage] = []
+    if sniffed.container in (Container.HF_DIR, Container.MODEL_DIR):
+        scans, files = scan_directory(sniffed)
     else:
         scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
-    safety, allowed = judge(scans, policy)
+    safety, allowed = judge(scans, policy, files)
     return StaticCheck(path, sniffed, safety, allowed, _policy_notes(policy), hashing)
 
 
-def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, list[tuple[str, str]]]:
+def judge(
+    scans: list[PickleScan], policy: ImportPolicy, files: list[FileCoverage] | None = None
+) -> tuple[LoadSafety, list[tuple[str, str]]]:
     """Apply the allowlist to every import and every call; return the verdict and the allowed globals.
+
+    ``files`` is what a directory scan did with each file; a part of a file the scan could not
+    judge (a :data:`NOT_JUDGED` problem) is added to it as ``not-judged`` rather than refused.
 
     A global the pickle calls (or modifies) outside :func:`use_refusal`'s list is reported once, as
     that use; it is not reported again as an unknown import (whose advice, ``--import``, would not help).
     """
     issues: list[LoadIssue] = []
     allowed: dict[tuple[str, str], None] = {}
+    files = list(files or [])
     for scan in scans:
         for problem in scan.problems:
+            if problem.opcode == NOT_JUDGED:
+                files.append(FileCoverage(file=scan.name, kind="pickle", status="not-judged", reason=problem.reason))
+                continue
             issues.append(LoadIssue(pickle=scan.name, module=problem.module, name=problem.name,
                                     opcode=problem.opcode, position=problem.position, reason=problem.reason))
         refused = {(ref.module, ref.name): import_refusal(ref.module, ref.name, policy) for ref in scan.imports}
@@ -119,6 +130,7 @@ def judge(scans: list[PickleScan], policy: ImportPolicy) -> tuple[LoadSafety, li
         globals_seen=seen,
         trusted_imports=list(policy.trusted_imports),
         trust_all=policy.trust_all,
+        files=files,
     )
     return safety, list(allowed)
 
@@ -133,7 +145,7 @@ def static_format(sniffed: Sniffed) -> str:
         Container.LEGACY_TAR: FORMAT_LEGACY_TAR,
         Container.SAFETENSORS: FORMAT_SAFETENSORS,
         Container.HF_DIR: FORMAT_HF_DIR,
-    }[sniffed.container]
+    }.get(sniffed.container, sniffed.container.value)
 
 
 def _policy_notes(policy: ImportPolicy) -> list[str]:
@@ -156,6 +168,7 @@ def _hash_in_background(path: Path, container: Container) -> Future[str]:
     It overlaps the pickle check and the load instead of adding to them.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
-    future = pool.submit(directory_sha256 if container is Container.HF_DIR else sha256_file, path)
+    hasher = {Container.HF_DIR: directory_sha256, Container.MODEL_DIR: tree_sha256}.get(container, sha256_file)
+    future = pool.submit(hasher, path)
     pool.shutdown(wait=False)
     return future

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from auditor.errors import InvalidInputShape, TruncatedArchive, UnknownFormat
+from auditor.onnx.external import confine_external_data
 
 #: The batch the profile is computed at when the model's batch dimension is symbolic.
 PROFILE_BATCH = 1
@@ -24,6 +25,7 @@ SMALL_INITIALIZER = 64
 MAX_TENSOR_BYTES = 1 << 30
 #: Largest constant trip count of a Loop.
 MAX_LOOP_TRIPS = 1 << 16
+_MAX_FUNCTION_DEPTH = 32
 _SIZED_BY_DATA = frozenset({"ConstantOfShape", "Range"})  # sized by a tensor's values, not its shape
 _INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
@@ -53,14 +55,26 @@ def read_model(path: Path) -> onnx.ModelProto:
         TruncatedArchive: the protobuf cannot be parsed.
         UnknownFormat: the model fails the ONNX checker.
     """
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf DecodeError and friends, translated here
-        raise TruncatedArchive(path, f"onnx.load failed: {_one_line(exc)}") from exc
+    model = load_confined(path)
     try:
         onnx.checker.check_model(skeleton(model))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise UnknownFormat(path, f"not a valid ONNX model: {_one_line(exc)}") from exc
+    return model
+
+
+def load_confined(path: Path) -> onnx.ModelProto:
+    """Parse the model at ``path`` without its external data, whose locations are confined to its folder.
+
+    Raises:
+        TruncatedArchive: the protobuf cannot be parsed.
+        UnknownFormat: an external data location leaves the model's folder or overruns its file.
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError and friends, translated here
+        raise TruncatedArchive(path, f"onnx.load failed: {_one_line(exc)}") from exc
+    confine_external_data(model, path)
     return model
 
 
@@ -120,7 +134,7 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     g.value_info.extend(src.value_info)
     listed = {i.name for i in src.input}
     for t in src.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) <= SMALL_INITIALIZER:
+        if int(np.prod(t.dims, dtype=np.int64)) <= SMALL_INITIALIZER and t.data_location != onnx.TensorProto.EXTERNAL:
             g.initializer.append(t)
         elif t.name not in listed:
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -147,7 +161,7 @@ def infer_shapes(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     """
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except onnx.shape_inference.InferenceError as exc:
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         raise UnknownFormat(path, f"ONNX shape inference failed: {_one_line(exc)}") from exc
 
 
@@ -169,22 +183,48 @@ def runaway_problems(model: onnx.ModelProto, feeds: Mapping[str, Sequence[int]])
             dims.extend(onnx.TensorShapeProto.Dimension(dim_value=int(d)) for d in feeds[value.name])
     try:
         inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, ValueError) as exc:
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError) as exc:
         return [f"shape inference failed: {_one_line(exc)}"]
     sizes = {v.name: _static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]}
     constants = _constant_ints(model)
     problems = [f"{name} would take {size} bytes (the cap is {MAX_TENSOR_BYTES})"
                 for name, size in sizes.items() if size is not None and size > MAX_TENSOR_BYTES]
-    for node in _all_nodes(model.graph):
+    for node in _all_nodes(model.graph, model):
         if node.op_type in _SIZED_BY_DATA and any(sizes.get(out) is None for out in node.output):
             problems.append(f"{node.op_type} node {node.name!r} has an output size shape inference cannot fix")
-    return problems + _loop_problems(model.graph, constants, 1)
+    return problems + _loop_problems(model.graph.node, constants, 1, _Functions(model))
 
 
-def _loop_problems(graph: onnx.GraphProto, constants: Mapping[str, int], outer: int) -> list[str]:
-    """Refuse a Loop without a constant trip count, or whose trips times its enclosing Loops' pass the cap."""
+class _Functions:
+    """The model-local functions (``model.functions``) a node may call, by (domain, name); the call chain walked."""
+
+    def __init__(self, model: onnx.ModelProto, active: tuple[tuple[str, str], ...] = ()) -> None:
+        self.model, self.active = model, active
+        self.by_key = {(f.domain, f.name): f for f in model.functions}
+
+    def calling(self, key: tuple[str, str]) -> _Functions:
+        return _Functions(self.model, (*self.active, key))
+
+    def body(self, node: onnx.NodeProto) -> tuple[list[onnx.NodeProto], _Functions] | None:
+        """The nodes of the function ``node`` calls (None if it calls none); a recursive call raises ValueError."""
+        key = (node.domain, node.op_type)
+        if key not in self.by_key:
+            return None
+        if key in self.active or len(self.active) >= _MAX_FUNCTION_DEPTH:
+            raise ValueError(f"model-local function {node.domain}.{node.op_type} calls itself (or nests past "
+                             f"{_MAX_FUNCTION_DEPTH} levels)")
+        return list(self.by_key[key].node), self.calling(key)
+
+
+def _loop_problems(nodes: Sequence[onnx.NodeProto], constants: Mapping[str, int], outer: int,
+                   functions: _Functions) -> list[str]:
+    """Refuse a Loop without a constant trip count, or whose trips times its enclosing Loops' pass the cap.
+
+    Loop and If bodies are walked, and so is every model-local function a node calls (a Loop inside
+    a function runs where the function is called).
+    """
     problems = []
-    for node in graph.node:
+    for node in nodes:
         inner = outer
         if node.op_type == "Loop":
             trips = constants.get(node.input[0]) if node.input and node.input[0] else None
@@ -198,7 +238,14 @@ def _loop_problems(graph: onnx.GraphProto, constants: Mapping[str, int], outer: 
                 continue
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                problems.extend(_loop_problems(sub, constants, inner))
+                problems.extend(_loop_problems(sub.node, constants, inner, functions))
+        try:
+            called = functions.body(node)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if called is not None:
+            problems.extend(_loop_problems(called[0], constants, inner, called[1]))
     return problems
 
 
@@ -218,7 +265,7 @@ def _constant_ints(model: onnx.ModelProto) -> dict[str, int]:
     """Scalar integer values of initializers and Constant nodes, by name."""
     found: dict[str, int] = {}
     tensors = [(t.name, t) for t in model.graph.initializer]
-    tensors += [(n.output[0], a.t) for n in _all_nodes(model.graph) if n.op_type == "Constant"
+    tensors += [(n.output[0], a.t) for n in _all_nodes(model.graph, model) if n.op_type == "Constant"
                 for a in n.attribute if a.name == "value"]
     for name, tensor in tensors:
         if int(np.prod(tensor.dims, dtype=np.int64)) == 1 and tensor.data_type in _INT_TYPES:
@@ -226,14 +273,22 @@ def _constant_ints(model: onnx.ModelProto) -> dict[str, int]:
     return found
 
 
-def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Every node of ``graph`` and of the subgraphs its nodes hold (Loop and If bodies)."""
+def _all_nodes(graph: onnx.GraphProto, model: onnx.ModelProto | None = None) -> list[onnx.NodeProto]:
+    """Every node of ``graph``, of the subgraphs its nodes hold (Loop and If bodies) and, given the
+    ``model``, of its model-local functions (each walked once, wherever it is called)."""
+    nodes = _graph_nodes(graph.node)
+    for function in model.functions if model is not None else ():
+        nodes.extend(_graph_nodes(function.node))
+    return nodes
+
+
+def _graph_nodes(top: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
     nodes = []
-    for node in graph.node:
+    for node in top:
         nodes.append(node)
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                nodes.extend(_all_nodes(sub))
+                nodes.extend(_graph_nodes(sub.node))
     return nodes
 
 

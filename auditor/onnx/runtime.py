@@ -18,7 +18,7 @@ import onnxruntime as ort
 import torch
 
 from auditor.errors import OnnxRuntimeFailed
-from auditor.onnx.reader import runaway_problems
+from auditor.onnx.reader import load_confined, runaway_problems
 
 #: Absolute and relative tolerance of the agreement rule (float32 exports differ by ~1e-6 of the scale).
 ATOL = 1e-4
@@ -57,7 +57,7 @@ def run_onnx(model: Path | bytes, feeds: Mapping[str, np.ndarray]) -> list[np.nd
     Raises:
         OnnxRuntimeFailed: the graph fails that check, the session cannot be created or the run fails.
     """
-    proto = onnx.load(str(model), load_external_data=False) if isinstance(model, Path) else onnx.load_from_string(model)
+    proto = load_confined(model) if isinstance(model, Path) else onnx.load_from_string(model)
     problems = runaway_problems(proto, {name: value.shape for name, value in feeds.items()})
     if problems:
         raise OnnxRuntimeFailed(f"the graph was not run: {problems[0]}" + (

@@ -103,6 +103,13 @@ from auditor.plugin.measure import (
 from auditor.plugin.presets import (
     PresetConfig as PresetConfig,
 )
+from auditor.plugin.seeds import derive_seed as derive_seed
+from auditor.plugin.seeds import numpy_rng as numpy_rng
+from auditor.plugin.seeds import torch_rng as torch_rng
+from auditor.plugin.train import Batch as Batch
+from auditor.plugin.train import Fit as Fit
+from auditor.plugin.train import Recipe as Recipe
+from auditor.plugin.train import fit_classifier as fit_classifier
 from auditor.report.charts import (
     CHART_COLOURS as CHART_COLOURS,
 )
@@ -145,8 +152,10 @@ __all__ = [
     "CHART_COLOURS",
     "ArchitectureProfile",
     "Artifact",
+    "Batch",
     "DataBundle",
     "Finding",
+    "Fit",
     "Floor",
     "ImageSplit",
     "LeakJudgement",
@@ -157,6 +166,7 @@ __all__ = [
     "PluginSkipped",
     "PowerCheck",
     "PresetConfig",
+    "Recipe",
     "Reference",
     "Requirements",
     "Rule",
@@ -169,9 +179,11 @@ __all__ = [
     "cite",
     "content_hash",
     "default_probe_images",
+    "derive_seed",
     "load_image",
     "figure_svg",
     "find_split",
+    "fit_classifier",
     "fit_cached",
     "floor_images",
     "image_floor_scores",
@@ -181,6 +193,7 @@ __all__ = [
     "lpips_distances",
     "lpips_status",
     "measure",
+    "numpy_rng",
     "parallel_map",
     "png_base64",
     "ray_active",
@@ -188,4 +201,5 @@ __all__ = [
     "split_segments",
     "svg_artifact",
     "top1_accuracy",
+    "torch_rng",
 ]

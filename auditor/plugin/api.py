@@ -25,6 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from auditor.errors import PluginTimeout
+from auditor.plugin.seeds import derive_seed, torch_rng
 from auditor.report.model import (
     CATEGORY_NOT_APPLICABLE,
     CATEGORY_TOOLING_GAP,
@@ -39,9 +40,12 @@ from auditor.report.model import (
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
+#: 7: Recipe/fit_classifier/Batch/Fit (one training loop), derive_seed/numpy_rng/torch_rng, RunContext.seed_for/rng,
+#:    Requirements.image_input/splits/attributes, RunContext.graph and split_model(graph=...);
+#: 6: Finding.severity_override (set by the core's severity policy);
 #: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
 #: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
-PLUGIN_API_VERSION = 6
+PLUGIN_API_VERSION = 7
 
 
 class NoConfig(BaseModel):
@@ -59,15 +63,45 @@ class Requirements:
     ``torch_model=False`` declares that the plugin reads only the profile, so it also runs when
     only a graph (an ONNX file) was profiled; :attr:`RunContext.model` is then always None, and no
     copy of the model is made for it.
+
+    ``image_input`` declares that the attack works on (C, H, W) inputs: any other input is a tooling
+    gap. ``splits`` names the ``--data`` splits the plugin reads (``("train", "test")``) and
+    ``attributes`` that it reads ``attributes.csv``; either implies ``data``. The runner checks them
+    all before :meth:`Plugin.run` (and ``auditor plugins`` before it says a plugin applies), so a
+    plugin does not repeat them; a need that depends on the plugin's config stays in ``run``.
     """
 
     data: bool = False
     labels: bool = False
+    image_input: bool = False
+    splits: tuple[str, ...] = ()
+    attributes: bool = False
     split_point: bool = False
     gradients: bool = False
     budget_s: float | None = 600.0
     expensive: bool = False
     torch_model: bool = True
+
+    @property
+    def needs_data(self) -> bool:
+        """Whether ``--data`` must be given (asked for, or implied by splits or attributes)."""
+        return self.data or bool(self.splits) or self.attributes
+
+    def applicability(self, profile: ArchitectureProfile) -> Applicability | None:
+        """Return why the declared profile needs rule the plugin out on ``profile``, or None when they are met."""
+        if self.image_input and len(profile.input_shape) != 3:
+            return Applicability.gap(f"the attack works on image inputs (C, H, W); this model's input is "
+                                     f"{list(profile.input_shape)}")
+        return None
+
+    def missing_data(self, data: Any) -> str | None:
+        """Return a sentence naming the declared data needs ``data`` (a ``DataBundle`` or None) does not meet."""
+        if self.needs_data and data is None:
+            return "needs --data; nothing is run on made-up data"
+        if self.labels and not getattr(data, "classes", ()):
+            return "needs labelled --data (one folder per class, or a labels column); none were given"
+        wanted = (*self.splits, *(("attributes",) if self.attributes else ()))
+        return data.missing(*wanted) if wanted else None
 
 
 class PluginSkipped(Exception):
@@ -182,6 +216,9 @@ class RunContext:
     seed: int = 0
     budget_s: float | None = None
     data: Any = None
+    #: The model's fx graph, traced once with the profile (None unless fx traced it, or without a model):
+    #: pass it to :func:`auditor.plugin.split_model` / ``split_segments`` as ``graph=`` to cut without tracing again.
+    graph: torch.fx.Graph | None = None
     started_at: float = field(default_factory=time.monotonic)
     plugin_name: str = ""
     #: What the time budget cut short (see :meth:`cut_short`); the runner makes the run inconclusive.
@@ -190,6 +227,18 @@ class RunContext:
     def config_as(self, cls: type[ConfigT]) -> ConfigT:
         """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""
         return self.config if isinstance(self.config, cls) else cls.model_validate(self.config.model_dump())
+
+    def seed_for(self, stream: str, *keys: int | str) -> int:
+        """Return the seed of the named stream (and keys) under this run's seed (:func:`auditor.plugin.derive_seed`).
+
+        Use one stream per independent draw (``ctx.seed_for("control")``, ``ctx.seed_for("shadow", j)``)
+        instead of offsets from ``ctx.seed``.
+        """
+        return derive_seed(self.seed, stream, *keys)
+
+    def rng(self, stream: str, *keys: int | str) -> torch.Generator:
+        """Return a CPU ``torch.Generator`` for the named stream (see :meth:`seed_for`)."""
+        return torch_rng(self.seed, stream, *keys)
 
     def example_input(self, batch: int = 1) -> torch.Tensor:
         """Return a seeded random input of the profiled shape on the run's device."""
@@ -253,3 +302,9 @@ class Plugin(Protocol):
     def run(self, ctx: RunContext) -> PluginResult:
         """Run the plugin and return its findings, metrics and artifacts."""
         ...
+
+
+def applicability(plugin: Plugin, profile: ArchitectureProfile) -> Applicability:
+    """Return whether ``plugin`` applies to ``profile``: its declared needs (``requires``), then its own say."""
+    declared = plugin.requires.applicability(profile)
+    return declared if declared is not None else plugin.applicable(profile)

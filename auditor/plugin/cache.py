@@ -10,6 +10,7 @@ bytes, pydantic settings by their JSON, anything else by ``str``).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -18,7 +19,10 @@ import torch
 from pydantic import BaseModel
 from torch import nn
 
+from auditor.plugin.results import write_atomic
+
 M = TypeVar("M", bound=nn.Module)
+log = logging.getLogger(__name__)
 
 
 def content_hash(model: nn.Module, *parts: object) -> str:
@@ -43,16 +47,38 @@ def fit_cached(model: M, parts: tuple[object, ...], fit: Callable[[M], M], cache
 
     ``parts`` must hold everything besides the model that decides the result (data, settings, seed).
     Returns the model in eval mode and whether it came from the cache; ``cache_dir=None`` never caches.
+    Entries are safetensors files (no pickle: a hostile entry cannot run code), written under a
+    unique temporary name and renamed into place, so concurrent scans sharing the folder are safe;
+    an entry that cannot be read or does not fit the model is ignored and the model trained again.
     """
-    path = cache_dir / f"{content_hash(model, *parts)}.pt" if cache_dir else None
-    if path is not None and path.is_file():
-        device = next(model.parameters()).device
-        model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+    path = cache_dir / f"{content_hash(model, *parts)}.safetensors" if cache_dir else None
+    if path is not None and path.is_file() and _load_entry(model, path):
         return model.eval(), True
     model = fit(model)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
+        from safetensors.torch import save
+
+        state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+        try:
+            blob = save(state)
+            write_atomic(path, lambda fh: fh.write(blob))
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.warning("could not cache the trained helper model at %s: %s", path, exc)
     return model.eval(), False
+
+
+def _load_entry(model: nn.Module, path: Path) -> bool:
+    """Load the weights at ``path`` into ``model``; return False (model untouched) when the entry is unusable."""
+    from safetensors.torch import load
+
+    device = next(model.parameters()).device
+    try:
+        state = load(path.read_bytes())
+        expected = model.state_dict()
+        if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in state):
+            raise ValueError("the stored tensors do not match the model")
+        model.load_state_dict({k: v.to(device) for k, v in state.items()})
+    except Exception as exc:  # a corrupt or foreign entry is recomputed, never trusted
+        log.warning("ignoring the unusable helper-model cache entry %s (%s); training again", path, exc)
+        return False
+    return True

@@ -15,9 +15,9 @@ import torch
 from pydantic import BaseModel
 
 from auditor.errors import PluginTimeout
-from auditor.graph.split import reuse_trace
-from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext
+from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext, applicability
 from auditor.plugin.registry import PluginEntry
+from auditor.plugin.results import RunCache, run_key, versions
 from auditor.report.model import (
     CATEGORY_CUT_SHORT,
     CATEGORY_EXCEPTION,
@@ -56,6 +56,10 @@ class RunSettings:
     data: Any = None
     #: What was profiled when there is no PyTorch model (e.g. "an ONNX graph"); None when there is one.
     graph_only: str | None = None
+    #: Whole-run result cache (None: every run is computed) and the hash of what is audited
+    #: (checkpoint, architecture, data; :func:`auditor.plugin.results.identity_hash`), without which nothing is cached.
+    cache: RunCache | None = None
+    identity: str | None = None
 
 
 def run_plugins(
@@ -66,18 +70,21 @@ def run_plugins(
     configs: Mapping[str, BaseModel],
     settings: RunSettings,
     on_start: Callable[[str, float | None], None] | None = None,
+    graph: torch.fx.Graph | None = None,
 ) -> tuple[list[PluginRun], list[Finding]]:
     """Run every entry that is selected, applicable and satisfied; return runs and findings.
 
     ``on_start(name, budget_s)`` is told each plugin as it starts, with the budget it runs under.
 
     ``model`` is None when only a graph was profiled (``settings.graph_only`` says which): plugins
-    whose :class:`Requirements` need the PyTorch model are then skipped with that reason.
+    whose :class:`Requirements` need the PyTorch model are then skipped with that reason. ``graph``
+    is the model's fx graph, traced with the profile (:func:`auditor.graph.profile.profile_with_graph`;
+    None unless fx traced the model): each plugin finds it as :attr:`RunContext.graph`.
     """
     runs: list[PluginRun] = []
     findings: list[Finding] = []
     for entry in entries:
-        run, new = _run_one(entry, model=model, profile=profile, config=configs.get(entry.name),
+        run, new = _run_one(entry, model=model, graph=graph, profile=profile, config=configs.get(entry.name),
                             settings=settings, on_start=on_start)
         runs.append(run)
         findings.extend(new)
@@ -88,6 +95,7 @@ def _run_one(
     entry: PluginEntry,
     *,
     model: torch.nn.Module | None,
+    graph: torch.fx.Graph | None,
     profile: ArchitectureProfile,
     config: BaseModel | None,
     settings: RunSettings,
@@ -109,7 +117,7 @@ def _run_one(
                          reason=f"only {settings.graph_only or 'a graph'} is available; {needs} the PyTorch model",
                          **base), []
     try:
-        verdict = plugin.applicable(profile)
+        verdict = applicability(plugin, profile)
     except Exception as exc:  # isolation: a plugin bug is report data
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=f"applicable() raised {_describe(exc)}",
                          **base), []
@@ -122,12 +130,51 @@ def _run_one(
     if unmet is not None:
         return PluginRun(status="skipped", category=unmet[0], reason=unmet[1], **base), []
     budget = effective_budget_s(settings.budget_s, plugin.requires.budget_s)
+    config = config or plugin.Config()
+    key = _cache_key(entry, config, settings, budget)
+    if key is not None and settings.cache is not None:
+        started = time.monotonic()
+        hit = settings.cache.get(key)
+        if hit is not None:
+            run, findings = hit
+            return run.model_copy(update={"duration_s": round(time.monotonic() - started, 3)}), findings
+    run, findings, cut = _compute(entry, plugin, model=model, graph=graph, profile=profile, config=config,
+                                  settings=settings, budget=budget, on_start=on_start, verdict_reason=verdict.reason,
+                                  base=base)
+    if key is not None and settings.cache is not None and not cut and run.status in ("ok", "inconclusive"):
+        # Only a finished run is what the same inputs always give; one the clock cut short is not stored.
+        settings.cache.put(key, run, findings, versions(entry.name, entry.version))
+    return run, findings
+
+
+def _cache_key(entry: PluginEntry, config: BaseModel, settings: RunSettings, budget: float | None) -> str | None:
+    """Return the result-cache key of this run, or None when the scan caches nothing."""
+    if settings.cache is None or settings.identity is None:
+        return None
+    device = settings.device
+    kind = device.type
+    if device.type == "cuda":
+        kind = f"cuda:{torch.cuda.get_device_name(device)}"
+    return run_key(identity=settings.identity, plugin_name=entry.name, plugin_module=type(entry.plugin).__module__,
+                   plugin_version=entry.version, config=config, seed=settings.seed, device_kind=kind,
+                   budget_s=budget)
+
+
+def _compute(
+    entry: PluginEntry, plugin: Any, *, model: torch.nn.Module | None, graph: torch.fx.Graph | None,
+    profile: ArchitectureProfile,
+    config: BaseModel, settings: RunSettings, budget: float | None,
+    on_start: Callable[[str, float | None], None] | None, verdict_reason: str, base: dict[str, Any],
+) -> tuple[PluginRun, list[Finding], bool]:
+    """Run one plugin that is selected, applicable and satisfied, on its own copy of the model.
+
+    Returns the run, its findings and whether the clock cut it short (a timeout or a shortfall).
+    """
     own_model = _isolated_copy(model, settings.device) if model is not None and plugin.requires.torch_model else None
-    if own_model is not None:
-        reuse_trace(own_model, profile)  # a split of the plugin's copy starts from the profile's own trace
     ctx = RunContext(
-        model=own_model, profile=profile, config=config or plugin.Config(), device=settings.device,
-        seed=settings.seed, budget_s=budget, data=settings.data, plugin_name=entry.name,
+        model=own_model, profile=profile, config=config, device=settings.device,
+        seed=settings.seed, budget_s=budget, data=settings.data, graph=graph if own_model is not None else None,
+        plugin_name=entry.name,
     )
     if on_start is not None:
         on_start(entry.name, budget)
@@ -136,26 +183,27 @@ def _run_one(
     duration = round(time.monotonic() - started, 3)
     if outcome is _TIMED_OUT or isinstance(outcome, PluginTimeout):
         reason = str(PluginTimeout(entry.name, budget or 0.0))
-        return PluginRun(status="error", category=CATEGORY_TIMEOUT, reason=reason, duration_s=duration, **base), []
+        return PluginRun(status="error", category=CATEGORY_TIMEOUT, reason=reason, duration_s=duration,
+                         **base), [], True
     if isinstance(outcome, PluginSkipped):
         return PluginRun(status="skipped", category=outcome.category, reason=outcome.reason,
-                         duration_s=duration, **base), []
+                         duration_s=duration, **base), [], False
     if isinstance(outcome, BaseException):
         return PluginRun(status="error", category=CATEGORY_EXCEPTION, reason=_describe(outcome),
-                         duration_s=duration, **base), []
+                         duration_s=duration, **base), [], False
     if not isinstance(outcome, PluginResult):
         return PluginRun(status="error", category=CATEGORY_EXCEPTION,
                          reason=f"run() returned {type(outcome).__name__}, not PluginResult", duration_s=duration,
-                         **base), []
+                         **base), [], False
     findings = [f.model_copy(update={"source": entry.name}) for f in outcome.findings]
     provenance = {"seed": settings.seed, "device": str(settings.device), "budget_s": budget,
                   "config": ctx.config.model_dump(mode="json"), **outcome.provenance}
-    status, category, reason = _judged(plugin.family, outcome, verdict.reason, ctx.shortfalls)
+    status, category, reason = _judged(plugin.family, outcome, verdict_reason, ctx.shortfalls)
     return PluginRun(
         status=status, category=category, reason=reason, duration_s=duration, metrics=outcome.metrics,
         provenance=provenance, artifacts=outcome.artifacts, finding_count=len(findings),
         headline=outcome.headline, power=outcome.power, **base,
-    ), findings
+    ), findings, bool(ctx.shortfalls)
 
 
 def effective_budget_s(scan_budget_s: float | None, plugin_budget_s: float | None) -> float | None:
@@ -167,11 +215,9 @@ def _unmet_needs(
     requires: Requirements, profile: ArchitectureProfile, settings: RunSettings
 ) -> tuple[str, str] | None:
     """Return the category and reason of the first declared need the scan does not meet, or None."""
-    if requires.data and settings.data is None:
-        return CATEGORY_MISSING_DATA, "needs --data; nothing is run on made-up data"
-    if requires.labels and not getattr(settings.data, "classes", ()):
-        return CATEGORY_MISSING_DATA, ("needs labelled --data (one folder per class, or a labels column); "
-                                       "none were given")
+    lacking = requires.missing_data(settings.data)
+    if lacking is not None:
+        return CATEGORY_MISSING_DATA, lacking
     if requires.split_point and not profile.split_points:
         if profile.traced_with == "hooks":  # no graph was traced: split points are unknown, not absent
             return CATEGORY_TOOLING_GAP, ("needs a split point, and the model could not be traced into a graph "

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
+from auditor.report.files import FileCoverage
+from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
 
-SCHEMA_VERSION = "1.8.0"
+SCHEMA_VERSION = "1.10.0"
 
 
 class _Record(BaseModel):
@@ -118,6 +120,8 @@ class LoadSafety(_Record):
                                                 "allowlist-gated C unpickler'.")
     trusted_imports: list[str] = Field(default_factory=list)
     trust_all: bool = False
+    files: list[FileCoverage] = Field(default_factory=list, description="Each file of a scanned directory: checked, "
+                                      "no code to check, not judged (the verdict cannot PASS) or refused.")
 
 
 class ModelInfo(_Record):
@@ -165,9 +169,8 @@ class HiddenSkip(_Record):
     threshold: float = Field(description="The z a conv must reach to be reported.")
     mass_ratio: float = Field(description="Mean |w| on the centre-tap diagonal over mean |w| elsewhere.")
     ratio_threshold: float = Field(description="The mass ratio a conv must also reach.")
-    depthwise: bool = Field(
-        default=False, description="Depthwise conv: an identity branch and a 1x1 branch look alike there."
-    )
+    depthwise: bool = Field(default=False, description="Depthwise conv: an identity branch and a 1x1 branch "
+                                                       "look alike there.")
 
 
 class Stage(_Record):
@@ -233,15 +236,6 @@ class LinearBias(_Record):
 class ArchitectureProfile(_Record):
     """Everything the graph layer found, with node names and owning module paths."""
 
-    #: The torch.fx.Graph the profile was built from, when fx traced the model (not serialised):
-    #: splitting reuses it instead of tracing again.
-    _fx_graph: Any = PrivateAttr(default=None)
-
-    @property
-    def fx_graph(self) -> Any:
-        """Return the fx graph the profile was built from (None unless fx traced the model)."""
-        return self._fx_graph
-
     traced_with: Literal["fx", "export", "hooks", "onnx"]
     trace_notes: list[str] = Field(default_factory=list)
     traced_in_mode: Literal["eval", "train"] = "eval"
@@ -251,9 +245,8 @@ class ArchitectureProfile(_Record):
     skip_connections: list[SkipConnection] = Field(default_factory=list)
     stage_rule: str = Field(description="How stages were assigned: 'resolution' or a labelled depth fallback.")
     stages: list[Stage] = Field(default_factory=list)
-    last_stage: int | None = Field(
-        default=None, description="Index of the last (deepest) stage when it holds skips, else null."
-    )
+    last_stage: int | None = Field(default=None, description="Index of the last (deepest) stage when it holds "
+                                                              "skips, else null.")
     norms: dict[str, int] = Field(default_factory=dict)
     batchnorm_in_eval: bool | None = None
     activations: dict[str, int] = Field(default_factory=dict)
@@ -382,6 +375,7 @@ class PluginRun(_Record):
     finding_count: int = 0
     headline: list[Measurement] = Field(default_factory=list, description="Headline numbers beside their floors.")
     power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
+    reused: Reuse | None = Field(default=None, description="Set when the run was reused from the result cache.")
 
 
 class FamilyCoverage(_Record):

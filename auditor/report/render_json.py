@@ -6,12 +6,13 @@ import json
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from auditor.report.model import Report
 from auditor.report.schema import load_schema
+
+if TYPE_CHECKING:  # jsonschema loads only when a report is validated, not on every scan that writes JSON
+    from jsonschema import Draft202012Validator
 
 _MAX_MESSAGE = 200
 
@@ -49,6 +50,8 @@ def validate_report_dict(data: Any) -> None:
 
 @lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)

@@ -55,6 +55,8 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
         lines += ["", f"### {md_cell(r.model.path)}", "", reasons, ""]
         lines += [f"**Coverage:** {md_cell(covered)}", ""] if covered else []
         lines += findings_table(r.findings) if r.findings else ["No findings."]
+        lines += ["", *(f"- plugin `{md_code(p.name)}` {md_cell(p.reused.note)}" for p in r.plugins if p.reused)] \
+            if any(p.reused for p in r.plugins) else []
     for path, message in errors:
         lines += ["", f"### {md_cell(path)}", "", f"Not audited: {md_cell(message)}"]
     return "\n".join(lines) + "\n"

@@ -220,6 +220,12 @@ def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], ex
                 ) -> dict[str, Any]:
     notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
              if plugin.status in _PLUGIN_LEVELS]
+    notes += [{"level": "note", "descriptor": {"id": "plugin.reused"},
+               "message": {"text": sarif_message(f"{model_identity(report.model.path)}: plugin {p.name} "
+                                                 f"{p.reused.note}")},
+               "properties": {"plugin": p.name, "model": report.model.path, "key": p.reused.key,
+                              "computedAt": p.reused.computed_at, "versions": p.reused.versions}}
+              for report in reports for p in report.plugins if p.reused is not None]
     notes += [{"level": "note",
                "message": {"text": sarif_message(f"{model_identity(report.model.path)}: coverage: {line}")},
                "descriptor": {"id": "audit.coverage"}, "properties": {"model": report.model.path}}

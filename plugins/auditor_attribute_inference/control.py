@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import load_image
+from auditor.plugin import Batch, Recipe, fit_classifier, load_image
+
+#: How the planted copy is fine-tuned (``epochs`` from the config).
+RECIPE = Recipe(lr=1e-3, batch_size=64)
 
 
 def planted_attribute(x: torch.Tensor, predicted: np.ndarray, seed: int) -> np.ndarray:
@@ -22,7 +26,7 @@ def planted_attribute(x: torch.Tensor, predicted: np.ndarray, seed: int) -> np.n
     """
     z = x.flatten(1).double().numpy()
     z = (z - z.mean(0)) / (z.std(0) + 1e-12)
-    proj = z @ np.random.default_rng(seed + 11).standard_normal(z.shape[1])
+    proj = z @ np.random.default_rng(seed).standard_normal(z.shape[1])
     planted = np.zeros(len(proj), dtype=int)
     for label in np.unique(predicted):
         sel = predicted == label
@@ -47,7 +51,7 @@ def plant(
 
     A linear head on the representation learns the planted attribute while the copy keeps the
     audited model's predicted labels (cross-entropy on both, Adam lr 1e-3, batch 64, ``epochs``
-    passes); torch's generator is seeded for the duration, so dropout draws the same masks every run.
+    passes, :data:`RECIPE`); torch's generator is seeded for the duration, so dropout draws the same masks every run.
     """
     clone = copy.deepcopy(model).to(device)
     module = dict(clone.named_modules())[layer]
@@ -59,20 +63,15 @@ def plant(
             with torch.no_grad():
                 clone.eval()(x[:1].to(device))
             head = nn.Linear(seen[-1].shape[1], 2).to(device)
-            opt = torch.optim.Adam([*clone.parameters(), *head.parameters()], lr=1e-3)
-            y_task, y_aux = torch.as_tensor(predicted), torch.as_tensor(planted)
-            gen = torch.Generator().manual_seed(seed)
-            clone.train()
-            for _ in range(epochs):
-                for idx in torch.randperm(len(x), generator=gen).split(64):
-                    tick()
-                    seen.clear()
-                    out = clone(x[idx].to(device))
-                    loss = F.cross_entropy(out, y_task[idx].to(device)) + F.cross_entropy(
-                        head(seen[-1].float()), y_aux[idx].to(device))
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
+            targets = torch.stack([torch.as_tensor(v, dtype=torch.long) for v in (predicted, planted)], 1)
+
+            def loss(net: nn.Module, b: Batch) -> torch.Tensor:
+                seen.clear()
+                out = net(b.x)
+                return F.cross_entropy(out, b.y[:, 0]) + F.cross_entropy(head(seen[-1].float()), b.y[:, 1])
+
+            fit_classifier(clone, x, targets, replace(RECIPE, epochs=epochs), seed=seed, tick=tick, loss=loss,
+                           train=[clone, head], device=device)
     finally:
         handle.remove()
     return clone.eval()

@@ -44,7 +44,7 @@ class AttributeInferencePlugin:
     name = "attribute-inference"
     family = "attribute-inference"
     summary = "2-layer MLP from a hooked representation (default: penultimate) to an attributes.csv column."
-    requires = Requirements(data=True, labels=True, budget_s=600, expensive=True)
+    requires = Requirements(labels=True, attributes=True, budget_s=600, expensive=True)
     Config: ClassVar[type[AttributeInferenceConfig]] = AttributeInferenceConfig
     rules: tuple[Rule, ...] = RULES
 
@@ -58,9 +58,6 @@ class AttributeInferencePlugin:
 
         cfg = ctx.config_as(AttributeInferenceConfig)
         bundle = ctx.data
-        lacking = bundle.missing("attributes")
-        if lacking:
-            raise PluginSkipped(f"attribute inference needs attributes.csv: {lacking}")
         attribute = cfg.attribute or next(iter(next(iter(bundle.attributes.values()))))
         paths, values = self._pairs(bundle, attribute)
         classes, counts = np.unique(values, return_counts=True)
@@ -141,9 +138,10 @@ class AttributeInferencePlugin:
 
         n = min(len(paths), cfg.control_samples)
         x = control.load(paths[:n], tuple(ctx.profile.input_shape))
-        planted = control.planted_attribute(x, predicted[:n], ctx.seed)
+        planted = control.planted_attribute(x, predicted[:n], ctx.seed_for("planted-attribute"))
         copy = control.plant(ctx.model, layer, cfg.layer is None, x, predicted[:n], planted,
-                             epochs=cfg.control_epochs, seed=ctx.seed + 13, device=ctx.device, tick=ctx.check_budget)
+                             epochs=cfg.control_epochs, seed=ctx.seed_for("control"), device=ctx.device,
+                             tick=ctx.check_budget)
         module = dict(copy.named_modules())[layer]
         feats, pred = self._representations(ctx, copy, module, cfg.layer is None, paths[:n])
         tr, te = train_test_split(np.arange(n), test_size=cfg.attack_test_fraction, random_state=ctx.seed,

@@ -60,7 +60,7 @@ def reference_model(shape: tuple[int, ...], num_classes: int, seed: int) -> nn.M
 
 
 def build_control(model: nn.Module, profile: ArchitectureProfile, example: torch.Tensor, num_classes: int,
-                  seed: int) -> Control:
+                  seed: int, *, graph: torch.fx.Graph | None = None) -> Control:
     """Return the control: the audited model's first layers with a linear head, else the patchify reference.
 
     ``example`` holds the probes in the model's input space (a head that maps them all to one feature
@@ -77,7 +77,7 @@ def build_control(model: nn.Module, profile: ArchitectureProfile, example: torch
             if over and (size < numel or point.shape[2:] != over[0][0].shape[2:]):
                 break  # past the first over-complete resolution: nothing better follows
             try:
-                head, _ = split_model(model, point.id, example=example)
+                head, _ = split_model(model, point.id, example=example, graph=graph)
             except UnsplittableModel:
                 continue
             if not any(True for _ in head.parameters()):
@@ -166,7 +166,8 @@ class ControlOutcome:
 
 
 def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSettings, floors: Floors, *, known: bool,
-                   seed: int, remaining_s: Callable[[], float | None]) -> ControlOutcome:
+                   seed: int, remaining_s: Callable[[], float | None], graph: torch.fx.Graph | None = None
+                   ) -> ControlOutcome:
     """Attack the positive control with the winning setting, budget and probes; return its power check and record.
 
     Its reconstruction is filed in ``camp.recons["control"]`` (shown in the grid).
@@ -174,7 +175,7 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
     n = camp.images.shape[0]
     with seeded_rng(camp.seed, camp.device):
         ctrl = build_control(camp.model, profile, camp.to_model(camp.images.to(camp.device)), camp.num_classes,
-                             camp.seed)
+                             camp.seed, graph=graph)
     record = ControlRecord(kind=ctrl.kind, model=ctrl.what, why=ctrl.why)
     if not camp.fits(n * best.restarts, best.iterations, remaining_s()):
         return ControlOutcome(record=record, skip=Skip.over_budget("positive control"))

@@ -52,15 +52,12 @@ class GradientInversionPlugin:
     name = "gradient-inversion"
     family = "gradient-inversion"
     summary = "Inverting Gradients (searched), DLG/iDLG, analytic FC and pos-emb recovery, Ignore, joint-eps."
-    requires = Requirements(budget_s=600, expensive=True, gradients=True)
+    requires = Requirements(budget_s=600, expensive=True, gradients=True, image_input=True)
     Config: ClassVar[type[GradientInversionConfig]] = GradientInversionConfig
     rules: tuple[Rule, ...] = R.RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
         """Apply to image models; any other input is a tooling gap (its gradient may leak; the attacks need images)."""
-        if len(profile.input_shape) != 3:
-            return Applicability.gap(f"the attacks reconstruct images (C, H, W); this model's input is "
-                                     f"{list(profile.input_shape)}")
         return Applicability.yes("image model: a FedSGD client's gradient can be inverted")
 
     def run(self, ctx: RunContext) -> PluginResult:
@@ -122,7 +119,7 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
         skips.append(Skip("positive control", "switched off (control = false), so power is not shown"))
         return Attacked(tuple(headline), (), defence.verdict, ranking, None, tuple(skips))
     control = attack_control(camp, ctx.profile, best, floors, known=known, seed=ctx.seed,
-                             remaining_s=ctx.remaining_s)
+                             remaining_s=ctx.remaining_s, graph=ctx.graph)
     skips += [control.skip] if control.skip else []
     return Attacked(tuple(headline), control.power, defence.verdict, ranking, control.record, tuple(skips))
 

@@ -13,7 +13,6 @@ from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
     PluginResult,
-    PluginSkipped,
     Requirements,
     Rule,
     RunContext,
@@ -50,7 +49,7 @@ class MembershipInferencePlugin:
     name = "membership-inference"
     family = "membership-inference"
     summary = "Blind baseline, metric, shadow-MLP and LiRA membership inference on --data train/ vs test/."
-    requires = Requirements(data=True, labels=True, budget_s=1800, expensive=True)
+    requires = Requirements(data=True, labels=True, budget_s=1800, expensive=True, splits=("train", "test"))
     Config: ClassVar[type[MembershipInferenceConfig]] = MembershipInferenceConfig
     rules: tuple[Rule, ...] = RULES
 
@@ -62,11 +61,6 @@ class MembershipInferencePlugin:
         """Check exchangeability (blind baseline), score members vs non-members with every attack, run the control."""
         cfg = ctx.config_as(MembershipInferenceConfig)
         bundle = ctx.data
-        lacking = bundle.missing("train", "test")
-        if lacking:
-            raise PluginSkipped(
-                f"membership inference needs members (train/) and non-members (test/): {lacking}"
-            )
         shape = tuple(ctx.profile.input_shape)
         xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
         xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import fit_cached, parallel_map, ray_active
+from auditor.plugin import Recipe as TrainRecipe
+from auditor.plugin import fit_cached, fit_classifier, parallel_map, ray_active
 from auditor_membership_inference.config import Recipe
 
 
@@ -42,19 +42,6 @@ def fresh_copy(model: nn.Module, seed: int) -> tuple[nn.Module, list[str]]:
     return clone, uncovered
 
 
-def augment(x: torch.Tensor, recipe: Recipe, gen: torch.Generator) -> torch.Tensor:
-    """Apply the recipe's random rolls and flips to a batch."""
-    if recipe.shift_augment:
-        dx, dy = (
-            int(v)
-            for v in torch.randint(-recipe.shift_augment, recipe.shift_augment + 1, (2,), generator=gen)
-        )
-        x = torch.roll(x, shifts=(dy, dx), dims=(-2, -1))
-    if recipe.hflip_augment and bool(torch.rand(1, generator=gen) < 0.5):
-        x = torch.flip(x, dims=(-1,))
-    return x
-
-
 def train(
     model: nn.Module,
     x: torch.Tensor,
@@ -77,56 +64,13 @@ def train(
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _train(model, x, y, recipe, seed=seed, tick=tick, stop_loss=stop_loss, on_epoch=on_epoch,
-                      lr_scale=lr_scale)
-
-
-def _optimizer(model: nn.Module, recipe: Recipe, lr_scale: Sequence[float] | None) -> torch.optim.Optimizer:
-    """Return the recipe's optimizer, one parameter group per tensor when ``lr_scale`` is given."""
-    params: list = list(model.parameters())
-    if lr_scale is not None:
-        params = [{"params": [p], "lr": recipe.lr * float(s)} for p, s in zip(params, lr_scale)]
-    if recipe.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=recipe.lr, momentum=0.9, weight_decay=recipe.weight_decay)
-    if recipe.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
-    return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
-
-
-def _train(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    recipe: Recipe,
-    *,
-    seed: int,
-    tick: Callable[[], None],
-    stop_loss: float | None,
-    on_epoch: Callable[[int, nn.Module], None] | None = None,
-    lr_scale: Sequence[float] | None = None,
-) -> nn.Module:
-    """The body of :func:`train`, with torch's generator already seeded."""
-    device = next(model.parameters()).device
-    opt = _optimizer(model, recipe, lr_scale)
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    for epoch in range(recipe.epochs):
-        order = torch.randperm(len(x), generator=gen)
-        total = 0.0
-        for start in range(0, len(x), recipe.batch_size):
-            tick()
-            idx = order[start : start + recipe.batch_size]
-            xb = augment(x[idx], recipe, gen).to(device)
-            loss = F.cross_entropy(model(xb), y[idx].to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        if on_epoch is not None:
-            on_epoch(epoch + 1, model.eval())
-            model.train()
-        if stop_loss is not None and total / len(x) < stop_loss:
-            break
+        fit_classifier(
+            model, x, y,
+            TrainRecipe(epochs=recipe.epochs, batch_size=recipe.batch_size, lr=recipe.lr,
+                        weight_decay=recipe.weight_decay, optimizer=recipe.optimizer, shift=recipe.shift_augment,
+                        hflip=recipe.hflip_augment, stop_loss=stop_loss),
+            seed=seed, tick=tick, device=next(model.parameters()).device, lr_scale=lr_scale, on_epoch=on_epoch,
+        )
     return model.eval()
 
 

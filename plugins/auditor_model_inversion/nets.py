@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from auditor.plugin import Recipe, fit_classifier
+
 M = TypeVar("M", bound=nn.Module)
+
+#: How the evaluation model and the control are trained (``epochs`` from the config).
+EVAL_RECIPE = Recipe(lr=2e-3, weight_decay=1e-4, batch_size=64, shift=1)
+#: How the VAE prior is trained (``epochs`` from the config).
+VAE_RECIPE = Recipe(lr=1e-3, batch_size=64)
 
 
 class EvalNet(nn.Module):
@@ -117,36 +125,14 @@ def fit_eval(
     tick: Callable[[], None],
 ) -> M:
     """Train a classifier (the evaluation model, the control) with Adam and one-pixel random shifts; eval mode."""
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-4)
-    net.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=gen)
-        for s in range(0, len(x), 64):
-            tick()
-            idx = order[s : s + 64]
-            dx, dy = (int(v) for v in torch.randint(-1, 2, (2,), generator=gen))
-            xb = torch.roll(x[idx], shifts=(dy, dx), dims=(-2, -1)).to(device)
-            loss = F.cross_entropy(net(xb), y[idx].to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return net.eval()
+    fit_classifier(net, x, y, replace(EVAL_RECIPE, epochs=epochs), seed=seed, tick=tick, device=device)
+    return net
 
 
 def fit_vae(
     vae: VAE, x: torch.Tensor, *, epochs: int, seed: int, device: torch.device, tick: Callable[[], None]
 ) -> VAE:
     """Train the VAE prior on public images; return it in eval mode."""
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(vae.parameters(), lr=1e-3)
-    vae.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=gen)
-        for s in range(0, len(x), 64):
-            tick()
-            loss = vae.loss(x[order[s : s + 64]].to(device), gen)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return vae.eval()
+    fit_classifier(vae, x, None, replace(VAE_RECIPE, epochs=epochs), seed=seed, tick=tick, device=device,
+                   loss=lambda m, b: m.loss(b.x, b.gen))
+    return vae

@@ -57,14 +57,13 @@ class ModelInversionPlugin:
     summary = (
         "White-box class inversion (VAE latent search on public/, or pixels) judged by a model trained on train/."
     )
-    requires = Requirements(data=True, labels=True, gradients=True, budget_s=1800, expensive=True)
+    requires = Requirements(labels=True, splits=("train",), image_input=True, gradients=True, budget_s=1800,
+                            expensive=True)
     Config: ClassVar[type[ModelInversionConfig]] = ModelInversionConfig
     rules: tuple[Rule, ...] = RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
         """Apply to image classifiers: the attack backpropagates to a (C, H, W) input."""
-        if len(profile.input_shape) != 3:
-            return Applicability(False, f"needs an image input (C, H, W), got {tuple(profile.input_shape)}")
         return Applicability(True, "white-box gradients to the input")
 
     def run(self, ctx: RunContext) -> PluginResult:

@@ -54,11 +54,11 @@ def reference_head(channels: int, seed: int) -> nn.Module:
 
 
 def control_head(model: nn.Module, profile: ArchitectureProfile, example: torch.Tensor, seed: int,
-                 norm: nn.Module | None = None) -> ControlHead:
+                 norm: nn.Module | None = None, *, graph: torch.fx.Graph | None = None) -> ControlHead:
     """Return the audited model's head at its first over-complete split point, else the reference conv."""
     for point in first_block(profile.split_points[:-1], math.prod(example.shape[1:])):
         try:
-            head, _ = split_model(model, point.id, example=example)
+            head, _ = split_model(model, point.id, example=example, graph=graph)
         except UnsplittableModel:
             continue
         head = nn.Sequential(norm, head) if norm is not None else head

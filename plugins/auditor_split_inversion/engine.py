@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -19,6 +18,7 @@ from auditor.plugin import (
     PluginSkipped,
     Severity,
     UnsplittableModel,
+    derive_seed,
     find_split,
     lpips_distances,
     lpips_status,
@@ -38,10 +38,6 @@ from auditor_split_inversion.metrics import (
 from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
 from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins, severity
-
-#: Stage numbers for :func:`seeded` (each stage draws from its own seeded stream).
-STAGES = {"synthesis": 1, "dci": 2, "dci-aux": 3, "probes": 4, "rmle": 5, "evaluator": 6, "control": 7,
-          "defence": 8, "ensembler": 9}
 
 
 def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_splits: int | None
@@ -80,12 +76,13 @@ def _evenly(items: list, count: int) -> list:
     return [items[i] for i in sorted({round(i * (len(items) - 1) / (count - 1)) for i in range(count)})]
 
 
-def cuttable(model: nn.Module, splits: list, example: torch.Tensor) -> tuple[list, list[str]]:
+def cuttable(model: nn.Module, splits: list, example: torch.Tensor, graph: torch.fx.Graph | None = None
+             ) -> tuple[list, list[str]]:
     """Keep the split points the model can be cut at; return them and a note per point dropped."""
     kept, notes = [], []
     for p in splits:
         try:
-            split_model(model, p.id, example=example)
+            split_model(model, p.id, example=example, graph=graph)
         except UnsplittableModel as exc:
             notes.append(f"split point {p.id!r} skipped: {exc}")
         else:
@@ -135,14 +132,14 @@ class Clock:
 
 
 @contextmanager
-def seeded(seed: int, stage: int, device: torch.device) -> Iterator[None]:
-    """Run a stage on torch's global RNG forked and seeded from (``seed``, ``stage``).
+def seeded(seed: int, stream: str, *keys: int | str, device: torch.device) -> Iterator[None]:
+    """Run a stage on torch's global RNG forked and seeded from the named stream (:func:`auditor.plugin.derive_seed`).
 
     Noise layers and any other draw a stage makes then come from its own stream, whatever ran before it.
     """
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(int(np.random.SeedSequence([seed, stage]).generate_state(1)[0]))
+        torch.manual_seed(derive_seed(seed, stream, *keys))
         yield
 
 
@@ -252,13 +249,15 @@ class Rmle:
 
 
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-          budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> SplitAuditResult:
+          budget: Budget, *, seed: int, device: torch.device, clock: Clock,
+          graph: torch.fx.Graph | None = None) -> SplitAuditResult:
     """Run every attack at every chosen split and return per-split scores, reconstructions and records.
 
     The stages, in order: cut the model, train the inverters (DCI), invert the probes, run rMLE,
-    train the evaluator, score the splits. ``model`` is already on ``device``.
+    train the evaluator, score the splits. ``model`` is already on ``device``; ``graph`` is its fx
+    graph when the caller holds it (``RunContext.graph``), so cutting does not trace it again.
     """
-    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device)
+    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device, graph)
     records: dict[str, dict[str, Any]] = {}
     snapshots, train_sets = train_inverters(cut, inputs, cfg, budget, records, seed=seed, device=device, clock=clock)
     inv = invert_probes(cut, inputs, snapshots, records, seed=seed, device=device)
@@ -283,15 +282,15 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
 
 
 def cut_model(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-              budget: Budget, device: torch.device) -> Cut:
+              budget: Budget, device: torch.device, graph: torch.fx.Graph | None = None) -> Cut:
     """Choose the splits, keep those the model can be cut at and cut it (behind the normaliser, if any)."""
     splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
     example = inputs.probes[:1].to(device)
-    splits, dropped = cuttable(model, splits, example)
+    splits, dropped = cuttable(model, splits, example, graph)
     if not splits:
         raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped),
                             "tooling-gap")
-    pieces = split_segments(model, [p.id for p in splits], example=example)
+    pieces = split_segments(model, [p.id for p in splits], example=example, graph=graph)
     norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
     if norm is not None:
         pieces[0] = nn.Sequential(norm, pieces[0])
@@ -317,7 +316,7 @@ def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], records:
                   seed: int, device: torch.device) -> Inverted:
     """Compute the probes' features per split, run the trained inverters on them, and the floor."""
     probes = inputs.probes.to(device)
-    with seeded(seed, STAGES["probes"], device), torch.no_grad():
+    with seeded(seed, "probes", device=device), torch.no_grad():
         feats, x = [], probes
         for b in cut.blocks:
             x = b(x)
@@ -346,7 +345,7 @@ def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg
     out = Rmle(recons=[None] * len(blocks), settings=[None] * len(blocks), record={})
     tried, t0, c0 = [], time.monotonic(), time.process_time()
     for k in range(len(blocks)):
-        with seeded(seed, STAGES["rmle"] * 100 + k, device):
+        with seeded(seed, "rmle", k, device=device):
             runs = search(nn.Sequential(*blocks[:k + 1]), inv.feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
                           tick=clock.tick)
         scored = [(settings, recon, summarise(per_image(inv.probes, recon))) for settings, recon in runs]
@@ -367,9 +366,10 @@ def train_probe_evaluator(inputs: Inputs, budget: Budget, records: dict[str, dic
     if inputs.aux is None or inputs.aux_labels is None or inputs.probe_labels is None:
         return None
     clock.stage("evaluator")
-    with seeded(seed, STAGES["evaluator"], device):
+    with seeded(seed, "evaluator", device=device):
         evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
-                                       steps=budget.classifier_steps, seed=seed + 1, tick=clock.tick)
+                                       steps=budget.classifier_steps, seed=derive_seed(seed, "evaluator-fit"),
+                                       tick=clock.tick)
     records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
                             "trained_on": "auxiliary data (never the probes)"}
     return evaluator
@@ -451,7 +451,7 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
         if data is None:
             clock.stage("synthesis")
             t0, c0 = time.monotonic(), time.process_time()
-            with seeded(seed, STAGES["synthesis"], device):
+            with seeded(seed, "synthesis", device=device):
                 data, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps,
                                        batch=budget.batch, use_ce=cfg.synth_ce, seed=seed, device=device,
                                        tick=clock.tick)
@@ -461,7 +461,7 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
                 continue
         clock.stage(name)
         t0, c0 = time.monotonic(), time.process_time()
-        with seeded(seed, STAGES.get(name, STAGES["dci"]), device):
+        with seeded(seed, name, device=device):
             inv = nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
             snapshots[name], rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps,
                                              joint_steps=budget.dci_steps, batch=budget.batch, seed=seed,

@@ -24,19 +24,29 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import ArchitectureProfile, measure, split_segments, top1_accuracy
+from auditor.plugin import (
+    ArchitectureProfile,
+    Recipe,
+    derive_seed,
+    fit_classifier,
+    measure,
+    split_segments,
+    top1_accuracy,
+)
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
 from auditor_split_inversion.verdict import METRICS, judge_defence, leaks, margins
 
-BATCH = 64
+#: How every network of this module is trained (``epochs`` from the config).
+RECIPE = Recipe(lr=3e-3, batch_size=64)
 #: The query-free attack's name in the tables: one body (no defence, noise only), best of N (Ensembler).
 QUERY_FREE = "shadow (query-free)"
 QUERY_FREE_ORACLE = "shadow, best of N bodies (query-free, oracle)"
@@ -88,7 +98,8 @@ class Known(nn.Module):
         return self.pipe.known(x)
 
 
-def cut(model: nn.Module, profile: ArchitectureProfile, split: str) -> list[nn.Module]:
+def cut(model: nn.Module, profile: ArchitectureProfile, split: str, *, graph: torch.fx.Graph | None = None
+        ) -> list[nn.Module]:
     """Return the target's head (input → ``split``), body (→ penultimate split point) and tail (→ logits).
 
     Raises:
@@ -99,7 +110,7 @@ def cut(model: nn.Module, profile: ArchitectureProfile, split: str) -> list[nn.M
         raise ValueError("Ensembler needs a classifier whose last split point is the logits")
     if split not in ids or ids.index(split) >= len(ids) - 2:
         raise ValueError(f"Ensembler split {split!r} must be a split point before {ids[-2]!r} (the body's end)")
-    return list(split_segments(model, [split, ids[-2]]))
+    return list(split_segments(model, [split, ids[-2]], graph=graph))
 
 
 def fresh(module: nn.Module) -> nn.Module:
@@ -113,27 +124,15 @@ def fresh(module: nn.Module) -> nn.Module:
 
 def fit(train: Sequence[nn.Module], loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         inputs: torch.Tensor, targets: torch.Tensor, *, epochs: int, seed: int, tick: Callable[[], bool]) -> None:
-    """Minimise ``loss_fn`` over the parameters of ``train`` (Adam lr 3e-3, batch 64) for ``epochs`` epochs.
+    """Minimise ``loss_fn`` over the parameters of ``train`` (:data:`RECIPE`) for ``epochs`` epochs.
 
     Raises:
         OutOfTime: ``tick()`` returned False.
     """
-    params = [p for m in train for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    for m in train:
-        m.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(inputs), generator=gen).split(BATCH):
-            if not tick():
-                raise OutOfTime
-            idx = idx.to(inputs.device)
-            loss = loss_fn(inputs[idx], targets[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    for m in train:
-        m.eval()
+    fit = fit_classifier(train[0], inputs, targets, replace(RECIPE, epochs=epochs), seed=seed, tick=tick,
+                         loss=lambda _m, b: loss_fn(b.x, b.y), train=train)
+    if fit.stopped:
+        raise OutOfTime
 
 
 def decoder_attack(feature: Callable[[torch.Tensor], torch.Tensor], aux: torch.Tensor, target: torch.Tensor,
@@ -156,7 +155,8 @@ def shadow_attack(body: nn.Module, head: nn.Module, tail: nn.Module, template: n
     shadow = Pipeline(fresh(head), [body.eval()], [1.0], fresh(tail), sigma=0.0, fresh_noise=False, offset=None)
     fit([shadow.head, shadow.tail], lambda x, y: F.cross_entropy(shadow(x), y), aux, aux_y, epochs=epochs,
         seed=seed, tick=tick)
-    recon = decoder_attack(shadow.head, aux, target, template, epochs=epochs, seed=seed + 1, tick=tick)
+    recon = decoder_attack(shadow.head, aux, target, template, epochs=epochs, seed=derive_seed(seed, "decoder"),
+                           tick=tick)
     return recon, round(top1_accuracy(shadow, aux, aux_y), 4)
 
 
@@ -198,10 +198,11 @@ def stage1(pieces: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, cfg: E
         fshape = tuple(head_t(x[:1]).shape[1:])
     nets = []
     for i in range(cfg.n_bodies):
-        torch.manual_seed(seed + i)
+        body_seed = derive_seed(seed, "body", i)
+        torch.manual_seed(body_seed)
         net = Pipeline(fresh(head_t), [fresh(body_t)], [1.0], fresh(tail_t), sigma=cfg.sigma,
                        fresh_noise=cfg.noise == "fresh", offset=torch.randn(fshape, generator=gen).to(x.device))
-        fit([net], lambda a, b, net=net: F.cross_entropy(net(a), b), x, y, epochs=cfg.epochs, seed=seed + i,
+        fit([net], lambda a, b, net=net: F.cross_entropy(net(a), b), x, y, epochs=cfg.epochs, seed=body_seed,
             tick=tick)
         nets.append(net.requires_grad_(False))
     return nets
@@ -258,7 +259,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     target = Pipeline(head_t, [body_t], [1.0], tail_t, sigma=0.0, fresh_noise=False, offset=None).eval()
     nets = stage1(pieces, x, data["client_y"], cfg, gen=gen, seed=seed, tick=tick)
     ens, secret, cs_all = stage2(pieces, nets, x, data["client_y"], classes, cfg, gen=gen,
-                                 seed=seed + cfg.n_bodies, tick=tick)
+                                 seed=derive_seed(seed, "stage2"), tick=tick)
     width = ens.tail[1].in_features // cfg.n_bodies
     blocks = ens.tail[1].weight.detach().view(classes, cfg.n_bodies, width).norm(dim=(0, 2))
 
@@ -267,7 +268,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
         with torch.no_grad():
             feat = pipe.feature(data["probes"])
         runs = [shadow_attack(b, head_t, tail_t, template, data["aux"], data["aux_y"], feat,
-                              epochs=cfg.attack_epochs, seed=seed + 100 + j, tick=tick)
+                              epochs=cfg.attack_epochs, seed=derive_seed(seed, "shadow", j), tick=tick)
                 for j, b in enumerate(pipe.bodies)]
         scores = [(_score(data["probes"], r), acc) for r, acc in runs]
         best = max(range(len(scores)), key=lambda j: scores[j][0][0]["psnr_mean"])
@@ -275,7 +276,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
         (summary, per_probe), acc = scores[best]
         shadow = {label: ({**summary, "shadow_aux_accuracy": acc, "body": best}, per_probe)}
         rows.append(_attack_row(name, pipe, feat, shadow, data, template, cfg, rmle_steps=rmle_steps,
-                                rmle_tv=rmle_tv, seed=seed + 200, tick=tick))
+                                rmle_tv=rmle_tv, seed=derive_seed(seed, "white-box"), tick=tick))
     return {
         "rows": rows, "secret": secret,
         "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from auditor.plugin import image_scores
+from auditor.plugin import Recipe, fit_classifier, image_scores
 
 
 def per_image(original: torch.Tensor, recon: torch.Tensor) -> dict[str, list[float]]:
@@ -63,16 +63,5 @@ def train_evaluator(images: torch.Tensor, labels: torch.Tensor, classes: int, *,
     """Train the independent evaluator on auxiliary images (never on probes) and return it with its steps."""
     torch.manual_seed(seed)
     model = Evaluator(images.shape[1], classes).to(images.device)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    done = 0
-    for _ in range(steps):
-        if not tick():
-            break
-        idx = torch.randint(len(images), (min(64, len(images)),), generator=gen)
-        loss = nn.functional.cross_entropy(model(images[idx]), labels[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        done += 1
-    return model.eval(), done
+    fit = fit_classifier(model, images, labels, Recipe(steps=steps, batch_size=64, lr=3e-3), seed=seed, tick=tick)
+    return model, fit.steps

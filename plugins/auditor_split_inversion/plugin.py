@@ -29,7 +29,6 @@ from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.control import control_head, dci_power_check, power_check
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import (
-    STAGES,
     Clock,
     Inputs,
     Normalize,
@@ -87,18 +86,15 @@ class SplitInversionPlugin:
     family = "split-inversion"
     summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
                "curve and an opt-in Ensembler evaluation.")
-    requires = Requirements(budget_s=900, expensive=True)
+    requires = Requirements(budget_s=900, expensive=True, image_input=True)
     Config: ClassVar[type[SplitInversionConfig]] = SplitInversionConfig
     rules: tuple[Rule, ...] = RULES
 
     def applicable(self, profile: ArchitectureProfile) -> Applicability:
-        """Apply to fx-traced image models with a split point; no fx graph or no image input is a tooling gap."""
+        """Apply to fx-traced models with a split point; no fx graph is a tooling gap (image input: ``requires``)."""
         if profile.traced_with != "fx":
             return Applicability.gap(f"split ids need the torch.fx graph; this model was traced with "
                                      f"{profile.traced_with}, so its split points cannot be cut")
-        if len(profile.input_shape) != 3:
-            return Applicability.gap(f"the attacks reconstruct images (C, H, W); this model's input is "
-                                     f"{list(profile.input_shape)}")
         if not profile.split_points:
             return Applicability.no_threat("the graph has no split point: no single tensor carries everything, "
                                            "so there is no split-computing feature to intercept")
@@ -114,7 +110,8 @@ class SplitInversionPlugin:
             return PluginResult(undecided=["fewer than two probe images: the floor (the other probes' mean) and "
                                            "the margins' intervals are undefined"])
         clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
-        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock)
+        res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock,
+                    graph=ctx.graph)
         rows, fl = res.rows, res.floor
         power, control = controls(ctx, res, inputs, cfg, budget, clock)
         findings = _findings(rows, res)
@@ -183,7 +180,7 @@ class SplitInversionPlugin:
         snaps = [s[k] for s in res.snapshots.values() if len(s) > k]
         rmle_settings = rows[k].attacks.get("rmle", {}).get("settings")
         clock.stage("noise defence")
-        with seeded(ctx.seed, STAGES["defence"], ctx.device):
+        with seeded(ctx.seed, "defence", device=ctx.device):
             sweep = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
                                  sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
                                  rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
@@ -215,7 +212,7 @@ class SplitInversionPlugin:
             return EnsemblerSkipped("Ensembler retrains the model, so it needs labelled --data with at least 50 "
                                     "training images besides the probes (the synthetic set has no true labels)")
         try:
-            pieces = cut(ctx.model, ctx.profile, split)
+            pieces = cut(ctx.model, ctx.profile, split, graph=ctx.graph)
         except ValueError as exc:
             return EnsemblerSkipped(str(exc))
         template = pieces[0]
@@ -230,7 +227,7 @@ class SplitInversionPlugin:
                          and "rmle" in r.attacks), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
         clock.stage("ensembler")
         try:
-            with seeded(ctx.seed, STAGES["ensembler"], ctx.device):
+            with seeded(ctx.seed, "ensembler", device=ctx.device):
                 out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
                                      rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
                             res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
@@ -248,11 +245,11 @@ def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitI
     if not res.rows:
         return [], None
     norm = Normalize(cfg.input_mean, cfg.input_std).to(ctx.device) if cfg.input_mean and cfg.input_std else None
-    ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm)
+    ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm, graph=ctx.graph)
     thresholds = thresholds_of(cfg)
     power, records = [], []
     clock.stage("positive control")
-    with seeded(ctx.seed, STAGES["control"], ctx.device):
+    with seeded(ctx.seed, "control", device=ctx.device):
         if "rmle" in res.records:
             check, rec = power_check(ctrl, res.probes, res.floor, thresholds, tvs=list(cfg.rmle_tvs),
                                      steps=res.records["rmle"]["steps_per_run"], seed=ctx.seed, tick=clock.tick)

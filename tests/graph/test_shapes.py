@@ -248,3 +248,32 @@ def test_a_model_that_does_not_run_raises() -> None:
     gm = torch.fx.GraphModule(model, fx_trace(model))
     with torch.no_grad(), pytest.raises(RuntimeError):
         propagate_shapes(gm, torch.rand(1, 1, 8, 8))
+
+
+def test_a_small_model_in_eval_runs_for_real_and_a_large_or_training_one_does_not() -> None:
+    from auditor.graph.shapes import SMALL_MODEL
+
+    small = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2)).eval()
+    gm = torch.fx.GraphModule(small, fx_trace(small))
+    result = propagate_shapes(gm, torch.rand(1, 3, 8, 8), real_below_macs=10**8)
+    assert (result.method, result.reason) == ("forward", SMALL_MODEL)
+    assert propagate_shapes(gm, torch.rand(1, 3, 8, 8), real_below_macs=10).method == "meta"
+    gm.train()
+    assert propagate_shapes(gm, torch.rand(1, 3, 8, 8), real_below_macs=10**8).method == "meta"
+
+
+def test_profiling_a_small_model_in_a_fresh_process_never_imports_dynamo() -> None:
+    """torch's Python meta kernels import torch._dynamo (1-1.5 CPU-s) on the first meta elementwise op."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, torch\nfrom torch import nn\nfrom auditor.graph.profile import profile_model\n"
+            "m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(256, 3)).eval()\n"
+            "p = profile_model(m, (1, 8, 8))\nassert p.traced_with == 'fx' and p.split_points, p\n"
+            "print(sorted(n for n in sys.modules if n.startswith('torch._dynamo'))[:3])\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -159,38 +159,27 @@ def test_a_second_branch_from_the_input_is_still_refused() -> None:
         split_model(_SecondBranch(), "a", example=torch.rand(1, 4))
 
 
-def test_a_model_is_traced_once_for_many_cuts_and_again_when_its_mode_changes(
+def test_a_given_graph_is_cut_without_tracing_and_a_model_in_train_mode_is_traced_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
     import auditor.graph.split as split_module
+    from auditor.graph.profile import profile_with_graph
 
     traces: list[torch.nn.Module] = []
     real = split_module.fx_trace
     monkeypatch.setattr(split_module, "fx_trace", lambda m: traces.append(m) or real(m))
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)).eval()
+    profile, graph = profile_with_graph(model, (3, 8, 8))
+    assert graph is not None and "graph" not in profile.model_dump()  # the profile is pure data
+    mine = copy.deepcopy(model)  # as the runner hands each plugin its copy, with the graph beside it
     x = torch.rand(2, 3, 8, 8)
-    ids = [p.id for p in profile_model(model, (3, 8, 8)).split_points]
-    for split_id in ids:
-        head, tail = split_model(model, split_id)
+    for point in profile.split_points:
+        head, tail = split_model(mine, point.id, graph=graph)
         assert torch.allclose(tail(head(x)), model(x))
-    assert len(ids) >= 2 and traces == [model]
-    model.train()
-    split_model(model, ids[0])
-    assert traces == [model, model]
-
-
-def test_a_copy_of_the_profiled_model_is_cut_from_the_profile_trace(monkeypatch: pytest.MonkeyPatch) -> None:
-    import copy
-
-    import auditor.graph.split as split_module
-    from auditor.graph.split import reuse_trace
-
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)).eval()
-    profile = profile_model(model, (3, 8, 8))
-    assert profile.fx_graph is not None
-    monkeypatch.setattr(split_module, "fx_trace", lambda m: pytest.fail("traced again"))
-    mine = copy.deepcopy(model)
-    reuse_trace(mine, profile)
-    head, tail = split_model(mine, profile.split_points[0].id)
-    x = torch.rand(2, 3, 8, 8)
-    assert torch.allclose(tail(head(x)), model(x))
+    assert len(profile.split_points) >= 2 and traces == []
     assert all(p.data_ptr() in {q.data_ptr() for q in mine.parameters()} for p in head.parameters())
+    mine.train()  # a training flag can change the graph: the model is traced again
+    split_model(mine, profile.split_points[0].id, graph=graph)
+    split_model(model, profile.split_points[0].id)  # no graph: traced
+    assert traces == [mine, model]

@@ -99,9 +99,8 @@ def test_zip_without_a_torch_layout_is_unknown(tmp_path: Path) -> None:
         sniff(path)
 
 
-def test_directory_is_unknown(tmp_path: Path) -> None:
-    with pytest.raises(UnknownFormat):
-        sniff(tmp_path)
+def test_directory_without_config_is_a_folder_to_check_file_by_file(tmp_path: Path) -> None:
+    assert sniff(tmp_path).container is Container.MODEL_DIR
 
 
 def test_every_error_message_is_one_line(tmp_path: Path) -> None:

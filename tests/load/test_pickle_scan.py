@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from auditor.load import pickle_scan
+from auditor.load import pickle_replay, pickle_scan
 from auditor.load.formats import sniff
 from auditor.load.pickle_scan import (
     LEGACY_PICKLE_COUNT,
@@ -163,7 +163,7 @@ def _reference(stream: io.BytesIO, name: str) -> PickleScan:
                 stack.append(str(arg))
             elif name in ("GLOBAL", "INST"):
                 lines = io.BytesIO(stream.getvalue()[pos + 1 :])
-                pickle_scan._record(
+                pickle_replay._record(
                     scan, lines.readline()[:-1].decode(), lines.readline()[:-1].decode(), name, rel, proto
                 )
                 if name == "INST":
@@ -172,7 +172,7 @@ def _reference(stream: io.BytesIO, name: str) -> PickleScan:
             elif name == "STACK_GLOBAL":
                 attr, module = pop(), pop()
                 if isinstance(module, str) and isinstance(attr, str):
-                    pickle_scan._record(scan, module, attr, name, rel, proto)
+                    pickle_replay._record(scan, module, attr, name, rel, proto)
                 else:
                     reason = "STACK_GLOBAL operands are not constant strings, so the import cannot be checked"
                     scan.problems.append(ScanProblem(name, rel, reason, "?", "?"))
@@ -360,7 +360,7 @@ def test_replay_matches_the_pickletools_replay_on_every_corpus_pickle() -> None:
 def test_streams_match_the_pickletools_replay_at_every_read_size(
     first_read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pickle_scan, "_FIRST_READ", first_read)
+    monkeypatch.setattr(pickle_replay, "_FIRST_READ", first_read)
     rng, corpus = random.Random(first_read), _corpus()
     for index in range(0, len(corpus), 3):
         data = b"".join(rng.sample(corpus, 3)) + b"raw storage bytes"
@@ -374,7 +374,7 @@ def test_streams_match_the_pickletools_replay_at_every_read_size(
 def test_legacy_files_are_scanned_in_chunks_like_the_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pickle_scan, "_FIRST_READ", 64)
+    monkeypatch.setattr(pickle_replay, "_FIRST_READ", 64)
     path = tmp_path / "legacy.pt"
     path.write_bytes(
         torch_save_bytes({"w": torch.zeros(3), "names": [str(i) for i in range(2000)]}, legacy=True)

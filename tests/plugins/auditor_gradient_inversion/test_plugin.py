@@ -100,9 +100,10 @@ def test_constant_fc_input_is_not_called_recovered() -> None:
 
 def test_a_non_image_input_or_no_gradient_path_is_a_tooling_gap_not_not_applicable() -> None:
     from auditor.plugin import PluginSkipped
+    from auditor.plugin.api import applicability
 
     mlp = torch.nn.Sequential(torch.nn.Linear(20, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    verdict = plugin.applicable(profile_model(mlp, (20,)))
+    verdict = applicability(plugin, profile_model(mlp, (20,)))  # image input: declared in plugin.requires
     assert not verdict.applicable and verdict.category == "tooling-gap"
     frozen = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Softmax(dim=1))
     ctx = RunContext(model=frozen, profile=profile_model(frozen, (1, 8, 8)), config=GradientInversionConfig(),

@@ -11,7 +11,6 @@ from auditor_attribute_inference import plugin
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from sklearn.datasets import load_digits
 
-from auditor.plugin import PluginSkipped
 from auditor.plugin.runner import _judged
 from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
 
@@ -97,8 +96,9 @@ def test_vectorised_macro_f1_agrees_with_sklearn() -> None:
 
 def test_skips_without_attributes(tmp_path: Path) -> None:
     data = write_manifest(tmp_path, {"train": ORDER[:20]})
-    with pytest.raises(PluginSkipped, match="attributes"):
-        plugin.run(context(TinyCNN(), data, AttributeInferenceConfig()))
+    ctx = context(TinyCNN(), data, AttributeInferenceConfig())
+    lacking = plugin.requires.missing_data(ctx.data)  # the runner skips the plugin with this reason
+    assert lacking is not None and "has no attributes" in lacking
 
 
 class _NoisyCNN(TinyCNN):

@@ -108,7 +108,7 @@ def test_random_init_target_stays_quiet_with_shown_power(tmp_path: Path) -> None
     assert res.headline[0].ci[0] <= 0
     # The judge and the control depend on train/ only: a scan of other weights loads both from the cache.
     assert "loaded from the cache" not in res.provenance["evaluation_model"]
-    assert len(list((tmp_path / "cache").glob("*.pt"))) == 2
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 2
     again = plugin.run(context(TinyResNet().eval(), data, cfg))
     assert "loaded from the cache" in again.provenance["evaluation_model"]
     assert again.metrics["evaluation_model_accuracy"] == m["evaluation_model_accuracy"]
@@ -145,8 +145,8 @@ def test_permutation_p_value_is_exact_for_few_classes_and_monte_carlo_beyond() -
 
 def test_skips_without_private_split(tmp_path: Path) -> None:
     data = write_manifest(tmp_path, {"test": ORDER[:20]})
-    with pytest.raises(PluginSkipped, match="no train"):
-        plugin.run(context(TinyResNet(), data, ModelInversionConfig()))
+    lacking = plugin.requires.missing_data(context(TinyResNet(), data, ModelInversionConfig()).data)
+    assert lacking is not None and "has no train" in lacking  # the runner skips the plugin with this reason
     with pytest.raises(PluginSkipped, match="no public"):
         plugin.run(
             context(
