@@ -19,7 +19,8 @@ The blind baseline and the side of the bound are the plugin's issue-33 fields (`
 ``--allow-missing-fields`` (then they are recorded as absent). Writes ``benchmarks/results/mia_validity.json``
 (``--results-key``), rendered into docs/output-attacks.md by ``benchmarks/render_docs.py``. Cost (measured, seed 0,
 on the shared 2-core box): 9 min of CPU and 16 min wall at load average 3.5 at 1b3658f (each scan in the jailed
-worker), 4 min CPU / 10 min wall before the jail, 29 min wall at load 9-11 with the plugin before issue 33; the longest row is the 300-epoch sweep target (16 shadows of 300 epochs).
+worker), 4 min CPU / 10 min wall before the jail, 29 min wall at load 9-11 with the plugin before issue 33; the
+longest row is the 300-epoch sweep target (16 shadows of 300 epochs).
 ``--quick`` (4 shadows, six scenarios) is a smoke run: about 5 min wall at load average 6-9.
 """
 
