@@ -375,6 +375,82 @@ def mi_power() -> str:
                      "control (retrained architecture): natural acc, top-1, p, passed", "wall s / CPU s"], rows))
 
 
+ABSENT = "absent (plugin before issue 33)"
+
+
+def _f(v: object, fmt: str = ".3f") -> str:
+    return "—" if v is None else (v if isinstance(v, str) else format(v, fmt))
+
+
+def _ci(v: object) -> str:
+    return "—" if not v else "[{:.3f}, {:.3f}]".format(*v)
+
+
+def _mia_common(r: dict) -> list[str]:
+    p = r["plugin"]
+    return [", ".join(f"`{f}`" for f in p["findings"]) or "—", f"{p['verdict']}, exit {p['exit']}",
+            f"{r['wall_s']:.0f} / {r['cpu_s']:.0f}"]
+
+
+def _lira(r: dict) -> list[str]:
+    on, off = r["lira"]["online"], r["lira"]["offline"]
+    medium = on["tpr_at_0.01_fpr"] >= 0.1
+    return [f"{on['auc']:.3f}", ("**{:.3f}**" if medium else "{:.3f}").format(on["tpr_at_0.01_fpr"]),
+            f"{on['tpr_at_0.001_fpr']:.3f}", f"{off['auc']:.3f} / {off['tpr_at_0.01_fpr']:.3f}"]
+
+
+def _blind(p: dict) -> str:
+    if "blind_baseline.auc" in p.get("missing_fields", []):
+        return ABSENT
+    return f"{_f(p['blind_baseline.auc'])} {_ci(p['blind_baseline.auc_ci95'])}"
+
+
+def _held(p: dict) -> str:
+    return f"{_f(p['held_out_auc'])} {_ci(p.get('held_out_auc_ci95'))}"
+
+
+def _bound(p: dict) -> str:
+    side = ABSENT if "epsilon.side" in p.get("missing_fields", []) else p["epsilon.side"]
+    return f"{_f(p['epsilon_lower_bound'], '.2f')} ({p['epsilon_attack']}; side: {side})"
+
+
+def mia_validity() -> str:
+    """Issue 33: the plugin's default verdict beside an independent LiRA, on DP, shifted and sweep scenarios."""
+    runs = results.load("mia_validity")
+    if "default" not in runs:
+        return _missing("PYTHONPATH=. python benchmarks/mia_validity.py")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = {r["scenario"]: r for r in got["rows"]}
+    acc = "{train_accuracy:.3f} / {test_accuracy:.3f}".format
+    sweep = [[r["note"], acc(**r), *_lira(r), f"{_held(r['plugin'])} ({r['plugin']['held_out_attack']})",
+              _f(r["plugin"]["control"]), *_mia_common(r)] for n, r in rows.items() if n.startswith("sweep-")]
+    dp = [[n, r["note"], _f(r["noise_multiplier"], ".2f"), _f(r["accountant_epsilon"]), r["weight_norm"], acc(**r),
+           *(_lira(r)[:2] if "lira" in r else ["—", "—"]), _bound(r["plugin"]), _f(r["plugin"]["control"]),
+           *_mia_common(r)] for n, r in rows.items() if n.startswith(("dp-eps", "noise-off", "dp-momentum"))]
+    shifted = [[n, r["note"], acc(**r), _blind(r["plugin"]), _ci(r["plugin"]["exchangeability_auc_ci95"]),
+                _held(r["plugin"]), _bound(r["plugin"]), _f(r["plugin"]["control"]), *_mia_common(r)]
+               for n, r in rows.items() if "-shift-" in n]
+    common = ["findings", "verdict", "wall s / CPU s"]
+    lira = ["LiRA online AUC", "TPR@1% FPR", "TPR@0.1% FPR", "offline AUC / TPR@1%"]
+    missing = (f" The plugin did not report {', '.join(f'`{m}`' for m in got['missing_fields'])}: {ABSENT}."
+               if got["missing_fields"] else "")
+    return (f"{run_facts(run)}; seed {got['seed']}, {got['targets_per_side']} members and "
+            f"{got['targets_per_side']} non-members per scenario, independent LiRA with {got['shadows']} shadow "
+            f"models{' (**quick smoke run**)' if got['quick'] else ''}; total {got['wall_s'] / 60:.0f} min wall, "
+            f"{got['cpu_s'] / 60:.0f} min CPU.{missing}\n\n"
+            "**Leak-strength sweep** (digits with pixel noise 0.5; bold: the independent LiRA's TPR reaches 10 % at "
+            "FPR ≤ 1 %):\n\n"
+            + table(["target", "train / test acc", *lira, "plugin held-out AUC [CI] (attack)", "control", *common],
+                    sweep)
+            + "\n**DP-SGD** (opacus, RDP accountant, δ = 1e-5; the independent LiRA's shadows trained with the same "
+            "DP recipe):\n\n"
+            + table(["scenario", "recipe", "noise multiplier", "accountant ε", "weight norm", "train / test acc",
+                     "LiRA online AUC", "TPR@1% FPR", "plugin ε lower bound (attack; side)", "control", *common], dp)
+            + "\n**Shifted non-members** (other digits, shifted by something a model can learn):\n\n"
+            + table(["scenario", "model", "train / test acc", "blind baseline AUC [CI]", "exchangeability AUC CI",
+                     "plugin held-out AUC [CI]", "plugin ε lower bound (attack; side)", "control", *common], shifted))
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
     "full-audit": full_audit, "full-audit-sides": full_audit_sides, "speed-ratio": speed_ratio,
@@ -382,6 +458,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "cli-startup": cli_startup, "shape-passes": shape_passes, "speed-targets": targets, "ray": ray,
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
     "readme-rewrites": readme_rewrites, "mi-power": mi_power,
+    "mia-validity": mia_validity,
 }
 #: The docs with generated regions.
 DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md", "docs/ci.md")

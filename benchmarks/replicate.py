@@ -62,11 +62,7 @@ def load() -> list[tuple[str, dict, list[Claim]]]:
 
 
 #: Papers whose stored results predate a change to the defaults they ran with (cleared by re-running them).
-PREDATES = {
-    "000": "these runs predate model inversion's `prior_flips` default (the VAE prior also trains on the mirror "
-           "images of `public/`) and its headline interval over reconstructions rather than over classes; "
-           "`PYTHONPATH=. python benchmarks/replicate.py --only 000` measures them again.",
-}
+PREDATES: dict[str, str] = {}
 
 
 def render(results: list[tuple[str, dict, list[Claim]]]) -> str:
