@@ -163,6 +163,9 @@ def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -
     read = [str(target)]
     if target.suffix.lower() == ".onnx":
         read.append(str(target.parent))  # external data files live beside the graph
+    blobs = target.parent.parent / "blobs"
+    if target.is_dir() and target.parent.name == "snapshots" and blobs.is_dir():
+        read.append(str(blobs))  # a Hub cache snapshot's files are links into its repository's blobs
     read += [str(Path(p).resolve()) for p in (config.data_dir, config.reference) if p is not None]
     write = []
     for cache in _helper_caches(config):

@@ -232,3 +232,18 @@ def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) ->
     first, second = ({p["name"]: p for p in r["plugins"]} for r in reports)
     assert first["architecture-risk"].get("reused") is None
     assert second["architecture-risk"]["reused"]["key"] == next((tmp_path / "runs").rglob("*.json")).stem
+
+
+def test_a_hub_cache_snapshot_reads_its_blobs_in_the_jail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub cache snapshot's files are links into ``../../blobs``: the jail's view holds them, so the worker
+    reaches the same outcome as an in-process audit (before: the unreadable links read as a refused pickle)."""
+    from benchmarks.fixtures import layouts
+
+    snapshot = layouts.timm_hub_cache(tmp_path / "hub")
+    config = ScanConfig(plugins=["architecture-risk"], device="cpu")
+    monkeypatch.setenv(jail.NO_JAIL_ENV, "1")
+    before = audit_one(snapshot, config)
+    monkeypatch.delenv(jail.NO_JAIL_ENV)
+    after = audit_one(snapshot, config)
+    assert (after.verdict, after.exit_code, after.error) == (before.verdict, before.exit_code, before.error)
+    assert after.error is not None and "model_type" in after.error  # a timm config: no transformers class to build
