@@ -30,7 +30,7 @@ from auditor.load.export_scan import (
     is_export_payload,
     scan_export_graph,
 )
-from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
+from auditor.load.formats import FORMATS, ZIP_MAGIC, Container, Members, Sniffed, classify_zip_members
 from auditor.load.pickle_replay import scan_bytes as _scan_bytes
 from auditor.load.pickle_replay import scan_pickle
 from auditor.load.problems import NOT_JUDGED, PickleScan, ScanProblem
@@ -54,20 +54,21 @@ def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TEN
     Raises:
         TruncatedArchive: an archive member cannot be read.
     """
-    if sniffed.container is Container.SAFETENSORS:
+    scan = sniffed.format.scan
+    if scan == "none":
         return []
-    if sniffed.container in (Container.HF_DIR, Container.MODEL_DIR):
+    if scan == "directory":
         raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_directory")
-    if sniffed.container is Container.LEGACY_TAR:
+    if scan == "tar":
         reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
                   "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
         return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
-    if sniffed.container is Container.LEGACY_PICKLE:
+    if scan == "pickle":
         with sniffed.path.open("rb") as fh:
             return _joblib_arrays(scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT))
-    if sniffed.container is Container.COMPRESSED_PICKLE:
+    if scan == "compressed":
         return _scan_compressed(sniffed)
-    if sniffed.container is Container.NUMPY:
+    if scan == "numpy":
         with sniffed.path.open("rb") as fh:
             npy_holds_objects(fh)  # leaves fh at the pickle after the header
             return scan_stream(fh, sniffed.path.name, 1)
@@ -145,12 +146,13 @@ def _scan_zip(
     scans: list[PickleScan] = [PickleScan(prefix + info.filename, problems=[ScanProblem("native", 0, reason)])
                                for info in infos if (reason := native_code_reason(zf, info)) is not None]
     raw_payloads: set[str] = set()
-    if container is Container.TORCH_EXPORT:
+    members = FORMATS[container].members
+    if members == "export":
         raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, max_tensor_bytes)
         scans.extend(config_scans)
     for info in infos:
         label = prefix + info.filename
-        kind = _member_kind(info.filename, container, raw_payloads)
+        kind = _member_kind(info.filename, members, raw_payloads)
         if kind is None:
             continue
         if info.file_size > MAX_MEMBER_BYTES:
@@ -173,17 +175,17 @@ def _scan_zip(
     return scans
 
 
-def _member_kind(name: str, container: Container, raw_payloads: set[str]) -> str | None:
+def _member_kind(name: str, members: Members | None, raw_payloads: set[str]) -> str | None:
     """What torch does with an archive member: unpickle it, compile it, parse it as a graph, or nothing."""
     if name.lower().endswith((".pkl", ".debug_pkl")):
         return "pickle"
-    if container is Container.NUMPY_ZIP:
+    if members == "npy":
         return "npy" if name.lower().endswith(".npy") else None
-    if container is Container.TORCH_PACKAGE:
+    if members == "source":
         return "source" if name.lower().endswith((".py", ".pyc", ".so", ".pyd")) else None
-    if container is Container.TORCHSCRIPT:
+    if members == "code":
         return "code" if is_code_member(name) else None
-    if container is not Container.TORCH_EXPORT:
+    if members != "export":
         return None
     if is_export_graph(name):
         return "graph"
