@@ -7,8 +7,6 @@ subclasses with a one-line message.
 from __future__ import annotations
 
 import logging
-import math
-import re
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +31,7 @@ from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Loader, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
 from auditor.load.limits import address_space_limit, load_budget
+from auditor.load.model_facts import capped, class_name, declared_input_size, timm_architecture
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe, running_in_jail
@@ -57,10 +56,6 @@ FORMAT_CHECKPOINT_DICT = "checkpoint-dict"
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 _PROBE_SHAPE = (3, 224, 224)
 _Allowed = list[tuple[str, str]]  # the globals the static check allowed
-#: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
-MAX_DECLARED_SIDE = 4096
-MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
-_TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 
 
 @dataclass
@@ -173,14 +168,14 @@ def load(checked: StaticCheck, options: LoadOptions = LoadOptions()) -> LoadedMo
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
-    input_shape, shape_source = _declared_input_size(model)
+    input_shape, shape_source = declared_input_size(model)
     if input_shape is None and declared_shape is not None:
         input_shape, shape_source = declared_shape, declared_source
     info = ModelInfo(
         format=done.format,
         params=sum(p.numel() for p in model.parameters()),
-        arch=done.arch or _timm_architecture(model),
-        model_class=_class_name(model),
+        arch=done.arch or timm_architecture(model),
+        model_class=class_name(model),
         input_shape=input_shape,
         input_shape_source=shape_source,
         load_safety=safety,
@@ -196,7 +191,7 @@ def _export_signature_shape(sniffed: Sniffed) -> tuple[list[int] | None, str | N
     declared = declared_input(sniffed.path) if sniffed.format.declares_input else None
     if declared is None or not declared.floating:
         return None, None
-    return _capped(list(declared.shape), declared.source)
+    return capped(list(declared.shape), declared.source)
 
 
 def _refuse_unsafe_names(model: torch.nn.Module, path: Path) -> None:
@@ -404,55 +399,6 @@ def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
             vars(model).pop(override, None)
         notes.append("torch.export graph: train()/eval() do not change it; it runs as it was exported")
     model.eval()
-
-
-def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
-    for attr in ("pretrained_cfg", "default_cfg"):
-        cfg = getattr(model, attr, None)
-        if isinstance(cfg, Mapping):
-            return cfg
-    return {}
-
-
-def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str | None]:
-    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size).
-
-    A size over :data:`MAX_DECLARED_SIDE` per dimension or :data:`MAX_DECLARED_ELEMENTS` in all is
-    ignored: the checkpoint chose it, and auditor would allocate inputs of that size.
-    """
-    size = _timm_cfg(model).get("input_size")
-    if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
-        return _capped(list(size), "timm pretrained_cfg")
-    image_size = getattr(model, "image_size", None)
-    if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
-        return _capped([3, image_size, image_size], f"{type(model).__name__}.image_size")
-    config = getattr(model, "config", None)  # a Hugging Face vision model
-    hf_size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
-    if isinstance(hf_size, int) and not isinstance(hf_size, bool) and hf_size > 0 and isinstance(channels, int):
-        return _capped([channels, hf_size, hf_size], "Hugging Face config image_size")
-    return None, None
-
-
-def _capped(shape: list[int], source: str) -> tuple[list[int] | None, str | None]:
-    """Return ``shape`` and its source, or (None, None) when it is larger than auditor builds inputs for."""
-    if any(isinstance(d, bool) or d > MAX_DECLARED_SIDE for d in shape) or math.prod(shape) > MAX_DECLARED_ELEMENTS:
-        logger.warning("ignored the input size %s from %s: larger than auditor builds inputs for", shape, source)
-        return None, None
-    return shape, source
-
-
-def _timm_architecture(model: torch.nn.Module) -> str | None:
-    name = _timm_cfg(model).get("architecture")
-    return name if isinstance(name, str) else None
-
-
-def _class_name(model: torch.nn.Module) -> str:
-    if isinstance(model, torch.jit.ScriptModule):
-        return _TORCH_MANGLE.sub("", model._c._type().qualified_name())
-    if isinstance(model, torch.fx.GraphModule):
-        return "torch.fx.GraphModule"
-    cls = type(model)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _one_line(exc: BaseException) -> str:
