@@ -7,7 +7,7 @@ from pathlib import Path
 
 from auditor.audit.assemble import DraftReport, announce_plugins, assemble_report, judge, run_settings
 from auditor.audit.inputs import resolve_example_input
-from auditor.audit.refused import refusal_report
+from auditor.audit.refused import check_options, refusal_report
 from auditor.config import ScanConfig, build_plugin_configs, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.deps import require
@@ -15,10 +15,10 @@ from auditor.errors import ConfigError
 from auditor.graph.profile import profile_with_graph
 from auditor.graph.tokens import TokenSpec
 from auditor.load.findings import load_findings
-from auditor.load.formats import Container, Sniffed, sniff
-from auditor.load.loaders import LoadedModel, load_checkpoint
+from auditor.load.formats import Sniffed, sniff
+from auditor.load.loaders import LoadedModel, LoadOptions, load
 from auditor.load.offline import force_offline
-from auditor.load.static_check import StaticCheck
+from auditor.load.static_check import StaticCheck, check
 from auditor.plugin.registry import PluginEntry, discover_plugins
 from auditor.plugin.results import identity_hash
 from auditor.plugin.runner import run_plugins
@@ -84,7 +84,7 @@ def audit(
     data = load_data_dir(config.data_dir) if config.data_dir is not None else None
 
     sniffed = None if loaded is not None else checked.sniffed if checked is not None else sniff(Path(path))
-    if sniffed is not None and sniffed.container is Container.ONNX:
+    if sniffed is not None and sniffed.format.is_graph:
         if config.input_spec is not None:
             raise ConfigError("--input-spec builds token inputs for PyTorch models; an ONNX graph's inputs are "
                               "read from the file (--input-shape fixes its symbolic image dimensions)")
@@ -137,10 +137,8 @@ def open_checkpoint(path: str | Path, config: ScanConfig, *, checked: StaticChec
     Raises:
         InputError: the checkpoint cannot be read or materialised.
     """
-    return load_checkpoint(path, arch=config.arch, imports=config.imports, trust=config.trust,
-                           wait_for_sha256=False, sniffed=checked.sniffed if checked is not None else sniffed,
-                           probe_shape=config.input_shape, checked=checked,
-                           **({"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}))
+    checked = checked or check(sniffed or sniff(Path(path)), check_options(config))
+    return load(checked, LoadOptions(arch=config.arch, probe_shape=config.input_shape, wait_for_sha256=False))
 
 
 def _identity(sha256: str, model: object, profile: ArchitectureProfile, config: ScanConfig,

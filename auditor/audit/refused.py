@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from auditor.audit.assemble import DraftReport, assemble_report
 from auditor.config import ScanConfig
+from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.findings import load_findings
-from auditor.load.formats import Container, sniff
-from auditor.load.static_check import StaticCheck, check_statically
+from auditor.load.formats import sniff
+from auditor.load.static_check import CheckOptions, StaticCheck, check
 from auditor.report.model import CATEGORY_NO_MODEL, ModelInfo, PluginRun
 
 if TYPE_CHECKING:
@@ -39,15 +40,19 @@ def check_before_loading(path: str | Path, config: ScanConfig) -> DraftReport | 
         InputError: the file cannot be read as a checkpoint.
     """
     sniffed = sniff(Path(path))
-    if sniffed.container is Container.ONNX:
+    if sniffed.format.is_graph:
         return None
-    cap = {"max_tensor_bytes": config.max_tensor_bytes} if config.max_tensor_bytes else {}
-    checked = check_statically(path, imports=config.imports, trust=config.trust, sniffed=sniffed, **cap)
+    checked = check(sniffed, check_options(config))
     if not checked.refused:
         return checked
     names = sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)} - set(config.disable_plugins))
     return refusal_report(config, config.device, model=checked.refused_info(config.arch), notes=checked.notes,
                           plugins=names)
+
+
+def check_options(config: ScanConfig) -> CheckOptions:
+    """The static check's options under ``config``: its import policy and ``--max-tensor-bytes``."""
+    return CheckOptions(config.import_policy, config.max_tensor_bytes or DEFAULT_MAX_TENSOR_BYTES)
 
 
 def refusal_report(config: ScanConfig, device: torch.device | str, *, model: ModelInfo, notes: list[str],

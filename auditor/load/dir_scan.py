@@ -17,7 +17,7 @@ from pathlib import Path
 
 from auditor.errors import AuditorError, TruncatedArchive, UnknownFormat
 from auditor.load.digest import hash_into
-from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.formats import FORMATS, Container, Sniffed, sniff
 from auditor.load.hf import confinement_problems, inside, weight_files
 from auditor.load.pickle_scan import scan_checkpoint
 from auditor.load.problems import PickleScan, ScanProblem
@@ -26,10 +26,6 @@ from auditor.report.files import FileCoverage
 #: Folders no model loader reads: listed once, not walked (a clone's .git holds compressed copies of everything).
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__"})
 _TEXT_PROBE = 4096
-_NO_CODE = {
-    Container.SAFETENSORS: "tensors and a JSON header only: no loader runs code from it",
-    Container.ONNX: "an ONNX graph: onnxruntime runs its operators, no Python code (not loaded by this scan)",
-}
 
 
 def scan_directory(sniffed: Sniffed) -> tuple[list[PickleScan], list[FileCoverage]]:
@@ -42,7 +38,7 @@ def scan_directory(sniffed: Sniffed) -> tuple[list[PickleScan], list[FileCoverag
     scans: list[PickleScan] = []
     covered: list[FileCoverage] = []
     weights: set[Path] = set()
-    if sniffed.container is Container.HF_DIR:
+    if sniffed.format.loader == "hf-dir":
         escapes = confinement_problems(root)
         if escapes:
             return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes], []
@@ -53,7 +49,7 @@ def scan_directory(sniffed: Sniffed) -> tuple[list[PickleScan], list[FileCoverag
                 _checked(root, file, sniff(file), scans, covered)
             else:
                 covered.append(FileCoverage(file=_label(root, file), kind="safetensors", status="no-code",
-                                            reason="weights: " + _NO_CODE[Container.SAFETENSORS]))
+                                            reason="weights: " + str(FORMATS[Container.SAFETENSORS].no_code)))
     for path, is_dir in directory_entries(root):
         if path in weights:
             continue
@@ -117,9 +113,9 @@ def _scan_file(root: Path, file: Path, scans: list[PickleScan], covered: list[Fi
     except AuditorError as exc:  # empty file, not a regular file
         covered.append(FileCoverage(file=label, kind="other", status="no-code", reason=str(exc)))
         return
-    if found.container in _NO_CODE:
+    if found.format.no_code is not None:
         covered.append(FileCoverage(file=label, kind=found.container.value, status="no-code",
-                                    reason=_NO_CODE[found.container]))
+                                    reason=found.format.no_code))
         return
     _checked(root, file, found, scans, covered)
 

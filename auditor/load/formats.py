@@ -12,10 +12,10 @@ import zipfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
-from auditor.load.hf import directory_size, is_hf_dir
+from auditor.load.hf import FORMAT_HF_DIR, directory_size, is_hf_dir
 from auditor.load.pickle_replay import SNIFF_BYTES, runs_as_pickle
 from auditor.load.wrapped import NPY_MAGIC, compression_of, decompressed_head, npy_holds_objects
 
@@ -47,6 +47,63 @@ class Container(str, Enum):
     TORCH_PACKAGE = "torch-package"  # torch.package: pickles plus Python source PackageImporter runs
 
 
+FORMAT_TORCHSCRIPT = "torchscript"
+FORMAT_SAFETENSORS = "safetensors"
+FORMAT_TORCH_EXPORT = "torch-export"
+FORMAT_LEGACY_PICKLE = "legacy-pickle"
+FORMAT_LEGACY_TAR = "legacy-tar"
+FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
+
+#: How the static check reads a format (``auditor.load.pickle_scan.scan_checkpoint``, ``dir_scan``).
+Scan = Literal["graph", "directory", "none", "tar", "pickle", "compressed", "numpy", "zip"]
+#: What torch does with a zip's members besides unpickling ``*.pkl`` (``pickle_scan._member_kind``).
+Members = Literal["npy", "source", "code", "export"]
+#: Which loader materialises a model from it (``auditor.load.loaders.load``); None: checked only, never loaded.
+Loader = Literal["hf-dir", "safetensors", "torchscript", "torch-export", "torch-load"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """Every per-format fact the steps ``sniff → check → load`` act on, in one record per :class:`Container`.
+
+    The steps dispatch on these fields; none of them branches on a :class:`Container` member.
+    """
+
+    name: str  #: the report's format when the file is refused before its content is known
+    scan: Scan  #: how the static check reads it
+    loader: Loader | None = None  #: how a model is built from it (None: its pickles are checked, no model is built)
+    members: Members | None = None  #: a zip's members torch compiles, imports or parses besides its pickles
+    sandboxed: bool = False  #: loading it runs code the static check cannot bound: loaded in the sandbox child first
+    is_graph: bool = False  #: a graph, not a PyTorch model (ONNX): audited by its own driver, never loaded
+    digest: Literal["file", "hf-dir", "tree"] = "file"  #: how its sha256 is taken
+    mmap_when_stored: bool = False  #: torch.load may mmap its tensors when no member is compressed
+    declares_input: bool = False  #: the archive declares its input signature (torch.export)
+    legacy: bool = False  #: whatever torch.load returns from it is reported as this format's name
+    hf_weights: bool = False  #: may be a weight file of a save_pretrained directory
+    no_code: str | None = None  #: why a directory scan lists it without checking it (no loader runs code from it)
+
+
+FORMATS: dict[Container, Format] = {
+    Container.TORCH_ZIP: Format(FORMAT_TORCH_SAVE, "zip", "torch-load", mmap_when_stored=True, hf_weights=True),
+    Container.TORCHSCRIPT: Format(FORMAT_TORCHSCRIPT, "zip", "torchscript", "code", sandboxed=True),
+    Container.TORCH_EXPORT: Format(FORMAT_TORCH_EXPORT, "zip", "torch-export", "export", sandboxed=True,
+                                   declares_input=True),
+    Container.LEGACY_PICKLE: Format(FORMAT_LEGACY_PICKLE, "pickle", "torch-load", legacy=True, hf_weights=True),
+    Container.LEGACY_TAR: Format(FORMAT_LEGACY_TAR, "tar", "torch-load"),
+    Container.SAFETENSORS: Format(FORMAT_SAFETENSORS, "none", "safetensors", hf_weights=True,
+                                  no_code="tensors and a JSON header only: no loader runs code from it"),
+    Container.ONNX: Format(Container.ONNX.value, "graph", is_graph=True,
+                           no_code="an ONNX graph: onnxruntime runs its operators, no Python code (not loaded by "
+                                   "this scan)"),
+    Container.HF_DIR: Format(FORMAT_HF_DIR, "directory", "hf-dir", digest="hf-dir"),
+    Container.MODEL_DIR: Format(Container.MODEL_DIR.value, "directory", digest="tree"),
+    Container.COMPRESSED_PICKLE: Format(Container.COMPRESSED_PICKLE.value, "compressed"),
+    Container.NUMPY: Format(Container.NUMPY.value, "numpy"),
+    Container.NUMPY_ZIP: Format(Container.NUMPY_ZIP.value, "zip", members="npy"),
+    Container.TORCH_PACKAGE: Format(Container.TORCH_PACKAGE.value, "zip", members="source"),
+}
+
+
 @dataclass(frozen=True)
 class Sniffed:
     """The result of sniffing one file."""
@@ -55,6 +112,11 @@ class Sniffed:
     container: Container
     size_bytes: int
     stored: bool = False  # a zip whose members are all uncompressed (torch.load can mmap its tensors)
+
+    @property
+    def format(self) -> Format:
+        """This container's entry in :data:`FORMATS`."""
+        return FORMATS[self.container]
 
 
 def sniff(path: Path) -> Sniffed:

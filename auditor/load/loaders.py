@@ -7,11 +7,9 @@ subclasses with a one-line message.
 from __future__ import annotations
 
 import logging
-import math
-import re
 import warnings
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +24,14 @@ from auditor.errors import (
     UnknownFormat,
     UnsafeCheckpoint,
 )
+from auditor.load.allowlist import ImportPolicy
 from auditor.load.arch import fit_state_dict
 from auditor.load.export_inputs import declared_input
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
-from auditor.load.formats import Container, Sniffed, sniff
+from auditor.load.formats import Loader, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
 from auditor.load.limits import address_space_limit, load_budget
+from auditor.load.model_facts import capped, class_name, declared_input_size, timm_architecture
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
 from auditor.load.sandbox import probe, running_in_jail
@@ -40,8 +40,9 @@ from auditor.load.static_check import (
     FORMAT_SAFETENSORS,
     FORMAT_TORCH_EXPORT,
     FORMAT_TORCHSCRIPT,
+    CheckOptions,
     StaticCheck,
-    check_statically,
+    check,
 )
 from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
 from auditor.load.unpickler import gated_pickle_module
@@ -53,16 +54,8 @@ FORMAT_PICKLED_MODULE = "pickled-module"
 FORMAT_STATE_DICT = "state-dict"
 FORMAT_CHECKPOINT_DICT = "checkpoint-dict"
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
-#: Formats whose loading runs code the static checks cannot bound: loaded in the sandbox child first.
-_SANDBOXED = {Container.TORCHSCRIPT: "torchscript", Container.TORCH_EXPORT: "torch-export"}
 _PROBE_SHAPE = (3, 224, 224)
-#: Containers a model is loaded from (the others are checked statically only: joblib, numpy, torch.package, folders).
-_MODEL_CONTAINERS = frozenset({Container.TORCHSCRIPT, Container.TORCH_EXPORT, Container.TORCH_ZIP,
-                               Container.LEGACY_PICKLE, Container.LEGACY_TAR})
-#: The largest input a checkpoint may declare (per dimension, in all): a 4096x4096 RGB image.
-MAX_DECLARED_SIDE = 4096
-MAX_DECLARED_ELEMENTS = 3 * 4096 * 4096
-_TORCH_MANGLE = re.compile(r"___torch_mangle_\d+\.")
+_Allowed = list[tuple[str, str]]  # the globals the static check allowed
 
 
 @dataclass
@@ -95,47 +88,64 @@ class _Materialised:
     arch: str | None = None
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How :func:`load` materialises a checked file.
+
+    Attributes:
+        arch: ``--arch`` (needed for state_dicts and safetensors).
+        probe_shape: the per-sample input shape the sandboxed child runs a TorchScript or
+            torch.export model on (default: the shape a ``.pt2`` declares, else ``(3, 224, 224)``).
+        sandbox: load TorchScript and torch.export archives once in a confined child process first
+            (:mod:`auditor.load.sandbox`); a child that exceeds its limits refuses the file.
+        wait_for_sha256: with False the hash keeps running beside the caller's work: ``info.sha256``
+            is empty until :meth:`LoadedModel.with_sha256` fills it in.
+    """
+
+    arch: str | None = None
+    probe_shape: Sequence[int] | None = None
+    sandbox: bool = True
+    wait_for_sha256: bool = True
+
+
 def load_checkpoint(
     path: str | Path,
     *,
     arch: str | None = None,
     imports: Sequence[str] = (),
     trust: bool = False,
-    wait_for_sha256: bool = True,
-    sniffed: Sniffed | None = None,
     probe_shape: Sequence[int] | None = None,
     sandbox: bool = True,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
-    checked: StaticCheck | None = None,
 ) -> LoadedModel:
-    """Check every pickle in ``path`` statically, then load the model on CPU in eval mode.
+    """Check every pickle in ``path`` statically, then load the model on CPU in eval mode: ``sniff → check → load``.
 
     Nothing is unpickled when any import is refused: the result then has ``model=None`` and
     ``info.load_safety.verdict == "unsafe"``.
 
     Args:
         path: the checkpoint file, or a Hugging Face ``save_pretrained`` directory.
-        arch: ``--arch`` (needed for state_dicts and safetensors).
+        arch, probe_shape, sandbox: as in :class:`LoadOptions`.
         imports: module prefixes the user trusts (``--import``).
         trust: allow modules outside the allowlist, still refusing the denylist (``--trust``).
-        sniffed: what :func:`sniff` said about ``path``, when the caller already asked.
-        wait_for_sha256: with False the hash keeps running beside the caller's work: ``info.sha256``
-            is empty until :meth:`LoadedModel.with_sha256` fills it in.
-        probe_shape: the per-sample input shape the sandboxed child runs a TorchScript or
-            torch.export model on (default ``(3, 224, 224)``).
-        sandbox: load TorchScript and torch.export archives once in a confined child process first
-            (:mod:`auditor.load.sandbox`); a child that exceeds its limits refuses the file.
         max_tensor_bytes: the most bytes a ``.pt2`` tensor may declare when its member stores none
             (torch would allocate them as zeros); more refuses the file.
-        checked: the static check of ``path`` under the same policy, when the caller already ran it
-            (:func:`auditor.load.static_check.check_statically`); it is not run again.
 
     Raises:
         InputError: the file or the flags cannot be used (a subclass says why); an ONNX file
             raises :class:`NotAPyTorchModel`.
     """
-    checked = checked or check_statically(path, imports=imports, trust=trust, sniffed=sniffed,
-                                          max_tensor_bytes=max_tensor_bytes)
+    checked = check(sniff(Path(path)), CheckOptions(ImportPolicy(tuple(imports), trust), max_tensor_bytes))
+    return load(checked, LoadOptions(arch=arch, probe_shape=probe_shape, sandbox=sandbox))
+
+
+def load(checked: StaticCheck, options: LoadOptions = LoadOptions()) -> LoadedModel:
+    """The last step of ``sniff → check → load``: materialise the checked file (None when the check refused it).
+
+    Raises:
+        InputError: the file or the flags cannot be used (a subclass says why).
+    """
+    arch = options.arch
     path, sniffed, safety, notes = checked.path, checked.sniffed, checked.safety, checked.notes
     if checked.refused:
         logger.warning(
@@ -145,8 +155,8 @@ def load_checkpoint(
 
     declared_shape, declared_source = _export_signature_shape(sniffed)
     try:
-        if sandbox and sniffed.container in _SANDBOXED and not running_in_jail():
-            notes.append(_probe(sniffed, probe_shape or declared_shape or _PROBE_SHAPE))
+        if options.sandbox and sniffed.format.sandboxed and not running_in_jail():
+            notes.append(_probe(sniffed, options.probe_shape or declared_shape or _PROBE_SHAPE))
         done = _materialise(sniffed, arch, checked.allowed, notes)
         _refuse_unsafe_names(done.model, path)
     except RefusedWhileLoading as exc:
@@ -158,30 +168,30 @@ def load_checkpoint(
     safety.loader = done.loader
     model = done.model
     _to_eval(model, done.format, notes)
-    input_shape, shape_source = _declared_input_size(model)
+    input_shape, shape_source = declared_input_size(model)
     if input_shape is None and declared_shape is not None:
         input_shape, shape_source = declared_shape, declared_source
     info = ModelInfo(
         format=done.format,
         params=sum(p.numel() for p in model.parameters()),
-        arch=done.arch or _timm_architecture(model),
-        model_class=_class_name(model),
+        arch=done.arch or timm_architecture(model),
+        model_class=class_name(model),
         input_shape=input_shape,
         input_shape_source=shape_source,
         load_safety=safety,
-        sha256=checked.hashing.result() if wait_for_sha256 else "",
+        sha256=checked.hashing.result() if options.wait_for_sha256 else "",
         path=str(path),
         size_bytes=sniffed.size_bytes,
     )
-    return LoadedModel(model, info, notes, None if wait_for_sha256 else checked.hashing)
+    return LoadedModel(model, info, notes, None if options.wait_for_sha256 else checked.hashing)
 
 
 def _export_signature_shape(sniffed: Sniffed) -> tuple[list[int] | None, str | None]:
     """Return the per-sample shape a ``.pt2`` declares for its one floating-point input, and its source."""
-    declared = declared_input(sniffed.path) if sniffed.container is Container.TORCH_EXPORT else None
+    declared = declared_input(sniffed.path) if sniffed.format.declares_input else None
     if declared is None or not declared.floating:
         return None, None
-    return _capped(list(declared.shape), declared.source)
+    return capped(list(declared.shape), declared.source)
 
 
 def _refuse_unsafe_names(model: torch.nn.Module, path: Path) -> None:
@@ -204,7 +214,7 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
         RefusedWhileLoading: the child exceeded a limit (memory, CPU, time, a file write).
         UnknownFormat: torch could not load the archive in the child; it is never loaded again outside it.
     """
-    result = probe(_SANDBOXED[sniffed.container], sniffed.path, shape, file_bytes=sniffed.size_bytes)
+    result = probe(str(sniffed.format.loader), sniffed.path, shape, file_bytes=sniffed.size_bytes)
     if result.violation is not None:
         raise RefusedWhileLoading(sniffed.path.name, "sandbox", f"the sandboxed load was stopped: {result.violation}")
     if result.load_failed:
@@ -217,58 +227,83 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
 def _materialise(
     sniffed: Sniffed, arch: str | None, allowed: list[tuple[str, str]], notes: list[str]
 ) -> _Materialised:
-    """Run the loader that fits the container; only called once the static check passed."""
+    """Run the loader :data:`FORMATS` names for the container; only called once the static check passed."""
+    loader = sniffed.format.loader
+    if loader is None:
+        raise UnknownFormat(sniffed.path, f"{sniffed.container.value}: its pickles passed the static check, but it "
+                                          "holds no model to audit; pass a weight file (with --arch) or a "
+                                          "save_pretrained directory")
+    return _LOADERS[loader](sniffed, arch, allowed, notes)
+
+
+def _load_hf_dir(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+    _ignored_arch(arch, notes)
+    model, hf_arch, hf_notes = load_pretrained_dir(sniffed.path, lambda file: _read_weight_file(file, allowed))
+    notes.extend(hf_notes)
+    return _Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
+
+
+def _load_safetensors(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+    if arch is None:
+        raise MissingArchitecture(sniffed.path, FORMAT_SAFETENSORS)
+    model, arch_notes = fit_state_dict(arch, _read_safetensors(sniffed.path))
+    notes.extend(arch_notes)
+    return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+
+
+def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
     path = sniffed.path
-    if sniffed.container is Container.HF_DIR:
-        _ignored_arch(arch, notes)
-        model, hf_arch, hf_notes = load_pretrained_dir(path, lambda file: _read_weight_file(file, allowed))
-        notes.extend(hf_notes)
-        return _Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
-    if sniffed.container is Container.SAFETENSORS:
-        if arch is None:
-            raise MissingArchitecture(path, FORMAT_SAFETENSORS)
-        model, arch_notes = fit_state_dict(arch, _read_safetensors(path))
-        notes.extend(arch_notes)
-        return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
-    if sniffed.container not in _MODEL_CONTAINERS:
-        raise UnknownFormat(path, f"{sniffed.container.value}: its pickles passed the static check, but it holds no "
-                                  "model to audit; pass a weight file (with --arch) or a save_pretrained directory")
-    budget = load_budget(sniffed.size_bytes)
-    if sniffed.container is Container.TORCHSCRIPT:
-        try:
-            with warnings.catch_warnings(), address_space_limit(budget, path.name):
-                warnings.simplefilter("ignore", FutureWarning)
-                model = torch.jit.load(str(path), map_location="cpu")
-        except RefusedWhileLoading:
-            raise
-        except Exception as exc:  # translated at this boundary
-            raise _translate(exc, path, "torch.jit.load") from exc
-        return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
-    if sniffed.container is Container.TORCH_EXPORT:
-        try:
-            with address_space_limit(budget, path.name):
-                model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
-        except RefusedWhileLoading:
-            raise
-        except Exception as exc:  # translated at this boundary
-            raise _translate(exc, path, "torch.export.load") from exc
-        return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
-    obj, loader = _torch_load(path, allowed, mmap=sniffed.container is Container.TORCH_ZIP and sniffed.stored)
-    legacy = sniffed.container is Container.LEGACY_PICKLE
-    return _interpret(obj, path, arch, legacy, loader, notes)
+    try:
+        with warnings.catch_warnings(), address_space_limit(load_budget(sniffed.size_bytes), path.name):
+            warnings.simplefilter("ignore", FutureWarning)
+            model = torch.jit.load(str(path), map_location="cpu")
+    except RefusedWhileLoading:
+        raise
+    except Exception as exc:  # translated at this boundary
+        raise _translate(exc, path, "torch.jit.load") from exc
+    return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
+
+
+def _load_torch_export(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+    path = sniffed.path
+    try:
+        with address_space_limit(load_budget(sniffed.size_bytes), path.name):
+            model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
+    except RefusedWhileLoading:
+        raise
+    except Exception as exc:  # translated at this boundary
+        raise _translate(exc, path, "torch.export.load") from exc
+    return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
+
+
+def _load_torch_load(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+    fmt = sniffed.format
+    obj, loader = _torch_load(sniffed.path, allowed, mmap=fmt.mmap_when_stored and sniffed.stored)
+    return _interpret(obj, sniffed.path, arch, fmt.legacy, loader, notes)
+
+
+#: Each :data:`FORMATS` loader: one signature, one result.
+_LOADERS: dict[Loader, Callable[[Sniffed, str | None, _Allowed, list[str]], _Materialised]] = {
+    "hf-dir": _load_hf_dir,
+    "safetensors": _load_safetensors,
+    "torchscript": _load_torchscript,
+    "torch-export": _load_torch_export,
+    "torch-load": _load_torch_load,
+}
 
 
 def _read_weight_file(path: Path, allowed: list[tuple[str, str]]) -> Mapping[str, torch.Tensor]:
     """Read one weight file of a Hugging Face directory: safetensors, or a statically checked pickle."""
-    container = sniff(path).container
-    if container is Container.SAFETENSORS:
+    sniffed = sniff(path)
+    fmt = sniffed.format
+    if fmt.hf_weights and fmt.loader == "safetensors":
         return _read_safetensors(path)
-    if container in (Container.TORCH_ZIP, Container.LEGACY_PICKLE):
+    if fmt.hf_weights and fmt.loader == "torch-load":
         obj, _ = _torch_load(path, allowed)
         if _is_state_dict(obj):
             return obj  # type: ignore[return-value]
         raise UnknownFormat(path, "a Hugging Face weight file that holds no state_dict")
-    raise UnknownFormat(path, f"a Hugging Face weight file in the {container.value} format")
+    raise UnknownFormat(path, f"a Hugging Face weight file in the {sniffed.container.value} format")
 
 
 def _torch_load(
@@ -364,55 +399,6 @@ def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
             vars(model).pop(override, None)
         notes.append("torch.export graph: train()/eval() do not change it; it runs as it was exported")
     model.eval()
-
-
-def _timm_cfg(model: torch.nn.Module) -> Mapping[str, object]:
-    for attr in ("pretrained_cfg", "default_cfg"):
-        cfg = getattr(model, attr, None)
-        if isinstance(cfg, Mapping):
-            return cfg
-    return {}
-
-
-def _declared_input_size(model: torch.nn.Module) -> tuple[list[int] | None, str | None]:
-    """Return the input size the model declares (timm pretrained_cfg, torchvision ViT image_size).
-
-    A size over :data:`MAX_DECLARED_SIDE` per dimension or :data:`MAX_DECLARED_ELEMENTS` in all is
-    ignored: the checkpoint chose it, and auditor would allocate inputs of that size.
-    """
-    size = _timm_cfg(model).get("input_size")
-    if isinstance(size, (tuple, list)) and size and all(isinstance(d, int) and d > 0 for d in size):
-        return _capped(list(size), "timm pretrained_cfg")
-    image_size = getattr(model, "image_size", None)
-    if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
-        return _capped([3, image_size, image_size], f"{type(model).__name__}.image_size")
-    config = getattr(model, "config", None)  # a Hugging Face vision model
-    hf_size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
-    if isinstance(hf_size, int) and not isinstance(hf_size, bool) and hf_size > 0 and isinstance(channels, int):
-        return _capped([channels, hf_size, hf_size], "Hugging Face config image_size")
-    return None, None
-
-
-def _capped(shape: list[int], source: str) -> tuple[list[int] | None, str | None]:
-    """Return ``shape`` and its source, or (None, None) when it is larger than auditor builds inputs for."""
-    if any(isinstance(d, bool) or d > MAX_DECLARED_SIDE for d in shape) or math.prod(shape) > MAX_DECLARED_ELEMENTS:
-        logger.warning("ignored the input size %s from %s: larger than auditor builds inputs for", shape, source)
-        return None, None
-    return shape, source
-
-
-def _timm_architecture(model: torch.nn.Module) -> str | None:
-    name = _timm_cfg(model).get("architecture")
-    return name if isinstance(name, str) else None
-
-
-def _class_name(model: torch.nn.Module) -> str:
-    if isinstance(model, torch.jit.ScriptModule):
-        return _TORCH_MANGLE.sub("", model._c._type().qualified_name())
-    if isinstance(model, torch.fx.GraphModule):
-        return "torch.fx.GraphModule"
-    cls = type(model)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ import io
 import logging
 import zipfile
 import zlib
+from collections.abc import Callable
 from typing import BinaryIO
 
 from auditor.errors import TruncatedArchive
@@ -30,7 +31,7 @@ from auditor.load.export_scan import (
     is_export_payload,
     scan_export_graph,
 )
-from auditor.load.formats import ZIP_MAGIC, Container, Sniffed, classify_zip_members
+from auditor.load.formats import FORMATS, ZIP_MAGIC, Container, Members, Scan, Sniffed, classify_zip_members
 from auditor.load.pickle_replay import scan_bytes as _scan_bytes
 from auditor.load.pickle_replay import scan_pickle
 from auditor.load.problems import NOT_JUDGED, PickleScan, ScanProblem
@@ -49,28 +50,41 @@ MAX_MEMBER_BYTES = 1 << 30  # members are checked in memory; zip headers bound w
 def scan_checkpoint(sniffed: Sniffed, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> list[PickleScan]:
     """Scan every pickle the loader for this container would unpickle (and the code it would run).
 
+    The scanner is the one its :data:`~auditor.load.formats.FORMATS` record's ``scan`` names.
     ``max_tensor_bytes`` caps a ``.pt2`` tensor whose bytes the archive does not store.
 
     Raises:
         TruncatedArchive: an archive member cannot be read.
     """
-    if sniffed.container is Container.SAFETENSORS:
-        return []
-    if sniffed.container in (Container.HF_DIR, Container.MODEL_DIR):
-        raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_directory")
-    if sniffed.container is Container.LEGACY_TAR:
-        reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
-                  "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
-        return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
-    if sniffed.container is Container.LEGACY_PICKLE:
-        with sniffed.path.open("rb") as fh:
-            return _joblib_arrays(scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT))
-    if sniffed.container is Container.COMPRESSED_PICKLE:
-        return _scan_compressed(sniffed)
-    if sniffed.container is Container.NUMPY:
-        with sniffed.path.open("rb") as fh:
-            npy_holds_objects(fh)  # leaves fh at the pickle after the header
-            return scan_stream(fh, sniffed.path.name, 1)
+    return _SCANNERS[sniffed.format.scan](sniffed, max_tensor_bytes)
+
+
+def _no_pickle(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
+    return []
+
+
+def _directory(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
+    raise ValueError("a model directory is scanned by auditor.load.dir_scan.scan_directory")
+
+
+def _legacy_tar(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
+    reason = ("torch's legacy tar layout interleaves pickles with raw storage bytes the static check cannot "
+              "delimit; torch.load would unpickle its members (re-save the model with torch.save)")
+    return [PickleScan(sniffed.path.name, problems=[ScanProblem("tar", 0, reason)])]
+
+
+def _pickle_file(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
+    with sniffed.path.open("rb") as fh:
+        return _joblib_arrays(scan_stream(fh, sniffed.path.name, LEGACY_PICKLE_COUNT))
+
+
+def _numpy_file(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
+    with sniffed.path.open("rb") as fh:
+        npy_holds_objects(fh)  # leaves fh at the pickle after the header
+        return scan_stream(fh, sniffed.path.name, 1)
+
+
+def _zip_file(sniffed: Sniffed, max_tensor_bytes: int) -> list[PickleScan]:
     try:
         with zipfile.ZipFile(sniffed.path) as zf:
             return _scan_zip(zf, "", sniffed.container, 0, max_tensor_bytes)
@@ -96,6 +110,20 @@ def _scan_compressed(sniffed: Sniffed) -> list[PickleScan]:
 def _method(sniffed: Sniffed) -> str:
     with sniffed.path.open("rb") as fh:
         return compression_of(fh.read(8)) or "zlib"
+
+
+#: Each way the static check reads a file, by :class:`~auditor.load.formats.Format` ``scan``: one signature, one result.
+#: A graph (ONNX) is never scanned for pickles; a direct call reads it as a zip (TruncatedArchive), as before.
+_SCANNERS: dict[Scan, Callable[[Sniffed, int], list[PickleScan]]] = {
+    "none": _no_pickle,
+    "directory": _directory,
+    "tar": _legacy_tar,
+    "pickle": _pickle_file,
+    "compressed": lambda sniffed, _: _scan_compressed(sniffed),
+    "numpy": _numpy_file,
+    "zip": _zip_file,
+    "graph": _zip_file,
+}
 
 
 def _joblib_arrays(scans: list[PickleScan]) -> list[PickleScan]:
@@ -145,12 +173,13 @@ def _scan_zip(
     scans: list[PickleScan] = [PickleScan(prefix + info.filename, problems=[ScanProblem("native", 0, reason)])
                                for info in infos if (reason := native_code_reason(zf, info)) is not None]
     raw_payloads: set[str] = set()
-    if container is Container.TORCH_EXPORT:
+    members = FORMATS[container].members
+    if members == "export":
         raw_payloads, config_scans = check_payload_configs(zf, infos, prefix, max_tensor_bytes)
         scans.extend(config_scans)
     for info in infos:
         label = prefix + info.filename
-        kind = _member_kind(info.filename, container, raw_payloads)
+        kind = _member_kind(info.filename, members, raw_payloads)
         if kind is None:
             continue
         if info.file_size > MAX_MEMBER_BYTES:
@@ -173,17 +202,17 @@ def _scan_zip(
     return scans
 
 
-def _member_kind(name: str, container: Container, raw_payloads: set[str]) -> str | None:
+def _member_kind(name: str, members: Members | None, raw_payloads: set[str]) -> str | None:
     """What torch does with an archive member: unpickle it, compile it, parse it as a graph, or nothing."""
     if name.lower().endswith((".pkl", ".debug_pkl")):
         return "pickle"
-    if container is Container.NUMPY_ZIP:
+    if members == "npy":
         return "npy" if name.lower().endswith(".npy") else None
-    if container is Container.TORCH_PACKAGE:
+    if members == "source":
         return "source" if name.lower().endswith((".py", ".pyc", ".so", ".pyd")) else None
-    if container is Container.TORCHSCRIPT:
+    if members == "code":
         return "code" if is_code_member(name) else None
-    if container is not Container.TORCH_EXPORT:
+    if members != "export":
         return None
     if is_export_graph(name):
         return "graph"

@@ -6,7 +6,7 @@ start-up (a pre-commit hook on a poisoned checkpoint answers in about a second).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,20 +16,28 @@ from auditor.load.allowlist import ImportPolicy, import_refusal, unknown_advice,
 from auditor.load.digest import sha256_file
 from auditor.load.dir_scan import scan_directory, tree_sha256
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
-from auditor.load.formats import Container, Sniffed, sniff
-from auditor.load.hf import FORMAT_HF_DIR, directory_sha256
+from auditor.load.formats import FORMAT_LEGACY_PICKLE as FORMAT_LEGACY_PICKLE
+from auditor.load.formats import FORMAT_LEGACY_TAR as FORMAT_LEGACY_TAR
+from auditor.load.formats import FORMAT_SAFETENSORS as FORMAT_SAFETENSORS
+from auditor.load.formats import FORMAT_TORCH_EXPORT as FORMAT_TORCH_EXPORT
+from auditor.load.formats import FORMAT_TORCH_SAVE as FORMAT_TORCH_SAVE
+from auditor.load.formats import FORMAT_TORCHSCRIPT as FORMAT_TORCHSCRIPT
+from auditor.load.formats import Sniffed, sniff
+from auditor.load.hf import directory_sha256
 from auditor.load.pickle_scan import PickleScan, scan_checkpoint
 from auditor.load.problems import BUILT, NOT_JUDGED
 from auditor.report.files import FileCoverage
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
-FORMAT_TORCHSCRIPT = "torchscript"
-FORMAT_SAFETENSORS = "safetensors"
-FORMAT_TORCH_EXPORT = "torch-export"
-FORMAT_LEGACY_PICKLE = "legacy-pickle"
-FORMAT_LEGACY_TAR = "legacy-tar"
-FORMAT_TORCH_SAVE = "torch-save"  # a torch.save zip refused before its content was known
+_DIGESTS = {"file": sha256_file, "hf-dir": directory_sha256, "tree": tree_sha256}
 
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The policy of the static check: the import policy and the cap on a ``.pt2`` tensor the archive does not store."""
+
+    policy: ImportPolicy = ImportPolicy()
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
 
 @dataclass
 class StaticCheck:
@@ -61,26 +69,33 @@ def check_statically(
     sniffed: Sniffed | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
 ) -> StaticCheck:
-    """Sniff ``path`` and check every pickle it holds; start its sha256 in the background.
+    """Sniff ``path`` (unless ``sniffed`` says it already) and :func:`check` it.
 
     Raises:
         InputError: the file cannot be read as a checkpoint (a subclass says why); an ONNX file
             raises :class:`NotAPyTorchModel`.
     """
-    path = Path(path)
-    sniffed = sniffed or sniff(path)
-    if sniffed.container is Container.ONNX:
+    return check(sniffed or sniff(Path(path)), CheckOptions(ImportPolicy(tuple(imports), trust), max_tensor_bytes))
+
+
+def check(sniffed: Sniffed, options: CheckOptions = CheckOptions()) -> StaticCheck:
+    """The second step of ``sniff → check → load``: check every pickle the sniffed file holds; start its sha256.
+
+    Raises:
+        InputError: the file cannot be read as a checkpoint (a subclass says why); a graph format
+            (ONNX) raises :class:`NotAPyTorchModel`.
+    """
+    path, fmt = sniffed.path, sniffed.format
+    if fmt.is_graph:
         raise NotAPyTorchModel(path)
-    hashing = _hash_in_background(path, sniffed.container)
-    policy = ImportPolicy(tuple(imports), trust)
+    hashing = _hash_in_background(path, _DIGESTS[fmt.digest])
     files: list[FileCoverage] = []
-    if sniffed.container in (Container.HF_DIR, Container.MODEL_DIR):
+    if fmt.scan == "directory":
         scans, files = scan_directory(sniffed)
     else:
-        scans = scan_checkpoint(sniffed, max_tensor_bytes=max_tensor_bytes)
-    safety, allowed = judge(scans, policy, files)
-    return StaticCheck(path, sniffed, safety, allowed, _policy_notes(policy), hashing)
-
+        scans = scan_checkpoint(sniffed, max_tensor_bytes=options.max_tensor_bytes)
+    safety, allowed = judge(scans, options.policy, files)
+    return StaticCheck(path, sniffed, safety, allowed, _policy_notes(options.policy), hashing)
 
 def judge(
     scans: list[PickleScan], policy: ImportPolicy, files: list[FileCoverage] | None = None
@@ -137,16 +152,7 @@ def judge(
 
 def static_format(sniffed: Sniffed) -> str:
     """Name the format of a refused file from its container alone."""
-    return {
-        Container.TORCH_ZIP: FORMAT_TORCH_SAVE,
-        Container.TORCHSCRIPT: FORMAT_TORCHSCRIPT,
-        Container.TORCH_EXPORT: FORMAT_TORCH_EXPORT,
-        Container.LEGACY_PICKLE: FORMAT_LEGACY_PICKLE,
-        Container.LEGACY_TAR: FORMAT_LEGACY_TAR,
-        Container.SAFETENSORS: FORMAT_SAFETENSORS,
-        Container.HF_DIR: FORMAT_HF_DIR,
-    }.get(sniffed.container, sniffed.container.value)
-
+    return sniffed.format.name
 
 def _policy_notes(policy: ImportPolicy) -> list[str]:
     notes = []
@@ -162,13 +168,12 @@ def _policy_notes(policy: ImportPolicy) -> list[str]:
     return notes
 
 
-def _hash_in_background(path: Path, container: Container) -> Future[str]:
+def _hash_in_background(path: Path, hasher: Callable[[Path], str]) -> Future[str]:
     """Start the checkpoint's sha256 in a worker thread; file reads and hashlib release the GIL.
 
     It overlaps the pickle check and the load instead of adding to them.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auditor-sha256")
-    hasher = {Container.HF_DIR: directory_sha256, Container.MODEL_DIR: tree_sha256}.get(container, sha256_file)
     future = pool.submit(hasher, path)
     pool.shutdown(wait=False)
     return future

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, InputError, TruncatedArchive, UnknownFormat
-from auditor.load.formats import Container, sniff
-from tests.fixtures.hostile import safetensors_header_only
+from auditor.load.formats import FORMATS, Container, sniff
+from benchmarks.fixtures.hostile import safetensors_header_only
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -142,3 +142,12 @@ def test_protobuf_like_bytes_with_unknown_fields_are_unknown(tmp_path: Path) -> 
     path.write_bytes(b"\x08\x07" + b"\xff" * 32)  # ir_version 7, then no ModelProto field
     with pytest.raises(UnknownFormat):
         sniff(path)
+
+
+def test_every_container_has_one_format_record_and_every_loader_it_names_exists() -> None:
+    from auditor.load.loaders import _LOADERS
+
+    assert set(FORMATS) == set(Container)
+    assert {f.loader for f in FORMATS.values()} - {None} == set(_LOADERS)
+    assert [c for c, f in FORMATS.items() if f.sandboxed] == [Container.TORCHSCRIPT, Container.TORCH_EXPORT]
+    assert [c for c, f in FORMATS.items() if f.is_graph] == [Container.ONNX]

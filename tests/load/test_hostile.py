@@ -16,7 +16,7 @@ import timm.models
 import torch
 
 from auditor.load.loaders import LoadedModel, load_checkpoint
-from tests.fixtures.hostile import (
+from benchmarks.fixtures.hostile import (
     Reduce,
     graph_nodes,
     pt2_with_graph_edit,

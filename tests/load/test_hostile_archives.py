@@ -20,7 +20,7 @@ import torch
 
 from auditor.cli import run_cli
 from auditor.load.loaders import LoadedModel, load_checkpoint
-from tests.fixtures.hostile import (
+from benchmarks.fixtures.hostile import (
     Reduce,
     graph_nodes,
     pt2_config,

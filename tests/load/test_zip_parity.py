@@ -17,8 +17,8 @@ import torch
 from auditor.load.formats import sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.pickle_scan import scan_checkpoint
-from tests.fixtures.hostile import Reduce, torch_save_bytes
-from tests.fixtures.zips import comment_hides_a_second_end, count_short, plain_zip, zip64_two_views
+from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
+from benchmarks.fixtures.zips import comment_hides_a_second_end, count_short, plain_zip, zip64_two_views
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

@@ -12,7 +12,8 @@ from auditor_attribute_inference.config import AttributeInferenceConfig
 from sklearn.datasets import load_digits
 
 from auditor.plugin.runner import _judged
-from tests.plugins.output_attacks._digits import TinyCNN, context, fit, write_manifest
+from benchmarks.fixtures.digits import context, write_manifest
+from benchmarks.fixtures.models import TinyCNN, fit
 
 ORDER = np.random.default_rng(1).permutation(1797)
 

@@ -11,7 +11,8 @@ from auditor_membership_inference import plugin, references
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 
 from auditor.distributed import parallel_map, ray_session
-from tests.plugins.output_attacks._digits import context, fit, mlp, write_manifest
+from benchmarks.fixtures.digits import context, write_manifest
+from benchmarks.fixtures.models import fit, mlp
 
 pytest.importorskip("ray")
 
