@@ -43,7 +43,7 @@ from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
-from auditor_split_inversion.verdict import METRICS, judge_defence, leaks, margins
+from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence, leaks, margins
 
 #: How every network of this module is trained (``epochs`` from the config).
 RECIPE = Recipe(lr=3e-3, batch_size=64)
@@ -287,7 +287,7 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     }
 
 
-def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
+def judge(out: dict, floor: SplitFloor, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
     """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe.
 
     Each defended row gets the verdict of its best attack against the ``none`` row's best attack
