@@ -125,10 +125,10 @@ class SplitInversionPlugin:
         ensembler = self._ensembler(res, rows, defence, inputs, cfg, budget, ctx, clock)
         if isinstance(ensembler, EnsemblerRun):
             findings.append(ENSEMBLER_DEFENCE.finding(
-                message="; ".join(f"{r['setting']}: accuracy {r['accuracy']:.2f}, best PSNR {r['psnr']:.1f} dB "
-                                  f"({r['best_attack']}), best SSIM {r['ssim']:.2f}"
-                                  + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler.rows)
-                        + f"; query-free gate: {ensembler.table['query_free_gate']}",
+                message="; ".join(f"{r.setting}: accuracy {r.accuracy:.2f}, best PSNR {r.psnr:.1f} dB "
+                                  f"({r.best_attack}), best SSIM {r.ssim:.2f}"
+                                  + (f", {r.verdict}" if r.verdict is not None else "") for r in ensembler.rows)
+                        + f"; query-free gate: {ensembler.table.query_free_gate}",
                 location=ensembler.split, evidence=ensembler.as_dict()))
         for stage in clock.cut:
             ctx.cut_short(f"{stage} was cut short by the wall-clock safety net (less than {clock.reserve:.0%} of the "

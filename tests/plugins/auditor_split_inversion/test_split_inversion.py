@@ -234,8 +234,9 @@ def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
     pieces = cut(digits["net"], digits["profile"], "stem_2")
     res = judge(evaluate(pieces, pieces[0], data, 10, cfg, rmle_steps=100, rmle_tv=0.0, seed=0, tick=lambda: True),
                 floor, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0)
-    rows = {r["setting"]: r for r in res["rows"]}
-    assert list(rows) == ["none", "noise", "ensembler"]
+    table = res.as_dict()
+    rows = {r["setting"]: r for r in table["rows"]}
+    assert list(rows) == ["none", "noise", "ensembler"] and res.rows[0].verdict is None
     with torch.no_grad():
         target_acc = float((digits["net"](data["eval"]).argmax(1) == data["eval_y"]).float().mean())
     assert rows["none"]["accuracy"] == pytest.approx(target_acc, abs=1e-4)
@@ -251,11 +252,11 @@ def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
     drop = rows["ensembler"]["drops"]["rmle (white-box)"]["psnr"]
     assert len(drop["ci"]) == 2 and drop["ci"][0] <= drop["margin"] <= drop["ci"][1]
     # Unselected tail blocks get no gradient in stage 2: the secret is readable from the client's tail.
-    norms, secret = res["tail_block_norms"], set(res["secret"])
+    norms, secret = table["tail_block_norms"], set(table["secret"])
     assert min(norms[i] for i in secret) > max(n for i, n in enumerate(norms) if i not in secret)
     none = rows["none"]["attacks"]["shadow (query-free)"]
     if none["psnr_mean"] - floor.psnr_mean < 3.0 and none["ssim_mean"] - floor.ssim_mean < 0.1:
-        assert res["query_free_gate"].startswith("inconclusive")
+        assert res.query_free_gate.startswith("inconclusive")
         assert rows["ensembler"]["query_free_verdict"] == "inconclusive (query-free gate)"
 
 
@@ -422,13 +423,14 @@ def test_an_ensembler_at_chance_accuracy_lost_the_model_and_a_half_db_gate_does_
     ens = {"setting": "ensembler", "accuracy": 0.125, "attacks": {a: {"psnr_mean": 0, "ssim_mean": 0} for a in attacks},
            "per_probe": {"rmle (white-box)": _pp(rng, 14.0, 0.70), "shadow (query-free)": _pp(rng, 13.0, 0.60)}}
     for row in (none, ens):
+        row.update(best_attack="rmle (white-box)", psnr=0.0, ssim=0.0)  # the summary keys evaluate() gives every row
         for a, pp in row["per_probe"].items():
             row["attacks"][a] = {"psnr_mean": float(np.mean(pp["psnr"])), "ssim_mean": float(np.mean(pp["ssim"]))}
     out = judge({"rows": [none, ens], "n_eval": 200}, floor, THRESHOLDS, classes=8, seed=0)
-    assert out["query_free_gate"].startswith("inconclusive")
-    judged = out["rows"][1]
-    assert judged["verdict"] == "utility lost" and judged["query_free_verdict"] == "inconclusive (query-free gate)"
-    assert judged["psnr_drop_ci"][0] > 10
+    assert out.query_free_gate.startswith("inconclusive")
+    judged = out.rows[1]
+    assert judged.verdict == "utility lost" and judged.query_free_verdict == "inconclusive (query-free gate)"
+    assert judged.psnr_drop_ci[0] > 10
 
 
 @pytest.mark.parametrize(("defended", "baseline", "utility", "verdict"), [
