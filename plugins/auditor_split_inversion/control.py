@@ -26,7 +26,7 @@ from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import search
-from auditor_split_inversion.verdict import METRICS, leaks, margins
+from auditor_split_inversion.verdict import METRICS, SplitFloor, leaks, margins
 
 #: Channels of the fallback reference convolution (over-complete for 1- and 3-channel inputs).
 WIDTH = 16
@@ -86,7 +86,7 @@ def first_block(points: list, numel: int) -> list:
     return first[::-1] + [p for p in over if p not in first]
 
 
-def _check(ctrl: ControlHead, attack: str, per_probe: dict[str, list[float]], floor: dict,
+def _check(ctrl: ControlHead, attack: str, per_probe: dict[str, list[float]], floor: SplitFloor,
            thresholds: dict[str, float], how: str, seed: int) -> tuple[PowerCheck, dict]:
     """Judge one control reconstruction by the leak rule; return its power check and record."""
     measured = margins(per_probe, floor, thresholds, what=f"the {attack} control's reconstruction", how=how,
@@ -102,7 +102,7 @@ def _check(ctrl: ControlHead, attack: str, per_probe: dict[str, list[float]], fl
     return check, record
 
 
-def power_check(ctrl: ControlHead, probes: torch.Tensor, floor: dict, thresholds: dict[str, float], *, steps: int,
+def power_check(ctrl: ControlHead, probes: torch.Tensor, floor: SplitFloor, thresholds: dict[str, float], *, steps: int,
                 tvs: list[float], seed: int, tick: Callable[[], bool]) -> tuple[PowerCheck, dict]:
     """Attack the control head with the audit's rMLE search; return the power check and its record."""
     head = ctrl.head
@@ -117,7 +117,7 @@ def power_check(ctrl: ControlHead, probes: torch.Tensor, floor: dict, thresholds
     return check, {**record, "settings": settings}
 
 
-def dci_power_check(ctrl: ControlHead, probes: torch.Tensor, data: torch.Tensor, floor: dict,
+def dci_power_check(ctrl: ControlHead, probes: torch.Tensor, data: torch.Tensor, floor: SplitFloor,
                     thresholds: dict[str, float], *, layer_steps: int, joint_steps: int, batch: int, seed: int,
                     tick: Callable[[], bool], source: str) -> tuple[PowerCheck, dict]:
     """Train a one-module DCI chain for the control head on the audit's DCI training set; judge its inversion."""

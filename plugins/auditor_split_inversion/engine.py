@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -15,18 +14,14 @@ from torch import nn
 from auditor.plugin import (
     ArchitectureProfile,
     Measurement,
-    PluginSkipped,
     Severity,
-    UnsplittableModel,
     derive_seed,
-    find_split,
     lpips_distances,
     lpips_status,
-    split_model,
-    split_segments,
     top1_accuracy,
 )
 from auditor_split_inversion.config import Budget, SplitInversionConfig
+from auditor_split_inversion.cutting import Cut, cut_model
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import (
@@ -37,70 +32,7 @@ from auditor_split_inversion.metrics import (
 )
 from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
-from auditor_split_inversion.verdict import METRICS, floor_scores, leaks, margins, severity
-
-
-def choose_splits(profile: ArchitectureProfile, wanted: list[str] | None, max_splits: int | None
-                  ) -> tuple[list, str]:
-    """Return the split points to attack and a sentence saying how they were chosen."""
-    points = list(profile.split_points)
-    if wanted:
-        named = {find_split(points, w).id for w in wanted}  # an unknown id lists the valid ones
-        chosen = [p for p in points if p.id in named]
-        return chosen, "the splits named in the configuration"
-    last_per_res: dict[tuple[int, ...], object] = {}
-    for p in points:
-        if len(p.shape) == 4:
-            last_per_res[tuple(p.shape[2:])] = p
-    chosen = [p for p in points if p in last_per_res.values()]
-    note = "the last split point at each spatial resolution plus the logits"
-    token_shapes = Counter(tuple(p.shape) for p in points if len(p.shape) == 3)
-    tokens = [p for p in points if token_shapes and tuple(p.shape) == token_shapes.most_common(1)[0][0]]
-    if len(last_per_res) <= 1 and len(tokens) > 1:  # a token model: a patchify stem, then (B, N, D) features
-        chosen = _evenly(tokens, (max_splits or len(tokens) + 1) - 1)
-        note = "evenly spaced token (B×N×D) split points plus the logits (a token model)"
-    if points and len(points[-1].shape) == 2 and points[-1] not in chosen:
-        chosen.append(points[-1])
-    if max_splits is not None and len(chosen) > max_splits:
-        chosen = _evenly(chosen, max_splits)
-        note += f", thinned evenly to {max_splits} (budget preset)"
-    return chosen, note
-
-
-def _evenly(items: list, count: int) -> list:
-    """Return ``count`` items spread evenly from the first to the last (all of them when fewer)."""
-    if count >= len(items):
-        return list(items)
-    if count <= 1:
-        return items[-1:] if count == 1 else []
-    return [items[i] for i in sorted({round(i * (len(items) - 1) / (count - 1)) for i in range(count)})]
-
-
-def cuttable(model: nn.Module, splits: list, example: torch.Tensor, graph: torch.fx.Graph | None = None
-             ) -> tuple[list, list[str]]:
-    """Keep the split points the model can be cut at; return them and a note per point dropped."""
-    kept, notes = [], []
-    for p in splits:
-        try:
-            split_model(model, p.id, example=example, graph=graph)
-        except UnsplittableModel as exc:
-            notes.append(f"split point {p.id!r} skipped: {exc}")
-        else:
-            kept.append(p)
-    return kept, notes
-
-
-class Normalize(nn.Module):
-    """Map [0, 1] images to the model's normalised input space."""
-
-    def __init__(self, mean: list[float], std: list[float]) -> None:
-        super().__init__()
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``(x - mean) / std``."""
-        return (x - self.mean) / self.std
+from auditor_split_inversion.verdict import METRICS, SplitFloor, floor_scores, leaks, margins, severity
 
 
 @dataclass
@@ -205,25 +137,13 @@ class SplitAuditResult:
     recons: dict[str, list[torch.Tensor | None]]
     predicted: torch.Tensor | None
     classes: int
-    floor: dict[str, Any]
+    floor: SplitFloor
     lpips: str
     rows: list[SplitRow] = field(default_factory=list)
     measures: list[dict[str, Measurement]] = field(default_factory=list)
     settings: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
     evaluator_clean_acc: float | None = None
     train_sets: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class Cut:
-    """The model cut at the chosen splits: the head blocks, the server tail, and the notes on points dropped."""
-
-    model: nn.Module
-    splits: list
-    split_note: str
-    blocks: list[nn.Module]
-    server: nn.Module
-    notes: list[str]
 
 
 @dataclass
@@ -236,7 +156,7 @@ class Inverted:
     recons: dict[str, list[torch.Tensor | None]]
     predicted: torch.Tensor | None
     classes: int
-    floor: dict[str, Any]
+    floor: SplitFloor
 
 
 @dataclass
@@ -257,7 +177,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     train the evaluator, score the splits. ``model`` is already on ``device``; ``graph`` is its fx
     graph when the caller holds it (``RunContext.graph``), so cutting does not trace it again.
     """
-    cut = cut_model(model.eval().requires_grad_(False), profile, inputs, cfg, budget, device, graph)
+    cut = cut_model(model.eval().requires_grad_(False), profile, inputs.probes[:1].to(device), cfg, budget, device,
+                    graph)
     records: dict[str, dict[str, Any]] = {}
     snapshots, train_sets = train_inverters(cut, inputs, cfg, budget, records, seed=seed, device=device, clock=clock)
     inv = invert_probes(cut, inputs, snapshots, records, seed=seed, device=device)
@@ -270,7 +191,8 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     clean_acc = None
     if evaluator is not None and inv.labels is not None:
         others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
-        inv = replace(inv, floor={**inv.floor, "evaluator_acc": round(top1_accuracy(evaluator, others, inv.labels), 4)})
+        acc = round(top1_accuracy(evaluator, others, inv.labels), 4)
+        inv = replace(inv, floor=replace(inv.floor, evaluator_acc=acc))
         clean_acc = round(top1_accuracy(evaluator, inv.probes, inv.labels), 4)
     out = SplitAuditResult(splits=cut.splits, split_note=cut.split_note, notes=cut.notes, records=records,
                            probes=inv.probes, blocks=cut.blocks, server=cut.server, feats=inv.feats,
@@ -279,23 +201,6 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
                            evaluator_clean_acc=clean_acc)
     score_splits(out, inv, evaluator, cfg, seed=seed, probe_source=inputs.probe_source)
     return out
-
-
-def cut_model(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
-              budget: Budget, device: torch.device, graph: torch.fx.Graph | None = None) -> Cut:
-    """Choose the splits, keep those the model can be cut at and cut it (behind the normaliser, if any)."""
-    splits, split_note = choose_splits(profile, cfg.splits, budget.max_splits)
-    example = inputs.probes[:1].to(device)
-    splits, dropped = cuttable(model, splits, example, graph)
-    if not splits:
-        raise PluginSkipped("none of the chosen split points can be cut into a head and a tail: " + "; ".join(dropped),
-                            "tooling-gap")
-    pieces = split_segments(model, [p.id for p in splits], example=example, graph=graph)
-    norm = Normalize(cfg.input_mean, cfg.input_std).to(device) if cfg.input_mean and cfg.input_std else None
-    if norm is not None:
-        pieces[0] = nn.Sequential(norm, pieces[0])
-        model = nn.Sequential(norm, model)
-    return Cut(model=model, splits=splits, split_note=split_note, blocks=pieces[:-1], server=pieces[-1], notes=dropped)
 
 
 def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
@@ -331,7 +236,7 @@ def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], records:
         labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
         predicted, classes = predictions(cut.model, probes)
         fl = floor_scores(probes, predicted, labels, *_pool(cut.model, inputs, device))
-    fl["mean_image_only"] = floor(probes)
+    fl = replace(fl, mean_image_only=floor(probes))
     return Inverted(probes=probes, labels=labels, feats=feats, recons=recons, predicted=predicted, classes=classes,
                     floor=fl)
 
@@ -472,9 +377,9 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
     return snapshots, train_sets
 
 
-def closeness(scores: dict[str, float], floor: dict, thresholds: dict[str, float]) -> float:
+def closeness(scores: dict[str, float], floor: SplitFloor, thresholds: dict[str, float]) -> float:
     """Return how far toward the leak rule mean scores go: the larger margin over the floor, in thresholds."""
-    return max((scores[f"{m}_mean"] - floor[f"{m}_mean"]) / thresholds[m] for m in METRICS)
+    return max((scores[f"{m}_mean"] - floor.mean(m)) / thresholds[m] for m in METRICS)
 
 
 @torch.no_grad()

@@ -42,8 +42,9 @@ from auditor.plugin import (
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
 from auditor_split_inversion.metrics import per_image, summarise
+from auditor_split_inversion.outcomes import EnsemblerRow, EnsemblerTable
 from auditor_split_inversion.rmle import rmle
-from auditor_split_inversion.verdict import METRICS, judge_defence, leaks, margins
+from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence, leaks, margins
 
 #: How every network of this module is trained (``epochs`` from the config).
 RECIPE = Recipe(lr=3e-3, batch_size=64)
@@ -287,10 +288,11 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     }
 
 
-def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int, seed: int) -> dict:
-    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return ``out`` with verdicts, no per-probe.
+def judge(out: dict, floor: SplitFloor, thresholds: dict[str, float], *, classes: int, seed: int) -> EnsemblerTable:
+    """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return the typed table, no per-probe.
 
-    Each defended row gets the verdict of its best attack against the ``none`` row's best attack
+    ``out`` is :func:`evaluate`'s report (left as it is). Each defended row gets the verdict of its
+    best attack against the ``none`` row's best attack
     (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop
     from ``none`` with its interval. The query-free gate (seed 002 §6.2) passes only when the
     query-free attack meets the leak rule on ``none``; only then is the query-free verdict given.
@@ -300,24 +302,29 @@ def judge(out: dict, floor: dict, thresholds: dict[str, float], *, classes: int,
     n_eval = out["n_eval"]
     gate = margins({m: none["per_probe"][QUERY_FREE][m] for m in METRICS}, floor, thresholds,
                    what="the query-free attack on the undefended model", how=QUERY_FREE, seed=seed)
-    out["query_free_gate"] = ("passed: the query-free attack meets the leak rule on the undefended model"
-                              if leaks(gate) else
-                              "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
-                              "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
-                              "what Ensembler adds (the no-information sanity gate)")
+    gate_note = ("passed: the query-free attack meets the leak rule on the undefended model"
+                 if leaks(gate) else
+                 "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
+                 "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
+                 "what Ensembler adds (the no-information sanity gate)")
     best_pp = {r["setting"]: {m: r["per_probe"][max(r["attacks"], key=lambda a, m=m: r["attacks"][a][f"{m}_mean"])][m]
                               for m in METRICS} for r in rows}
     chance = 1 / classes
-    for r in rows[1:]:
+    judged = []
+    for r in rows:
+        scores = {k: v for k, v in r.items() if k != "per_probe"}
+        if r is none:
+            judged.append(EnsemblerRow(**scores))
+            continue
         common = {"utility": r["accuracy"], "n_utility": n_eval, "chance": chance, "seed": seed}
-        r.update(judge_defence(best_pp[r["setting"]], best_pp["none"], floor, thresholds,
-                               how=f"best attack per row, {r['setting']} against none", **common))
-        r["drops"] = {a: {m: measure(f"{m}_drop", m, none["per_probe"][a][m], pp[m], seed=seed).model_dump(
+        verdict = judge_defence(best_pp[r["setting"]], best_pp["none"], floor, thresholds,
+                                how=f"best attack per row, {r['setting']} against none", **common)
+        drops = {a: {m: measure(f"{m}_drop", m, none["per_probe"][a][m], pp[m], seed=seed).model_dump(
             include={"margin", "ci"}) for m in METRICS} for a, pp in r["per_probe"].items() if a in none["per_probe"]}
         shadow = QUERY_FREE_ORACLE if QUERY_FREE_ORACLE in r["per_probe"] else QUERY_FREE
-        r["query_free_verdict"] = (judge_defence(r["per_probe"][shadow], none["per_probe"][QUERY_FREE], floor,
-                                                 thresholds, how=f"{shadow} against {QUERY_FREE} on none", **common)
-                                   ["verdict"] if leaks(gate) else "inconclusive (query-free gate)")
-    for r in rows:
-        r.pop("per_probe")
-    return out
+        query_free = (judge_defence(r["per_probe"][shadow], none["per_probe"][QUERY_FREE], floor,
+                                    thresholds, how=f"{shadow} against {QUERY_FREE} on none", **common)
+                      ["verdict"] if leaks(gate) else "inconclusive (query-free gate)")
+        judged.append(EnsemblerRow(**scores, **verdict, drops=drops, query_free_verdict=query_free))
+    return EnsemblerTable(rows=tuple(judged), query_free_gate=gate_note,
+                          evaluation={k: v for k, v in out.items() if k != "rows"})

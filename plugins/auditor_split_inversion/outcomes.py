@@ -69,22 +69,73 @@ class EnsemblerSkipped:
         return {"skipped": self.reason}
 
 
+#: The keys :func:`~.verdict.judge_defence` fills in on a defended row (None on the undefended one).
+_JUDGED = ("verdict", "psnr_margin", "ssim_margin", "psnr_margin_ci", "ssim_margin_ci", "psnr_drop", "ssim_drop",
+           "psnr_drop_ci", "ssim_drop_ci", "utility_ci_low", "chance", "drops", "query_free_verdict")
+
+
+@dataclass(frozen=True)
+class EnsemblerRow:
+    """One setting of the Ensembler table (none, noise, ensembler): utility, every attack's scores and, on the
+    defended rows, the verdict against ``none`` (:func:`~.verdict.judge_defence`), the per-attack drops and the
+    query-free verdict."""
+
+    setting: str
+    accuracy: float
+    attacks: dict[str, dict[str, Any]]
+    best_attack: str
+    psnr: float
+    ssim: float
+    verdict: str | None = None
+    psnr_margin: float | None = None
+    ssim_margin: float | None = None
+    psnr_margin_ci: list[float] | None = None
+    ssim_margin_ci: list[float] | None = None
+    psnr_drop: float | None = None
+    ssim_drop: float | None = None
+    psnr_drop_ci: list[float] | None = None
+    ssim_drop_ci: list[float] | None = None
+    utility_ci_low: float | None = None
+    chance: float | None = None
+    drops: dict[str, dict[str, Any]] | None = None
+    query_free_verdict: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the row as reported in ``metrics.ensembler.rows`` (the judged keys only on a defended row)."""
+        out = asdict(self)
+        return out if self.verdict is not None else {k: v for k, v in out.items() if k not in _JUDGED}
+
+
+@dataclass(frozen=True)
+class EnsemblerTable:
+    """The judged Ensembler table (:func:`~.ensembler.judge`): its rows, the query-free gate, and what
+    :func:`~.ensembler.evaluate` reported beside the rows (secret, stage-1 accuracies, tail norms, ...)."""
+
+    rows: tuple[EnsemblerRow, ...]
+    query_free_gate: str
+    evaluation: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the table as reported in ``metrics.ensembler``."""
+        return {"rows": [r.as_dict() for r in self.rows], **self.evaluation, "query_free_gate": self.query_free_gate}
+
+
 @dataclass(frozen=True)
 class EnsemblerRun:
     """Ensembler evaluated at ``split``: the judged table (:func:`~.ensembler.judge`) and what it was run with."""
 
-    table: dict[str, Any]
+    table: EnsemblerTable
     split: str
     settings: dict[str, Any]
     rmle_settings: dict[str, Any]
     data: dict[str, Any]
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> tuple[EnsemblerRow, ...]:
         """Return the table's rows (no defence, noise only, Ensembler)."""
-        return self.table["rows"]
+        return self.table.rows
 
     def as_dict(self) -> dict[str, Any]:
         """Return the evaluation as reported in ``metrics.ensembler`` and its finding's evidence."""
-        return {**self.table, "split": self.split, "settings": self.settings, "rmle_settings": self.rmle_settings,
-                "data": self.data}
+        return {**self.table.as_dict(), "split": self.split, "settings": self.settings,
+                "rmle_settings": self.rmle_settings, "data": self.data}

@@ -27,11 +27,11 @@ from auditor.plugin import (
 )
 from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.control import control_head, dci_power_check, power_check
+from auditor_split_inversion.cutting import Normalize
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import (
     Clock,
     Inputs,
-    Normalize,
     SplitAuditResult,
     SplitRow,
     audit,
@@ -48,7 +48,7 @@ from auditor_split_inversion.rules import (
     RULES,
     WEAK_ATTACKER,
 )
-from auditor_split_inversion.verdict import METRICS, judge_defence
+from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence
 
 #: The margins' 95 % bootstrap intervals are reported over at least this many probes (else undecided).
 MIN_PROBES = 8
@@ -125,10 +125,10 @@ class SplitInversionPlugin:
         ensembler = self._ensembler(res, rows, defence, inputs, cfg, budget, ctx, clock)
         if isinstance(ensembler, EnsemblerRun):
             findings.append(ENSEMBLER_DEFENCE.finding(
-                message="; ".join(f"{r['setting']}: accuracy {r['accuracy']:.2f}, best PSNR {r['psnr']:.1f} dB "
-                                  f"({r['best_attack']}), best SSIM {r['ssim']:.2f}"
-                                  + (f", {r['verdict']}" if "verdict" in r else "") for r in ensembler.rows)
-                        + f"; query-free gate: {ensembler.table['query_free_gate']}",
+                message="; ".join(f"{r.setting}: accuracy {r.accuracy:.2f}, best PSNR {r.psnr:.1f} dB "
+                                  f"({r.best_attack}), best SSIM {r.ssim:.2f}"
+                                  + (f", {r.verdict}" if r.verdict is not None else "") for r in ensembler.rows)
+                        + f"; query-free gate: {ensembler.table.query_free_gate}",
                 location=ensembler.split, evidence=ensembler.as_dict()))
         for stage in clock.cut:
             ctx.cut_short(f"{stage} was cut short by the wall-clock safety net (less than {clock.reserve:.0%} of the "
@@ -138,7 +138,7 @@ class SplitInversionPlugin:
         if len(res.probes) < MIN_PROBES:
             undecided.append(f"only {len(res.probes)} probes: the margins' 95 % intervals need at least {MIN_PROBES}")
         metrics = {
-            "floor": fl, "per_split": [r.as_dict() for r in rows], "lpips": res.lpips,
+            "floor": fl.as_dict(), "per_split": [r.as_dict() for r in rows], "lpips": res.lpips,
             "leaky_splits": [r.split for r in rows if r.leaky], "positive_control": control,
         }
         if res.evaluator_clean_acc is not None:
@@ -156,7 +156,7 @@ class SplitInversionPlugin:
             "attacks": sorted({a for r in rows for a in r.attacks}),
             "leakage": "maximum over the attacks run and, for rMLE, over its searched settings (TV weight, steps)",
             "metrics": "PSNR=10log10(1/MSE) per image on [0,1]; SSIM skimage 7x7 uniform window, data_range=1; "
-                       f"floor per probe = {fl['kind']}; margins = best attack - floor, 95% bootstrap interval "
+                       f"floor per probe = {fl.kind}; margins = best attack - floor, 95% bootstrap interval "
                        "over probes",
             "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin,
                            "rule": "a margin reaches its threshold and its interval lies above zero"},
@@ -265,10 +265,10 @@ def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitI
                    "passed": all(p.passed for p in power)} if records else None
 
 
-def _ensembler_csv(ens: dict, fl: dict) -> Artifact:
+def _ensembler_csv(ens: dict, fl: SplitFloor) -> Artifact:
     """Return the Ensembler table (setting, accuracy, every attack's PSNR/SSIM) as CSV."""
     lines = ["setting,accuracy,attack,psnr_mean,ssim_mean,psnr_floor,ssim_floor"] + [
-        f"{r['setting']},{r['accuracy']},\"{a}\",{v['psnr_mean']},{v['ssim_mean']},{fl['psnr_mean']},{fl['ssim_mean']}"
+        f"{r['setting']},{r['accuracy']},\"{a}\",{v['psnr_mean']},{v['ssim_mean']},{fl.psnr_mean},{fl.ssim_mean}"
         for r in ens["rows"] for a, v in r["attacks"].items()]
     return Artifact(name="split-ensembler.csv", media_type="text/csv", text="\n".join(lines),
                     description=f"no defence, noise only and Ensembler at {ens['split']} (settings: metrics.ensembler)")
@@ -298,9 +298,9 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
     for r in leaky:
         findings.append(LEAKY_SPLIT.finding(
             message=(f"{r.best_attack} reconstructs the input from {r.split} ({'x'.join(map(str, r.shape))}, "
-                     f"numel ratio {r.numel_ratio:g}): PSNR {r.psnr:.1f} dB vs floor {fl['psnr_mean']:.1f} "
+                     f"numel ratio {r.numel_ratio:g}): PSNR {r.psnr:.1f} dB vs floor {fl.psnr_mean:.1f} "
                      f"({r.psnr_margin:+.1f} dB, 95% CI {_ci(r.psnr_margin_ci)}), SSIM {r.ssim:.2f} vs floor "
-                     f"{fl['ssim_mean']:.2f} ({r.ssim_margin:+.2f}, 95% CI {_ci(r.ssim_margin_ci)}); floor: "
+                     f"{fl.ssim_mean:.2f} ({r.ssim_margin:+.2f}, 95% CI {_ci(r.ssim_margin_ci)}); floor: "
                      f"the strongest no-information guess per probe (mean image, class-conditional mean of the "
                      f"predicted class)"),
             severity=r.severity,
@@ -319,7 +319,8 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
     return findings
 
 
-def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: NoiseDefence | None) -> list[Artifact]:
+def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: SplitFloor, defence: NoiseDefence | None
+                ) -> list[Artifact]:
     """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r.split for r in rows]
     attacks = sorted({a for r in rows for a in r.attacks})
@@ -328,14 +329,14 @@ def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: N
         series = {a: ([r.attacks.get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
                       [r.attacks.get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
-        svg = leakage_chart(metric, unit, labels, series, fl[f"{metric}_mean"], fl.get(f"{metric}_sd"))
+        svg = leakage_chart(metric, unit, labels, series, fl.mean(metric), getattr(fl, f"{metric}_sd"))
         arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
                                  f"{metric.upper()} per split and attack (mean ± SD over probes); dashed line = "
                                  "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
         f"{r.split},{'x'.join(map(str, r.shape))},{r.numel_ratio:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
-        f"{v['ssim_mean']},{v['ssim_sd']},{fl['psnr_mean']},{fl['ssim_mean']},{r.leaky and a == r.best_attack}"
+        f"{v['ssim_mean']},{v['ssim_sd']},{fl.psnr_mean},{fl.ssim_mean},{r.leaky and a == r.best_attack}"
         for r in rows for a, v in r.attacks.items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
                          description="per split and attack, next to the floor (settings: provenance)"))
@@ -348,7 +349,7 @@ def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: dict, defence: N
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(svg_artifact(defence_chart(defence.as_dict()["rows"], fl["psnr_mean"]), "split-noise-defence.svg",
+        arts.append(svg_artifact(defence_chart(defence.as_dict()["rows"], fl.psnr_mean), "split-noise-defence.svg",
                                  f"noise at {defence.split}: utility against best-attack PSNR, points = σ"))
     return arts
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,8 +27,44 @@ from auditor.plugin import Floor, LeakJudgement, Measurement, Severity, floor_im
 METRICS = ("psnr", "ssim")
 
 
+@dataclass(frozen=True)
+class SplitFloor:
+    """The floor every split is judged against: per probe the best no-information guess, per metric.
+
+    ``psnr`` / ``ssim`` hold one score per probe; the means and SDs summarise them; ``guesses`` is
+    each guess's mean score. ``mean_image_only`` (the mean image alone, for comparison) and
+    ``evaluator_acc`` (the evaluator's top-1 on the floor images) are filled in by the audit.
+    """
+
+    psnr: tuple[float, ...]
+    ssim: tuple[float, ...]
+    psnr_mean: float
+    psnr_sd: float
+    ssim_mean: float
+    ssim_sd: float
+    kind: str
+    guesses: dict[str, dict[str, float]]
+    mean_image_only: dict[str, float] | None = None
+    evaluator_acc: float | None = None
+
+    def of(self, metric: str) -> Floor:
+        """Return the facade's per-probe :class:`auditor.plugin.Floor` for ``metric`` (``psnr`` or ``ssim``)."""
+        return Floor.per_probe(self.kind, getattr(self, metric))
+
+    def mean(self, metric: str) -> float:
+        """Return the floor's mean score for ``metric``."""
+        return getattr(self, f"{metric}_mean")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the floor as reported in ``metrics.floor`` (``evaluator_acc`` only when measured)."""
+        out = {**asdict(self), "psnr": list(self.psnr), "ssim": list(self.ssim)}
+        if self.evaluator_acc is None:
+            del out["evaluator_acc"]
+        return out
+
+
 def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: torch.Tensor | None = None,
-                 aux: torch.Tensor | None = None, aux_labels: torch.Tensor | None = None) -> dict:
+                 aux: torch.Tensor | None = None, aux_labels: torch.Tensor | None = None) -> SplitFloor:
     """Score every no-information guess per probe; return the per-probe best (``psnr``, ``ssim``) and each guess's mean.
 
     ``predicted`` are the model's classes for the probes (None when it has no class output),
@@ -46,18 +84,18 @@ def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: t
             if "class-conditional mean image" in pool:
                 guesses[f"class-conditional mean of the {name} (auxiliary data)"] = pool["class-conditional mean image"]
     scored = {kind: [image_scores(p, g, "clamp") for p, g in zip(probes.cpu(), imgs)] for kind, imgs in guesses.items()}
-    best = {m: [max(s[i][m] for s in scored.values()) for i in range(len(probes))] for m in METRICS}
+    best = {m: tuple(max(s[i][m] for s in scored.values()) for i in range(len(probes))) for m in METRICS}
     means = {f"{m}_{stat}": round(float(fn(best[m])), 4)
              for m in METRICS for stat, fn in (("mean", np.mean), ("sd", np.std))}
     guessed = {kind: {m: round(sum(v[m] for v in s) / len(s), 4) for m in METRICS} for kind, s in scored.items()}
-    return {**best, **means, "kind": "best per probe of: " + "; ".join(scored), "guesses": guessed}
+    return SplitFloor(**best, **means, kind="best per probe of: " + "; ".join(scored), guesses=guessed)
 
 
-def margins(scores: dict[str, Sequence[float]], floor: dict, thresholds: dict[str, float], *, what: str, how: str,
+def margins(scores: dict[str, Sequence[float]], floor: SplitFloor, thresholds: dict[str, float], *, what: str, how: str,
             seed: int) -> dict[str, Measurement]:
     """Return the PSNR and SSIM margins of per-probe ``scores`` over the per-probe ``floor``, with 95 % intervals."""
     units = {"psnr": "dB", "ssim": ""}
-    return {m: measure(m, f"{m.upper()} of {what}", scores[m], Floor.per_probe(floor["kind"], floor[m]),
+    return {m: measure(m, f"{m.upper()} of {what}", scores[m], floor.of(m),
                        threshold=thresholds[m], unit=units[m], how=how, seed=seed) for m in METRICS}
 
 
@@ -91,7 +129,7 @@ def wilson_low(rate: float, n: int, z: float = 1.96) -> float:
     return (centre - spread) / (1 + z * z / n)
 
 
-def judge_defence(defended: dict[str, Sequence[float]], baseline: dict[str, Sequence[float]], floor: dict,
+def judge_defence(defended: dict[str, Sequence[float]], baseline: dict[str, Sequence[float]], floor: SplitFloor,
                   thresholds: dict[str, float], *, utility: float, n_utility: int, chance: float, how: str,
                   seed: int) -> dict:
     """Judge one defended setting against the undefended one under the same attack and budget.

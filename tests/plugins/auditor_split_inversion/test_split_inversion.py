@@ -33,12 +33,13 @@ import torch
 from auditor_split_inversion import plugin
 from auditor_split_inversion.config import BUDGETS, EnsemblerConfig, SplitInversionConfig
 from auditor_split_inversion.control import control_head, dci_power_check, power_check
+from auditor_split_inversion.cutting import choose_splits
 from auditor_split_inversion.defences import add_noise, noise_sweep
-from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit, choose_splits
+from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit
 from auditor_split_inversion.ensembler import cut, evaluate, judge
 from auditor_split_inversion.metrics import per_image
 from auditor_split_inversion.plugin import _ensembler_csv
-from auditor_split_inversion.verdict import floor_scores, judge_defence, leaks, margins, wilson_low
+from auditor_split_inversion.verdict import SplitFloor, floor_scores, judge_defence, leaks, margins, wilson_low
 from PIL import Image
 from pydantic import ValidationError
 from sklearn.datasets import load_digits
@@ -117,8 +118,8 @@ def test_dci_beats_the_floor_at_the_first_split_and_not_at_the_logits(digits: di
     floor, rows = res.floor, res.rows
     first, logits = rows[0].attacks["dci"], rows[-1]
     assert res.records["synthesis"]["source"] == "bn-statistics"
-    assert first["psnr_mean"] - floor["psnr_mean"] >= 4.0, (first, floor)
-    assert first["ssim_mean"] - floor["ssim_mean"] >= 0.15, (first, floor)
+    assert first["psnr_mean"] - floor.psnr_mean >= 4.0, (first, floor)
+    assert first["ssim_mean"] - floor.ssim_mean >= 0.15, (first, floor)
     assert logits.split == "fc" and logits.psnr_margin <= 1.0 and logits.ssim_margin <= 0.05, logits
 
 
@@ -233,8 +234,9 @@ def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
     pieces = cut(digits["net"], digits["profile"], "stem_2")
     res = judge(evaluate(pieces, pieces[0], data, 10, cfg, rmle_steps=100, rmle_tv=0.0, seed=0, tick=lambda: True),
                 floor, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0)
-    rows = {r["setting"]: r for r in res["rows"]}
-    assert list(rows) == ["none", "noise", "ensembler"]
+    table = res.as_dict()
+    rows = {r["setting"]: r for r in table["rows"]}
+    assert list(rows) == ["none", "noise", "ensembler"] and res.rows[0].verdict is None
     with torch.no_grad():
         target_acc = float((digits["net"](data["eval"]).argmax(1) == data["eval_y"]).float().mean())
     assert rows["none"]["accuracy"] == pytest.approx(target_acc, abs=1e-4)
@@ -245,16 +247,16 @@ def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
     assert "shadow, best of N bodies (query-free, oracle)" in rows["ensembler"]["attacks"]
     # The server holds the device weights in this plugin's threat model, so Ensembler does not stop rMLE:
     # judged against the undefended row with the leak rule, it still leaks.
-    assert rows["ensembler"]["attacks"]["rmle (white-box)"]["psnr_mean"] - floor["psnr_mean"] >= 10.0
+    assert rows["ensembler"]["attacks"]["rmle (white-box)"]["psnr_mean"] - floor.psnr_mean >= 10.0
     assert rows["ensembler"]["verdict"] == "leaks" and rows["noise"]["verdict"] == "leaks"
     drop = rows["ensembler"]["drops"]["rmle (white-box)"]["psnr"]
     assert len(drop["ci"]) == 2 and drop["ci"][0] <= drop["margin"] <= drop["ci"][1]
     # Unselected tail blocks get no gradient in stage 2: the secret is readable from the client's tail.
-    norms, secret = res["tail_block_norms"], set(res["secret"])
+    norms, secret = table["tail_block_norms"], set(table["secret"])
     assert min(norms[i] for i in secret) > max(n for i, n in enumerate(norms) if i not in secret)
     none = rows["none"]["attacks"]["shadow (query-free)"]
-    if none["psnr_mean"] - floor["psnr_mean"] < 3.0 and none["ssim_mean"] - floor["ssim_mean"] < 0.1:
-        assert res["query_free_gate"].startswith("inconclusive")
+    if none["psnr_mean"] - floor.psnr_mean < 3.0 and none["ssim_mean"] - floor.ssim_mean < 0.1:
+        assert res.query_free_gate.startswith("inconclusive")
         assert rows["ensembler"]["query_free_verdict"] == "inconclusive (query-free gate)"
 
 
@@ -262,7 +264,7 @@ def test_the_ensembler_csv_keeps_attack_names_with_commas_in_one_column() -> Non
     attack = "shadow, best of N bodies (query-free, oracle)"
     art = _ensembler_csv({"split": "stem_2", "rows": [{"setting": "ensembler", "accuracy": 0.86,
                                                        "attacks": {attack: {"psnr_mean": 10.7, "ssim_mean": 0.58}}}]},
-                         {"psnr_mean": 12.0, "ssim_mean": 0.63})
+                         _floor(12.0, 0.63, 0))
     header, row = list(csv.reader(io.StringIO(art.text)))
     assert dict(zip(header, row)) == {"setting": "ensembler", "accuracy": "0.86", "attack": attack, "psnr_mean": "10.7",
                                       "ssim_mean": "0.58", "psnr_floor": "12.0", "ssim_floor": "0.63"}
@@ -306,6 +308,23 @@ def test_a_vit_is_attacked_at_token_split_points() -> None:
 THRESHOLDS = {"psnr": 3.0, "ssim": 0.1}
 
 
+def _floor(psnr: float, ssim: float, n: int) -> SplitFloor:
+    """Return a test floor of ``n`` probes, each at ``psnr`` / ``ssim``."""
+    return SplitFloor(psnr=(psnr,) * n, ssim=(ssim,) * n, psnr_mean=psnr, psnr_sd=0.0, ssim_mean=ssim, ssim_sd=0.0,
+                      kind="test floor", guesses={})
+
+
+def test_the_floor_is_reported_with_the_keys_it_always_had() -> None:
+    fl = _floor(14.0, 0.7, 2)
+    assert fl.as_dict() == {"psnr": [14.0, 14.0], "ssim": [0.7, 0.7], "psnr_mean": 14.0, "psnr_sd": 0.0,
+                            "ssim_mean": 0.7, "ssim_sd": 0.0, "kind": "test floor", "guesses": {},
+                            "mean_image_only": None}
+    assert dataclasses.replace(fl, evaluator_acc=0.5).as_dict()["evaluator_acc"] == 0.5
+    assert fl.of("ssim").values == (0.7, 0.7) and fl.mean("psnr") == 14.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fl.kind = "changed"  # type: ignore[misc]
+
+
 def _rmle_audit(net: nn.Module, digits: dict, *, steps: int = 40, splits: tuple[str, ...] = ("stem_2", "fc")
                 ) -> SplitAuditResult:
     """rMLE alone (3 TV weights × ``steps``) at two splits, 8 labelled probes, 400 labelled auxiliary digits."""
@@ -330,7 +349,7 @@ def test_the_floor_holds_the_predicted_class_so_a_label_only_leak_is_quiet(digit
     full = floor_scores(probes, predicted, y[te[:16]], aux, aux_y)
     assert leaks(margins(scores, mean_only, THRESHOLDS, what="class mean", how="", seed=0))
     assert not leaks(margins(scores, full, THRESHOLDS, what="class mean", how="", seed=0))
-    assert "class-conditional mean of the predicted class (auxiliary data)" in full["kind"]
+    assert "class-conditional mean of the predicted class (auxiliary data)" in full.kind
 
 
 def test_negative_controls_stay_quiet_and_the_trained_first_split_fires(digits: dict) -> None:
@@ -397,20 +416,21 @@ def _pp(rng: np.random.Generator, psnr: float, ssim: float, n: int = 16) -> dict
 def test_an_ensembler_at_chance_accuracy_lost_the_model_and_a_half_db_gate_does_not_pass() -> None:
     """Issue 12, measurement 4: the query-free gate "passed" at +0.5 dB; an Ensembler at 0.125 on 8 classes held."""
     rng = np.random.default_rng(0)
-    floor = {"psnr": [14.0] * 16, "ssim": [0.70] * 16, "kind": "test floor"}
+    floor = _floor(14.0, 0.70, 16)
     attacks = {"rmle (white-box)": None, "shadow (query-free)": None}
     none = {"setting": "none", "accuracy": 0.95, "attacks": {a: {"psnr_mean": 0, "ssim_mean": 0} for a in attacks},
             "per_probe": {"rmle (white-box)": _pp(rng, 30.0, 0.95), "shadow (query-free)": _pp(rng, 14.5, 0.70)}}
     ens = {"setting": "ensembler", "accuracy": 0.125, "attacks": {a: {"psnr_mean": 0, "ssim_mean": 0} for a in attacks},
            "per_probe": {"rmle (white-box)": _pp(rng, 14.0, 0.70), "shadow (query-free)": _pp(rng, 13.0, 0.60)}}
     for row in (none, ens):
+        row.update(best_attack="rmle (white-box)", psnr=0.0, ssim=0.0)  # the summary keys evaluate() gives every row
         for a, pp in row["per_probe"].items():
             row["attacks"][a] = {"psnr_mean": float(np.mean(pp["psnr"])), "ssim_mean": float(np.mean(pp["ssim"]))}
     out = judge({"rows": [none, ens], "n_eval": 200}, floor, THRESHOLDS, classes=8, seed=0)
-    assert out["query_free_gate"].startswith("inconclusive")
-    judged = out["rows"][1]
-    assert judged["verdict"] == "utility lost" and judged["query_free_verdict"] == "inconclusive (query-free gate)"
-    assert judged["psnr_drop_ci"][0] > 10
+    assert out.query_free_gate.startswith("inconclusive")
+    judged = out.rows[1]
+    assert judged.verdict == "utility lost" and judged.query_free_verdict == "inconclusive (query-free gate)"
+    assert judged.psnr_drop_ci[0] > 10
 
 
 @pytest.mark.parametrize(("defended", "baseline", "utility", "verdict"), [
@@ -419,7 +439,7 @@ def test_an_ensembler_at_chance_accuracy_lost_the_model_and_a_half_db_gate_does_
 def test_defence_verdicts_follow_the_leak_rule_and_the_utility(defended: tuple, baseline: tuple, utility: float,
                                                                  verdict: str) -> None:
     rng = np.random.default_rng(1)
-    floor = {"psnr": [14.0] * 16, "ssim": [0.70] * 16, "kind": "test floor"}
+    floor = _floor(14.0, 0.70, 16)
     got = judge_defence(_pp(rng, *defended), _pp(rng, *baseline), floor, THRESHOLDS, utility=utility, n_utility=200,
                         chance=0.125, how="", seed=0)
     assert got["verdict"] == verdict, got
@@ -481,7 +501,7 @@ def test_no_fx_graph_is_a_tooling_gap_and_no_split_point_is_not_applicable(digit
 def test_a_leaky_split_is_high_only_when_its_interval_clears_the_threshold_by_the_threshold_again() -> None:
     from auditor_split_inversion.verdict import severity
 
-    floor = {"psnr": [10.0] * 4, "ssim": [0.5] * 4, "kind": "test floor"}
+    floor = _floor(10.0, 0.5, 4)
     clear = margins({"psnr": [20.0, 21.0, 19.5, 20.5], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
     near = margins({"psnr": [13.5, 14.0, 13.2, 13.8], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
     assert severity(clear).value == "high" and severity(near).value == "medium"
