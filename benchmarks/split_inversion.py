@@ -159,8 +159,8 @@ def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, 
     dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res.probes)
     rmle_full = rec["rmle"]["cpu_seconds_all_splits"]
     print(f"\n### {name}\n\n{extra}\n")
-    print(f"Floor ({fl['kind']}): PSNR {fl['psnr_mean']:.2f} dB, SSIM {fl['ssim_mean']:.3f} (mean image alone: "
-          f"{fl['mean_image_only']['psnr_mean']:.2f} dB, {fl['mean_image_only']['ssim_mean']:.3f}); rMLE settings per "
+    print(f"Floor ({fl.kind}): PSNR {fl.psnr_mean:.2f} dB, SSIM {fl.ssim_mean:.3f} (mean image alone: "
+          f"{fl.mean_image_only['psnr_mean']:.2f} dB, {fl.mean_image_only['ssim_mean']:.3f}); rMLE settings per "
           f"split: {[r.attacks['rmle'].get('settings') for r in res.rows]}\n")
     print("| split | shape | numel ratio | DCI PSNR | DCI SSIM | rMLE PSNR | rMLE SSIM | max PSNR − floor "
           "| rMLE steps to reach DCI's PSNR (CPU s) |")
@@ -233,12 +233,12 @@ def ensembler_table() -> None:
         fl = floor_scores(data["probes"], net(data["probes"]).argmax(1), y[te[:16]], data["aux"], data["aux_y"])
     c0 = time.process_time()
     res = judge(evaluate(pieces, pieces[0], data, 10, cfg, rmle_steps=150, rmle_tv=0.0, seed=0, tick=lambda: True),
-                fl, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0)
+                fl, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0).as_dict()
     print(f"\n### Ensembler on the digits CNN at `_0_2` (8×8×8)\n\nSettings: {cfg.model_dump()}; client "
           "training set 700 digits, attacker's auxiliary set the other 700 training digits (disjoint), accuracy on "
           f"381 held-out digits, 16 held-out probes; seed 0; {time.process_time() - c0:.1f} CPU s in all.\n")
-    print(f"Floor (best per probe of the mean and class-conditional mean images): PSNR {fl['psnr_mean']:.2f} dB, "
-          f"SSIM {fl['ssim_mean']:.3f}; rMLE 150 steps, TV weight 0\n")
+    print(f"Floor (best per probe of the mean and class-conditional mean images): PSNR {fl.psnr_mean:.2f} dB, "
+          f"SSIM {fl.ssim_mean:.3f}; rMLE 150 steps, TV weight 0\n")
     names = [a for r in res["rows"] for a in r["attacks"]]
     attacks = list(dict.fromkeys(names))
     print("| setting | accuracy | " + " | ".join(f"{a} PSNR / SSIM" for a in attacks) + " | verdict (best attack) "
