@@ -41,7 +41,7 @@ MODELS = ("resnet50", "vit_b_16")
 PHASES = {
     "pickle check": ("auditor.load.static_check", "scan_checkpoint"),
     "sha256 (worker thread)": ("auditor.load.static_check", "sha256_file"),
-    "safe load (gated unpickler, mmap)": ("auditor.load.loaders", "_materialise"),
+    "safe load (gated unpickler, mmap)": ("auditor.audit.pipeline", "load"),  # the chain's public load step
     "fx trace": ("auditor.graph.trace:LeafTracer", "trace"),
     "shapes": ("auditor.graph.trace", "propagate_shapes"),
     "detectors": ("auditor.graph.profile", "profile_graph"),
