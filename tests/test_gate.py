@@ -112,15 +112,15 @@ def test_a_refused_checkpoint_lists_no_gaps() -> None:
 def test_the_tensor_size_cap_is_configurable(small_cnn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    scan_module = importlib.import_module("auditor.audit.pipeline")  # the package attribute `scan` is the function
     seen: dict[str, object] = {}
-    real = scan_module.load_checkpoint
+    for name in ("auditor.audit.pipeline", "auditor.audit.refused"):  # the static check runs from either
+        module = importlib.import_module(name)  # the package attribute `scan` is the function
 
-    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        seen.update(kwargs)
-        return real(*args, **kwargs)
+        def spy(sniffed, options, real=module.check):  # type: ignore[no-untyped-def]
+            seen["max_tensor_bytes"] = options.max_tensor_bytes
+            return real(sniffed, options)
 
-    monkeypatch.setattr(scan_module, "load_checkpoint", spy)
+        monkeypatch.setattr(module, "check", spy)
     (tmp_path / "auditor.toml").write_text("[scan]\nmax_tensor_bytes = 4096\n")
     code, _ = _cli(tmp_path, str(small_cnn), "--config", str(tmp_path / "auditor.toml"))
     assert code in (ExitCode.PASS, ExitCode.FAIL) and seen["max_tensor_bytes"] == 4096

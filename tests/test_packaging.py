@@ -97,3 +97,16 @@ def test_fresh_venv_plain_install_writes_every_report(wheel: Path, tmp_path: Pat
     assert report["summary"]["verdict"] == "fail"
     assert "arch.last-stage-skip" in (tmp_path / "r.html").read_text()
     assert json.loads((tmp_path / "r.sarif").read_text())["version"] == "2.1.0"
+
+
+def test_every_package_of_the_tree_is_in_the_wheel_list() -> None:
+    """A package missing from ``[tool.setuptools] packages`` works from the source tree and is absent from the wheel
+    (``auditor.jail`` was: every scan of a plain install ended as a sandbox refusal)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(root).parts) for init in (root / "auditor").rglob("__init__.py")}
+    found |= {".".join(init.parent.relative_to(root / "plugins").parts)
+              for init in (root / "plugins").rglob("__init__.py")}
+    assert found - listed == set()

@@ -204,7 +204,8 @@ def _helper_caches(config: ScanConfig) -> list[Path]:
 def _environment(scratch: str) -> dict[str, str]:
     """A small environment: the parent's locale, threads and GPUs; every cache and temp dir in scratch."""
     keep = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+            "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+            "AUDITOR_NO_CACHE")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.setdefault("USER", env.get("LOGNAME", "auditor"))  # getpass.getuser() without a name-service lookup
     env.update({"TMPDIR": scratch, "MPLCONFIGDIR": scratch, "HF_HOME": f"{scratch}/hf", "TORCH_HOME": scratch,
