@@ -90,12 +90,25 @@ def runtime_paths(gpu: bool) -> list[str]:
              *_code_paths()]
     if gpu:
         paths += _GPU_READ
+    paths += _linked_entries([p for p in sys.path if p])
     home = os.path.realpath(os.path.expanduser("~"))
     out = []
     for p in paths:
         real = os.path.realpath(p)
         if real not in ("/", home) and os.path.exists(real) and real not in out:
             out.append(real)
+    return out
+
+
+def _linked_entries(folders: list[str]) -> list[str]:
+    """Where the links directly inside import folders point (a site-packages of symlinks: nix, a shared stack)."""
+    out: list[str] = []
+    for folder in folders:
+        try:
+            with os.scandir(folder) as entries:
+                out += [os.path.realpath(e.path) for e in entries if e.is_symlink()]
+        except OSError:  # not a folder (a zip on sys.path) or unreadable: nothing to add
+            continue
     return out
 
 
