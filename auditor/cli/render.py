@@ -89,7 +89,8 @@ def print_headlines(console: Console, report: Report, *, prefix: str = "") -> No
 def print_report(console: Console, report: Report) -> None:
     """Print one model's report: the model, its profile (or ONNX graph), the findings and the plugin runs."""
     m = report.model
-    console.print(f"[bold]model[/] {safe(m.path)}  format={safe(m.format)}  params={m.params}  sha256={m.sha256[:12]}…  "
+    console.print(f"[bold]model[/] {safe(m.path)}  format={safe(m.format)}  params={m.params}  "
+                  f"sha256={m.sha256[:12]}…  "
                   f"load={load_word(m.load_safety)} ({safe(m.load_safety.loader or 'not loaded')})")
     console.print(f"load: {plain(load_reason(m.load_safety))}", markup=False, soft_wrap=True)
     a = report.architecture
