@@ -96,7 +96,8 @@ def test_a_silent_step_outside_a_plugin_is_repeated_too() -> None:
     say("checking pickles and loading the checkpoint")
     clock.now += 45
     progress.beat()
-    assert _lines(out)[-1] == "auditor: [1/1] big.pt: still at: checking pickles and loading the checkpoint (45 s so far)"
+    assert _lines(out)[-1] == ("auditor: [1/1] big.pt: still at: checking pickles and loading the checkpoint "
+                               "(45 s so far)")
 
 
 def test_the_heartbeat_thread_runs_on_the_injected_wait() -> None:
