@@ -204,9 +204,8 @@ def test_all_plugins_report(browser: Any, tiny_all_plugins: Report) -> None:
     ran = {n: p.status for n, p in runs.items()}
     assert set(ran.values()) <= {"ok", "inconclusive"}, {n: runs[n].reason for n in ran}  # every kind rendered
     svgs = [a.name for p in runs.values() for a in p.artifacts if a.media_type == "image/svg+xml"]
-    assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
     SHOTS.mkdir(parents=True, exist_ok=True)
     html = _write(tiny_all_plugins, SHOTS / "tiny-all-plugins.html")  # kept beside the screenshots
-    text = html.read_text(encoding="utf-8")
-    assert text.count('<figure class="chart">') == len(svgs)
-    _check_page(browser, html, "tiny-all-plugins")
+    assert _check_page(browser, html, "tiny-all-plugins") > 0  # the page first: a missing chart below says less
+    assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
+    assert html.read_text(encoding="utf-8").count('<figure class="chart">') == len(svgs)
