@@ -37,7 +37,7 @@ class PluginState:
     name: str
     budget_s: float | None
     started: float
-    stage: str = "starting"
+    stage: str = "running (no stage reported yet)"
     done: int | None = None
     total: int | None = None
     first_done: int | None = None  # the stage's work count when first seen, and when
