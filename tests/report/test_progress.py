@@ -162,3 +162,21 @@ def test_a_plugin_reports_its_stages_through_the_runner() -> None:
     assert runs[0].status == "ok", runs[0].reason
     assert seen == [("staged", "shadow models", 1, 3), ("staged", "shadow models", 2, 3),
                     ("staged", "shadow models", 3, 3), ("staged", "calibrating", None, None)]
+
+
+def test_on_a_terminal_each_plugin_is_a_bar_with_its_stage_and_no_plain_line() -> None:
+    clock = FakeClock()
+    out = io.StringIO()
+    console = Console(file=out, width=160, force_terminal=True, color_system=None)
+    with Progress(enabled=True, console=console, clock=clock, wait=lambda _s: True) as progress:
+        assert progress.bar is not None
+        say = progress.for_model(0, 1, Path("m.pt"))
+        assert say is not None
+        say(started_message("membership-inference", 600.0))
+        say(stage_message("membership-inference", "training reference models", 3, 8))
+        task = progress.bar.tasks[progress.plugin_task]
+        assert (task.description, task.completed, task.total) == (
+            "plugin membership-inference: training reference models", 3, 8)
+        progress.bar.refresh()
+    shown = out.getvalue()
+    assert "training reference models" in shown and "auditor: [1/1]" not in shown
