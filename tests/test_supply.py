@@ -172,6 +172,7 @@ def test_the_ml_bom_lists_every_file_and_validates(work: Path) -> None:
 
 def test_the_ml_bom_carries_measurements_findings_and_overrides(work: Path) -> None:
     """A judged attack's headline: margin, interval, floor and attack in the model card; findings as considerations."""
+    from auditor.report.model import Report
     from auditor.report.render_cyclonedx import render_cyclonedx
 
     assert run_cli(["scan", "model/plain.pt", "--input-shape", "3,16,16", "--json", "r.json", "-q"]) == 0
@@ -184,7 +185,8 @@ def test_the_ml_bom_carries_measurements_findings_and_overrides(work: Path) -> N
                                "location": "logits", "remediation": ["dp-sgd"], "severity_override": {
                                    "original": "high", "applied": "medium", "pattern": "privacy.*",
                                    "source": "auditor.toml [severity]"}})
-    bom = _bom(render_cyclonedx([report], not_audited=[("model/README.md", "not a checkpoint")]))
+    typed = Report.model_validate(report)  # the ML-BOM renders from the typed report
+    bom = _bom(render_cyclonedx([typed], not_audited=[("model/README.md", "not a checkpoint")]))
     card = next(c for c in bom["components"] if c["type"] == "machine-learning-model")["modelCard"]
     (metric,) = card["quantitativeAnalysis"]["performanceMetrics"]
     assert metric["type"] == "membership-inference/auc margin over floor" and metric["value"] == "0.21"

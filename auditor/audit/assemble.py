@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from auditor._version import __version__
+from auditor.audit.progress import stage_reporter, started_message
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
 from auditor.gate import GatePolicy, apply_severity_policy, decide
@@ -40,11 +41,12 @@ if TYPE_CHECKING:  # a refused checkpoint's report is assembled without importin
 
 
 def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_only: str | None = None,
-                 identity: str | None = None) -> RunSettings:
+                 identity: str | None = None, progress: Callable[[str], None] | None = None) -> RunSettings:
     """Return the plugin runner's settings for a scan with ``config``.
 
     ``identity`` (:func:`auditor.plugin.results.identity_hash` of what is audited) lets the runner
-    reuse stored runs when ``config.cache`` is on; without it every run is computed.
+    reuse stored runs when ``config.cache`` is on; without it every run is computed. ``progress``
+    is told each stage a plugin reports (:func:`auditor.audit.progress.stage_reporter`).
     """
     from auditor.plugin.results import DEFAULT_CACHE_DIR, RunCache, cache_disabled_by_env
     from auditor.plugin.runner import RunSettings
@@ -54,13 +56,14 @@ def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_o
     if config.cache and identity is not None and not cache_disabled_by_env():
         cache = RunCache(config.cache_dir if config.cache_dir is not None else DEFAULT_CACHE_DIR)
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
-                       graph_only=graph_only, cache=cache, identity=identity if cache is not None else None)
+                       graph_only=graph_only, cache=cache, identity=identity if cache is not None else None,
+                       on_progress=stage_reporter(progress) if progress is not None else None)
 
 
 def announce_plugins(say: Callable[[str], None]) -> Callable[[str, float | None], None]:
     """Return the runner's ``on_start``: each plugin's start as a progress step, with its budget."""
     def on_start(name: str, budget_s: float | None) -> None:
-        say(f"running plugin {name}" + (f" (budget {budget_s:g} s)" if budget_s is not None else ""))
+        say(started_message(name, budget_s))
 
     return on_start
 

@@ -75,7 +75,7 @@ def audit_onnx(
     notes = [_check_note(check)]
     plugins, plugin_findings = run_plugins(
         entries, model=None, profile=profile, configs=plugin_configs,
-        settings=run_settings(config, device, data, graph_only=GRAPH_ONLY),
+        settings=run_settings(config, device, data, graph_only=GRAPH_ONLY, progress=progress),
         on_start=announce_plugins(progress),
     )
     info = ModelInfo(

@@ -120,7 +120,7 @@ def audit(
     identity = _identity(info.sha256, model, profile, config, data) if config.cache else None
     plugins, plugin_findings = run_plugins(
         entries, model=model, graph=graph, profile=profile, configs=plugin_configs,
-        settings=run_settings(config, device, data, identity=identity),
+        settings=run_settings(config, device, data, identity=identity, progress=say),
         on_start=announce_plugins(say),
     )
     return assemble_report(config, device, model=info, architecture=profile,

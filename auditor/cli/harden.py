@@ -25,7 +25,7 @@ from auditor.cli.options import (
     PluginsOption,
     SeedOption,
 )
-from auditor.cli.outputs import REWRITE_IDS
+from auditor.cli.outputs import REWRITE_IDS, write_report
 from auditor.cli.render import comparison_table, plain, safe, verdict_line
 from auditor.report.coverage import verdict_reasons
 from auditor.rewrite.options import harden_flags
@@ -99,16 +99,18 @@ def harden(
                          epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, torchscript=torchscript,
                          scan=config)
     with _bars() as show:
-        result = run_harden(HardenCommand(model, opts, json_path=json_path, html_path=html_path), progress=show)
+        result = run_harden(HardenCommand(model, opts), progress=show)
+    reports = write_report(result.after, {"json": json_path, "html": html_path})
     c = result.after.comparison
     assert c is not None
     render.out.print(comparison_table(result))
     for note in c.notes:
         render.out.print(f"note: {plain(note)}", markup=False)
-    render.out.print(f"saved {safe(out)}; reports: {safe(json_path)}, {safe(html_path)}")
+    render.out.print(f"saved {safe(out)}")
     s = result.after.summary
     render.out.print(verdict_line(s.verdict, s.exit_code, verdict_reasons(result.after)))
-    render.out.print("reports: " + ", ".join(safe(p) for p in (json_path, html_path)))
+    if reports:
+        render.out.print("reports: " + ", ".join(safe(p) for p in reports))
     return s.exit_code
 
 

@@ -13,19 +13,15 @@ from typing import Annotated
 import typer
 
 from auditor.report.model import Severity
+from auditor.report.renderers import RENDERERS
 
 #: ``-`` (or ``/dev/stdout``) as an output path: the report alone on stdout.
 STDOUT = Path("-")
 
 
-class OutputFormat(str, Enum):
-    """What ``--format`` writes to stdout (or ``-o FILE``)."""
-
-    TEXT = "text"
-    JSON = "json"
-    SARIF = "sarif"
-    MARKDOWN = "markdown"
-    CYCLONEDX = "cyclonedx"
+#: What ``--format`` writes to stdout (or ``-o FILE``): ``text`` (the terminal's rendering) and every
+#: renderer of the one table, :data:`auditor.report.renderers.RENDERERS` (``OutputFormat.JSON`` ...).
+OutputFormat = Enum("OutputFormat", {name.upper(): name for name in ("text", *RENDERERS)}, type=str)  # type: ignore[misc]
 
 
 def _input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -83,7 +79,7 @@ InputSpecOption = Annotated[str | None, typer.Option(
 
 # Writing reports (scan).
 FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", help="What to print on stdout (or write to -o): text, json, sarif, markdown or cyclonedx "
-                           "(an ML-BOM).")]
+    "--format", "-f", help="What to print on stdout (or write to -o): "
+                           f"{', '.join(f.value for f in OutputFormat)} (cyclonedx: an ML-BOM).")]
 OutputOption = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the --format output to this file instead of stdout.")]

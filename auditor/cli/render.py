@@ -19,6 +19,7 @@ from auditor.report.coverage import verdict_reasons
 from auditor.report.escape import terminal_markup as safe
 from auditor.report.escape import terminal_plain as plain
 from auditor.report.model import PluginRun, Report
+from auditor.report.threats import headline_lines, load_reason, load_word
 
 if TYPE_CHECKING:
     from auditor.audit.batch import ScanRow
@@ -74,13 +75,24 @@ def print_rows(console: Console, rows: Sequence[ScanRow]) -> None:
                       s.max_severity.value if s.max_severity else "-", str(len(r.report.findings) - accepted),
                       str(accepted), safe("; ".join(s.reasons)))
     console.print(table)
+    for r in rows:
+        if r.report is not None:
+            print_headlines(console, r.report, prefix=f"{r.path}: ")
+
+
+def print_headlines(console: Console, report: Report, *, prefix: str = "") -> None:
+    """Print each attack's headline beside its floor, one line per run (``membership-inference: AUC 0.62, ...``)."""
+    for line in headline_lines(report):
+        console.print(f"headline: {plain(prefix + line)}", markup=False, soft_wrap=True)
 
 
 def print_report(console: Console, report: Report) -> None:
     """Print one model's report: the model, its profile (or ONNX graph), the findings and the plugin runs."""
     m = report.model
-    console.print(f"[bold]model[/] {safe(m.path)}  format={m.format}  params={m.params}  sha256={m.sha256[:12]}…  "
-                  f"load={m.load_safety.verdict} ({safe(m.load_safety.loader or 'not loaded')})")
+    console.print(f"[bold]model[/] {safe(m.path)}  format={safe(m.format)}  params={m.params}  "
+                  f"sha256={m.sha256[:12]}…  "
+                  f"load={load_word(m.load_safety)} ({safe(m.load_safety.loader or 'not loaded')})")
+    console.print(f"load: {plain(load_reason(m.load_safety))}", markup=False, soft_wrap=True)
     a = report.architecture
     if a is not None:
         console.print(f"[bold]profile[/] traced_with={a.traced_with}  skips={len(a.skip_connections)}  "
@@ -106,6 +118,7 @@ def print_report(console: Console, report: Report) -> None:
         console.print(f"[bold]plugin[/] {safe(p.name)}: {p.status}{extra} {safe(p.reason)}")
         if p.reused is not None:
             console.print(f"  [dim]{safe(p.reused.note)}[/]")
+    print_headlines(console, report)
 
 
 def _print_onnx(console: Console, report: Report) -> None:

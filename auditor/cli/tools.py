@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +19,7 @@ from auditor.cli.options import (
     OutputFormat,
     OutputOption,
 )
-from auditor.cli.outputs import recording_console
+from auditor.cli.outputs import recording_console, write_document
 from auditor.cli.render import fmt, plain, safe
 from auditor.errors import ConfigError
 from auditor.gate import ExitCode
@@ -101,7 +100,7 @@ def reparam_check(
               f"{report.deploy_skips}")
     out.print(plain(report.finding), markup=False)
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2))
+        write_document(json_path, report.to_dict())
     style = "bold green" if r.equivalent else "bold red"
     out.print(f"[{style}]{'EQUIVALENT' if r.equivalent else 'NOT EQUIVALENT'}[/]")
     return ExitCode.PASS if r.equivalent else ExitCode.FAIL
@@ -179,7 +178,7 @@ def diff(
     from auditor.commands.diff import DiffOptions, run_diff
     from auditor.diff import render_diff_json, render_diff_markdown
 
-    if fmt_ is OutputFormat.SARIF:
+    if fmt_ not in (OutputFormat.TEXT, OutputFormat.JSON, OutputFormat.MARKDOWN):
         raise ConfigError("auditor diff writes text, json or markdown")
     d = run_diff(DiffOptions(old, new, scan_config(config_file, {"arch": arch})))
     if fmt_ is OutputFormat.TEXT:

@@ -269,27 +269,18 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
 
 @dataclass(frozen=True)
 class HardenCommand:
-    """The checkpoint, what to do to it (:class:`HardenOptions`) and where the reports go."""
+    """The checkpoint and what to do to it (:class:`HardenOptions`); the CLI writes the reports."""
 
     model: Path
     options: HardenOptions
-    json_path: Path = Path("harden-report.json")
-    html_path: Path = Path("harden-report.html")
 
 
 def run_harden(cmd: HardenCommand, progress: Progress | None = None) -> HardenResult:
-    """Harden ``cmd.model`` and write the after report (with the before/after comparison) as JSON and HTML.
+    """Harden ``cmd.model``; the result's after report carries the before/after comparison.
 
     Raises:
         ConfigError: an unknown rewrite, or an option it does not take or cannot use (before loading).
         InputError: see :func:`harden`.
     """
-    from auditor.report.render_html import write_html
-    from auditor.report.render_json import write_json
-    from auditor.rewrite import proposals
-
     options_for(cmd.options.rewrite, dict(cmd.options.rewrite_options))
-    result = harden(cmd.model, cmd.options, progress=progress)
-    write_json(result.after, cmd.json_path)
-    write_html(result.after, cmd.html_path, proposals=proposals(result.after.model.path))
-    return result
+    return harden(cmd.model, cmd.options, progress=progress)

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -223,6 +223,13 @@ class RunContext:
     plugin_name: str = ""
     #: What the time budget cut short (see :meth:`cut_short`); the runner makes the run inconclusive.
     shortfalls: list[str] = field(default_factory=list)
+    #: Where :meth:`progress` reports go (set by the runner: a bar on a terminal, a line in a CI log).
+    on_progress: Callable[[str, int | None, int | None], None] | None = None
+
+    def progress(self, stage: str, done: int | None = None, total: int | None = None) -> None:
+        """Say what the attack is doing, with the units of work done of ``total`` when known (cheap; call freely)."""
+        if self.on_progress is not None:
+            self.on_progress(stage, done, total)
 
     def config_as(self, cls: type[ConfigT]) -> ConfigT:
         """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""

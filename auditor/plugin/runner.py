@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import threading
@@ -60,6 +61,8 @@ class RunSettings:
     #: (checkpoint, architecture, data; :func:`auditor.plugin.results.identity_hash`), without which nothing is cached.
     cache: RunCache | None = None
     identity: str | None = None
+    #: Told each stage a plugin reports (plugin, stage, done, total): see :meth:`RunContext.progress`.
+    on_progress: Callable[[str, str, int | None, int | None], None] | None = None
 
 
 def run_plugins(
@@ -175,6 +178,7 @@ def _compute(
         model=own_model, profile=profile, config=config, device=settings.device,
         seed=settings.seed, budget_s=budget, data=settings.data, graph=graph if own_model is not None else None,
         plugin_name=entry.name,
+        on_progress=functools.partial(settings.on_progress, entry.name) if settings.on_progress else None,
     )
     if on_start is not None:
         on_start(entry.name, budget)

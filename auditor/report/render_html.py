@@ -28,7 +28,8 @@ from markupsafe import Markup
 
 from auditor.report.charts import SVG_MEDIA_TYPE, sanitize_svg
 from auditor.report.coverage import coverage_line
-from auditor.report.model import Artifact, Finding, Measurement, PluginRun, Report, Severity
+from auditor.report.model import Artifact, Finding, Report, Severity
+from auditor.report.threats import load_reason, load_word, slug, threat_rows
 
 TEMPLATE = "report.html.j2"
 SEVERITIES_DESC = [Severity.CRITICAL, Severity.HIGH, Severity.MEDIUM, Severity.LOW, Severity.INFO]
@@ -299,77 +300,6 @@ def _omitting(caption: str, omitted: list[str]) -> str:
     return f"{caption} ({', '.join(omitted)}: in the raw JSON)" if omitted else caption
 
 
-#: The threats of the summary table, in the order a reviewer reads them: (plugin, threat, what the attacker has).
-THREATS = (
-    ("architecture-risk", "Architecture", "design choices that make the attacks below easier"),
-    ("gradient-inversion", "Gradient inversion", "a client's shared gradient (federated learning)"),
-    ("split-inversion", "Split inference", "the feature sent from device to server"),
-    ("model-inversion", "Model inversion", "white-box access to the trained model"),
-    ("membership-inference", "Membership inference", "the model's outputs on chosen samples"),
-    ("attribute-inference", "Attribute inference", "the model's internal representation"),
-)
-
-#: Until a plugin fills ``PluginRun.headline``: metric keys for its headline (value, floor, label, floor kind).
-#: A floor key may be a number. Only used when the run has no headline of its own.
-FALLBACK_HEADLINE: dict[str, tuple[str, str | float, str, str]] = {
-    "model-inversion": ("attack_accuracy_top1", "chance_top1", "evaluation-model top-1 accuracy", "chance"),
-    "attribute-inference": ("accuracy", "majority_baseline_accuracy", "attribute accuracy", "majority class"),
-    "membership-inference": ("best_auc", 0.5, "best attack AUC", "random guess"),
-}
-
-
-@dataclass
-class ThreatRow:
-    """One row of the threat summary."""
-
-    threat: str
-    exposure: str
-    status: str
-    reason: str
-    headline: Measurement | None
-    findings: int
-    worst: Severity | None
-    anchor: str
-
-
-def threat_rows(report: Report) -> list[ThreatRow]:
-    """Return one summary row per threat: load safety, then each plugin (known threats first).
-
-    The headline is the plugin's first ``headline`` measurement, else the :data:`FALLBACK_HEADLINE`
-    pick from its metrics; a plugin that did not run has none.
-    """
-    load = [f for f in report.findings if f.rule_id.startswith("load.")]
-    safety = report.model.load_safety
-    rows = [ThreatRow("Loading the file", "a pickle that runs code when unpickled",
-                      "refused" if safety.verdict == "unsafe" else "ok",
-                      f"{len(safety.issues)} disallowed import(s)" if safety.issues else "static pickle check: safe",
-                      None, len(load), _worst(load), "model")]
-    runs = {run.name: run for run in report.plugins}
-    known = [(name, threat, exposure) for name, threat, exposure in THREATS if name in runs]
-    others = [(name, name, "") for name in runs if name not in dict((t[0], t) for t in THREATS)]
-    for name, threat, exposure in known + others:
-        run = runs[name]
-        mine = [f for f in report.findings if f.source == name]
-        rows.append(ThreatRow(threat, exposure, run.status, run.reason or run.category or "", _headline(run),
-                              len(mine), _worst(mine), f"plugin-{slug(name)}"))
-    return rows
-
-
-def _headline(run: PluginRun) -> Measurement | None:
-    if run.headline:
-        return run.headline[0]
-    pick = FALLBACK_HEADLINE.get(run.name)
-    if pick is None or run.status not in ("ok", "inconclusive"):
-        return None
-    value_key, floor_key, label_text, floor_kind = pick
-    value = run.metrics.get(value_key)
-    floor = floor_key if isinstance(floor_key, float) else run.metrics.get(floor_key)
-    if not isinstance(value, (int, float)) or not isinstance(floor, (int, float)):
-        return None
-    return Measurement(name=value_key, label=label_text, value=value, floor=floor, floor_kind=floor_kind,
-                       margin=round(value - floor, 4))
-
-
 def next_steps(report: Report, proposals: Mapping[str, Mapping[str, Any]], limit: int = 4
                ) -> list[tuple[str, str]]:
     """Return up to ``limit`` remedies of the gating findings as (what to do, finding anchor), most severe first.
@@ -386,15 +316,6 @@ def next_steps(report: Report, proposals: Mapping[str, Mapping[str, Any]], limit
             text = f"{proposal['title']} ({finding.title.lower()})" if proposal else remedy_text(remedy) or remedy
             steps.setdefault(text, f"finding-{index}")
     return list(steps.items())[:limit]
-
-
-def _worst(findings: list[Finding]) -> Severity | None:
-    return max((f.severity for f in findings), default=None, key=lambda s: s.rank)
-
-
-def slug(value: str) -> str:
-    """Return a lowercase id fragment made of ``a-z0-9-`` (for in-page anchors)."""
-    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-") or "x"
 
 
 def _compact(value: Any) -> str:
@@ -451,5 +372,7 @@ def _environment() -> Environment:
         raw_json=raw_json,
         safe_url=safe_url,
         remedy_text=remedy_text,
+        load_word=load_word,
+        load_reason=load_reason,
     )
     return env

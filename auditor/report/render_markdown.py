@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from auditor.report.coverage import coverage_line
 from auditor.report.escape import md_code, md_text
 from auditor.report.model import Finding, Report
+from auditor.report.threats import REFUSED, headline_lines, load_reason
 
 _MAX_CELL = 300
 
@@ -38,25 +39,34 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
 
 
 def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
-    """Return one Markdown document: a summary table of every model, then each model's findings."""
+    """Return one Markdown document: a summary table of every model, then each model's section."""
     lines = ["## auditor", "", "| model | verdict | exit | max severity | findings | accepted |",
              "|---|---|---|---|---|---|"]
     for r in reports:
         s = r.summary
         accepted = sum(1 for f in r.findings if f.suppression is not None)
         worst = s.max_severity.value if s.max_severity else "-"
-        lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}** | {s.exit_code} | {worst} | "
+        refused = f" ({REFUSED})" if r.model.load_safety.verdict == "unsafe" else ""
+        lines.append(f"| {md_cell(r.model.path)} | **{s.verdict.upper()}{refused}** | {s.exit_code} | {worst} | "
                      f"{len(r.findings) - accepted} | {accepted} |")
     for path, _message in errors:
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
     for r in reports:
-        reasons = "; ".join(md_cell(x) for x in r.summary.reasons)
-        covered = coverage_line(r)
-        lines += ["", f"### {md_cell(r.model.path)}", "", reasons, ""]
-        lines += [f"**Coverage:** {md_cell(covered)}", ""] if covered else []
-        lines += findings_table(r.findings) if r.findings else ["No findings."]
-        lines += ["", *(f"- plugin `{md_code(p.name)}` {md_cell(p.reused.note)}" for p in r.plugins if p.reused)] \
-            if any(p.reused for p in r.plugins) else []
+        lines += ["", *model_section(r)]
     for path, message in errors:
         lines += ["", f"### {md_cell(path)}", "", f"Not audited: {md_cell(message)}"]
     return "\n".join(lines) + "\n"
+
+
+def model_section(report: Report) -> list[str]:
+    """Return one model's lines: the reasons, what was covered, the load, the headlines, then the findings."""
+    covered = coverage_line(report)
+    lines = [f"### {md_cell(report.model.path)}", "", "; ".join(md_cell(x) for x in report.summary.reasons), ""]
+    lines += [f"**Coverage:** {md_cell(covered)}", ""] if covered else []
+    lines += [f"**Load:** {md_cell(load_reason(report.model.load_safety))}", ""]
+    heads = headline_lines(report)
+    lines += ["**Headlines** (each attack beside its floor):", "", *(f"- {md_cell(h)}" for h in heads), ""] \
+        if heads else []
+    lines += findings_table(report.findings) if report.findings else ["No findings."]
+    reused = [f"- plugin `{md_code(p.name)}` {md_cell(p.reused.note)}" for p in report.plugins if p.reused]
+    return lines + (["", *reused] if reused else [])

@@ -312,3 +312,46 @@ def full_report() -> Report:
 def unsafe_report() -> Report:
     """Provide :func:`make_unsafe_report`."""
     return make_unsafe_report()
+
+
+def _attack_runs() -> list[PluginRun]:
+    """Attack runs with headlines, intervals, thresholds and controls, labelled as long as real plugins label."""
+    from auditor.report.model import Measurement, PowerCheck
+
+    how = ("RMIA with 8 reference models trained with the target's recipe (5 epochs, batch 64, lr 1e-3), "
+           "150 members and 150 non-members held out, 1000 bootstrap resamples, seed 0, budget 1800 s")
+    auc = Measurement(name="auc", label="membership AUC (rmia, held-out members vs non-members)", value=0.6431,
+                      floor=0.5, floor_kind="random guess on a balanced member / non-member set", margin=0.1431,
+                      ci=[0.0812, 0.2044], threshold=0.05, how=how)
+    tpr = Measurement(name="tpr_at_1pct_fpr", label="true-positive rate at 1 % false positives", value=0.043,
+                      floor=0.01, floor_kind="the false-positive rate itself", margin=0.033, ci=[0.004, 0.061],
+                      threshold=0.02, how=how)
+    psnr = Measurement(name="psnr", label="reconstruction PSNR of the input from the split-point feature",
+                       value=21.37, floor=14.02, floor_kind="class-conditional mean image of the public split",
+                       margin=7.35, ci=[6.11, 8.72], threshold=3.0, unit="dB", how="RMLE, 400 steps, 32 images")
+    control = PowerCheck(control="unprotected reference CNN of the same input size, trained to memorise",
+                         metric="auc", value=0.91, required=0.6, passed=True, how="same attack, same budget")
+    weak = PowerCheck(control="linear probe on a leaking representation", metric="accuracy", value=0.52,
+                      required=0.7, passed=False, how="same probe, same budget")
+    return [
+        PluginRun(name="membership-inference", status="ok", family="membership-inference", headline=[auc, tpr],
+                  power=[control], finding_count=1),
+        PluginRun(name="split-inversion", status="ok", family="split-inversion", headline=[psnr], power=[control]),
+        PluginRun(name="attribute-inference", status="inconclusive", family="attribute-inference",
+                  category="attack.no-power", reason="the positive control failed: the probe could not find a "
+                  "known leak at this budget", power=[weak],
+                  headline=[Measurement(name="accuracy", label="attribute accuracy from the layer4 representation",
+                                        value=0.66, floor=0.63, floor_kind="majority class", margin=0.03,
+                                        ci=[-0.01, 0.07], threshold=0.05)]),
+    ]
+
+
+def make_attacked_report() -> Report:
+    """Return the full report with three attack runs beside its static check (every deciding column filled)."""
+    report = make_full_report()
+    return report.model_copy(update={"plugins": [*report.plugins, *_attack_runs()]})
+
+
+@pytest.fixture
+def attacked_report() -> Report:
+    return make_attacked_report()

@@ -29,12 +29,34 @@ from auditor.config import ScanConfig
 from auditor.report.model import Report
 from auditor.report.render_html import write_html
 
-from .conftest import make_full_report, make_unsafe_report
+from .conftest import make_attacked_report, make_full_report, make_unsafe_report
 from .tiny_audit import write_tiny_audit
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "build" / "browser"
 WIDTHS = (1280, 390)
+#: The columns a reviewer decides on: in the threat table, the headline tables and the positive controls.
+DECIDING = ("leak over floor, 95% CI", "95% CI of the leak", "finding at", "attack able")
+#: In the page: each deciding cell's box and how far its content overflows it, and each summary table's
+#: sideways scroll (a table wrapper wider inside than outside).
+_MEASURE = """(deciding) => {
+  const tables = [...document.querySelectorAll('.table-wrap > table')].filter(t =>
+    [...t.querySelectorAll('thead th')].some(th => deciding.includes(th.textContent.trim())));
+  const cells = [];
+  for (const t of tables) {
+    const heads = [...t.querySelectorAll('thead th')].map(th => th.textContent.trim());
+    for (const row of t.querySelectorAll('tbody tr')) {
+      [...row.children].forEach((td, i) => {
+        if (!deciding.includes(heads[i])) return;
+        const b = td.getBoundingClientRect();
+        cells.push({label: heads[i], left: b.left, right: b.right, width: b.width,
+                    clipped: td.scrollWidth - td.clientWidth});
+      });
+    }
+  }
+  const scrolls = tables.map(t => t.parentElement.scrollWidth - t.parentElement.clientWidth);
+  return {cells, scrolls, width: document.documentElement.clientWidth};
+}"""
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--no-first-run"]
 TINY_CONFIG = {
@@ -116,9 +138,13 @@ def _write(report: Report, path: Path) -> Path:
     return path
 
 
-def _check_page(browser: Any, html: Path, name: str) -> None:
-    """Open ``html`` at each width and assert the reviewer-facing properties; save screenshots."""
+def _check_page(browser: Any, html: Path, name: str) -> int:
+    """Open ``html`` at each width and assert the reviewer-facing properties; save screenshots.
+
+    Returns how many deciding cells were measured (at both widths).
+    """
     SHOTS.mkdir(parents=True, exist_ok=True)
+    measured = 0
     for width in WIDTHS:
         page = browser.new_page(viewport={"width": width, "height": 900})
         errors: list[str] = []
@@ -137,6 +163,7 @@ def _check_page(browser: Any, html: Path, name: str) -> None:
         page.goto(html.as_uri())
         page.wait_for_load_state("load")
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        deciding = page.evaluate(_MEASURE, list(DECIDING))
         charts = page.locator("figure svg, figure img")
         boxes = [charts.nth(i).bounding_box() for i in range(charts.count())]
         page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
@@ -145,10 +172,24 @@ def _check_page(browser: Any, html: Path, name: str) -> None:
         assert not errors, f"{name} at {width} px: console errors {errors}"
         assert not external, f"{name} at {width} px requested {external}"
         assert all(b and b["width"] > 0 and b["height"] > 0 for b in boxes), f"{name}: hidden chart {boxes}"
+        _assert_deciding_columns_fit(deciding, f"{name} at {width} px")
+        measured += len(deciding["cells"])
+    return measured
+
+
+def _assert_deciding_columns_fit(measured: dict[str, Any], where: str) -> None:
+    """No summary table scrolls sideways; every deciding cell lies inside the viewport, its content unclipped."""
+    assert all(s <= 0 for s in measured["scrolls"]), f"{where}: a summary table scrolls sideways {measured['scrolls']}"
+    for cell in measured["cells"]:
+        inside = cell["left"] >= 0 and cell["right"] <= measured["width"] and cell["width"] > 0
+        assert inside and cell["clipped"] <= 0, f"{where}: deciding column clipped: {cell}"
 
 
 def test_hand_built_reports(browser: Any, tmp_path: Path) -> None:
     _check_page(browser, _write(make_full_report(), tmp_path / "full.html"), "fixture-full")
+    # 7 threat rows x 3 deciding columns + 4 headline rows x 2 + 3 controls, at each of the two widths
+    assert _check_page(browser, _write(make_attacked_report(), tmp_path / "attacked.html"), "fixture-attacked") \
+        == 2 * (7 * 3 + 4 * 2 + 3)
     _check_page(browser, _write(make_unsafe_report(), tmp_path / "unsafe.html"), "fixture-unsafe")
 
 
@@ -163,9 +204,8 @@ def test_all_plugins_report(browser: Any, tiny_all_plugins: Report) -> None:
     ran = {n: p.status for n, p in runs.items()}
     assert set(ran.values()) <= {"ok", "inconclusive"}, {n: runs[n].reason for n in ran}  # every kind rendered
     svgs = [a.name for p in runs.values() for a in p.artifacts if a.media_type == "image/svg+xml"]
-    assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
     SHOTS.mkdir(parents=True, exist_ok=True)
     html = _write(tiny_all_plugins, SHOTS / "tiny-all-plugins.html")  # kept beside the screenshots
-    text = html.read_text(encoding="utf-8")
-    assert text.count('<figure class="chart">') == len(svgs)
-    _check_page(browser, html, "tiny-all-plugins")
+    assert _check_page(browser, html, "tiny-all-plugins") > 0  # the page first: a missing chart below says less
+    assert {"mia-roc.svg", "split-curve-psnr.svg", "split-noise-defence.svg"} <= set(svgs)
+    assert html.read_text(encoding="utf-8").count('<figure class="chart">') == len(svgs)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from auditor.report.model import Measurement, PluginRun, PowerCheck, Report, Severity, Suppression
-from auditor.report.render_html import next_steps, render_html, threat_rows
+from auditor.report.render_html import next_steps, render_html
+from auditor.report.threats import threat_rows
 from auditor.rewrite import proposals
 
 AUC = Measurement(name="auc", label="membership AUC (rmia, held out)", value=0.64, floor=0.5,
@@ -27,7 +28,7 @@ def test_one_row_per_threat_in_reading_order(full_report: Report) -> None:
 
 def test_a_refused_file_is_not_shown_as_ok(unsafe_report: Report) -> None:
     load = threat_rows(unsafe_report)[0]
-    assert (load.threat, load.status, load.reason) == ("Loading the file", "refused", "1 disallowed import(s)")
+    assert (load.threat, load.status, load.reason) == ("Loading the file", "refused", "REFUSED: 1 disallowed import(s)")
     html = render_html(unsafe_report)
     row = html[html.index(">Loading the file<"):]
     row = row[: row.index("</tr>")]
@@ -57,7 +58,7 @@ def test_summary_renders_before_the_details(full_report: Report) -> None:
     table = html[html.index('id="threats"'):html.index('id="model"')]
     assert '<a href="#plugin-membership-inference">Membership inference</a>' in table
     assert "<b>0.64</b>" in table and "random guess" in table and '<b class="leak">+0.14</b>' in table
-    assert "95% CI [0.08, 0.2]" in table and "control failed" in table
+    assert "[+0.08, +0.2]" in table and "control failed" in table
     assert 'class="card verdict inconclusive"' in html and ">INCONCLUSIVE<" in html
     assert "<b>no</b>: results cannot be vouched for" in html and "Headline numbers" in html
 
