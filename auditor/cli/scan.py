@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,8 +31,12 @@ from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
 from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
 from auditor.config import ScanConfig, build_config, find_config_file, load_config_file
+from auditor.report.model import Acceptance
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from auditor.audit.batch import ScanRow
     from auditor.commands.scan import ScanOptions
 
 PathsArgument = Annotated[list[Path], typer.Argument(
@@ -174,8 +179,45 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
             print_rows(human, rows)
     print_verdict(human, rows, code)
     if not quiet:
+        print_accept(human, rows)
         if opts.write_baseline is not None:
             human.print(f"baseline: {safe(opts.write_baseline)} ({outcome.baseline_written} finding(s) recorded)")
         if written:
             human.print("reports: " + ", ".join(safe(p) for p in written))
     return code
+
+
+def print_accept(console: Console, rows: Sequence[ScanRow], most: int = 5) -> None:
+    """Print how to accept what failed: each failing model's baseline command, [[suppress]] and [severity] text.
+
+    With several models the baseline command (the same scan) is printed once, the config blocks up to ``most``.
+    """
+    accepts = [r.report.summary.accept for r in rows if r.report is not None and r.report.summary.accept]
+    if not accepts:
+        return
+    if len(accepts) == 1:
+        for line in accepts[0].lines():
+            console.print(plain(line), markup=False)
+        return
+    notes = list(dict.fromkeys(a.note for a in accepts if a.note))
+    usable = [a for a in accepts if not a.note]
+    if usable:
+        rules = list(dict.fromkeys(rule for a in usable for rule in a.findings))
+        blocks = list(dict.fromkeys(b for a in usable for b in a.suppress))
+        tables: dict[str, list[str]] = {}  # [severity] and [gate] lines, each table once
+        for a in usable:
+            table = "[severity]"
+            for line in a.severity:
+                if line.startswith("["):
+                    table = line
+                    tables.setdefault(table, [])
+                elif line not in tables[table]:
+                    tables[table].append(line)
+        merged = Acceptance(findings=rules, baseline=usable[0].baseline, suppress=blocks[:most],
+                            severity=[x for table, lines in tables.items() for x in (table, *lines)])
+        for line in merged.lines():
+            console.print(plain(line), markup=False)
+        if len(blocks) > most:
+            console.print(f"  … {len(blocks) - most} more [[suppress]] block(s): see each model's report", markup=False)
+    for note in notes:
+        console.print(plain(note), markup=False)

@@ -19,7 +19,7 @@ from auditor.report.files import FileCoverage
 from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
 
-SCHEMA_VERSION = "1.10.0"
+SCHEMA_VERSION = "1.11.0"
 
 
 class _Record(BaseModel):
@@ -92,6 +92,15 @@ class Finding(_Record):
     severity_override: SeverityOverride | None = Field(
         default=None, description="Set when a [severity] policy changed the rule's severity; `severity` is the "
         "applied one."
+    )
+    kind: Literal["evidence", "risk-factor"] = Field(
+        default="evidence", description="evidence: proven or measured (a refused load, a signature failure, an "
+        "attack's leak, a core check); it gates. risk-factor: a static prior read from the architecture that no "
+        "attack measured; it is reported and gates only under [gate] architecture = \"fail\"."
+    )
+    measured_by: list[str] = Field(
+        default_factory=list, description="Risk factors: the threat families (attack plugins) that would measure "
+        "the risk, e.g. ['model-inversion']."
     )
 
 
@@ -391,6 +400,34 @@ class FamilyCoverage(_Record):
     reason: str = Field(default="", description="Why it is not judged, not run or not applicable.")
 
 
+class Acceptance(_Record):
+    """How to accept the findings that failed the gate, each way as the exact command or config text to paste.
+
+    Built by the gate (:func:`auditor.gate.decide`) for every FAIL; every output renders :meth:`lines`.
+    """
+
+    findings: list[str] = Field(default_factory=list, description="The rule ids that failed the gate.")
+    baseline: str = Field(default="", description="The command that records them in a baseline file, then the "
+                                                  "flag that accepts it.")
+    suppress: list[str] = Field(default_factory=list, description="A [[suppress]] block per failing rule and "
+                                                                  "model (auditor.toml), with reason and expiry.")
+    severity: list[str] = Field(default_factory=list, description="auditor.toml lines that lower the gate "
+                                                                  "([severity] per rule, [gate] architecture).")
+    note: str = Field(default="", description="What cannot be accepted and why (a refused checkpoint).")
+
+    def lines(self) -> list[str]:
+        """Return the acceptance as plain lines to print or paste: the command, then the auditor.toml text."""
+        if self.note:
+            return [self.note]
+        out = [f"to accept {', '.join(self.findings)} instead of fixing it (each way is reviewed in the repository):",
+               f"  record a baseline: {self.baseline}"]
+        for block in self.suppress:
+            out += ["  or add to auditor.toml:", *(f"    {line}" for line in block.splitlines())]
+        if self.severity:
+            out += ["  or set in auditor.toml:", *(f"    {line}" for line in self.severity)]
+        return out
+
+
 class Summary(_Record):
     """The gate's decision and how it was reached."""
 
@@ -409,6 +446,16 @@ class Summary(_Record):
     coverage: list[FamilyCoverage] = Field(
         default_factory=list, description="Each threat family of the installed plugins: judged, not judged, not "
         "run or not applicable, with the reason. A PASS covers only the judged families."
+    )
+    architecture: Literal["report", "fail"] = Field(
+        default="report", description="[gate] architecture: whether risk factors (static architecture rules) gate."
+    )
+    risk_factors: list[str] = Field(
+        default_factory=list, description="Risk factors reported but not counted by the gate, as 'rule (severity)'."
+    )
+    accept: Acceptance | None = Field(
+        default=None, description="Every FAIL: how to accept its findings (baseline command, [[suppress]], "
+        "[severity]), or why they cannot be."
     )
 
 

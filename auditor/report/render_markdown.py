@@ -25,6 +25,8 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
     lines = ["| severity | rule | title | location | status |", "|---|---|---|---|---|"]
     for f in findings:
         status = "counts"
+        if f.kind == "risk-factor":  # h-gate: a static prior; counts only under [gate] architecture = "fail"
+            status = "risk factor" + (f", measure with --plugins {','.join(f.measured_by)}" if f.measured_by else "")
         if f.suppression is not None:
             reason = f": {f.suppression.reason}" if f.suppression.reason else ""
             status = f"accepted ({f.suppression.kind}{reason})"
@@ -55,6 +57,8 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
         lines += ["", f"### {md_cell(r.model.path)}", "", reasons, ""]
         lines += [f"**Coverage:** {md_cell(covered)}", ""] if covered else []
         lines += findings_table(r.findings) if r.findings else ["No findings."]
+        if r.summary.accept is not None:  # h-gate: every FAIL says how to accept its findings
+            lines += ["", "**How to accept instead of fixing:**", "", "```", *r.summary.accept.lines(), "```"]
         lines += ["", *(f"- plugin `{md_code(p.name)}` {md_cell(p.reused.note)}" for p in r.plugins if p.reused)] \
             if any(p.reused for p in r.plugins) else []
     for path, message in errors:
