@@ -88,10 +88,11 @@ def write_outputs(rows: Sequence[ScanRow], code: int, outputs: Outputs,
             path.write_text(text, encoding="utf-8")
             written.append(path)
 
-    if outputs.json_path is not None and (len(rows) > 1 or reports):  # one model not audited: no report
-        emit(outputs.json_path, json_text(rows, code))
+    unchanged = [(p, why) for p, why in not_audited if why.startswith("unchanged since")]  # --changed-since (h-gate)
+    if outputs.json_path is not None and (len(rows) > 1 or reports or unchanged):  # one model not audited: no report
+        emit(outputs.json_path, json_text(rows, code, unchanged))
     if outputs.sarif_path is not None:
-        emit(outputs.sarif_path, _sarif_text(rows, code))
+        emit(outputs.sarif_path, _sarif_text(rows, code, unchanged))
     if outputs.html_path is not None and reports:
         emit(outputs.html_path, html_text(reports[0]))
     if outputs.sbom_path is not None:
@@ -113,23 +114,28 @@ def _row_of(report: Report) -> ScanRow:
                    report=report)
 
 
-def json_text(rows: Sequence[ScanRow], code: int) -> str:
-    """One model: its report (the published contract); several: a batch object with one row per model."""
+def json_text(rows: Sequence[ScanRow], code: int, not_audited: Sequence[tuple[str, str]] = ()) -> str:
+    """One model: its report (the published contract); several: a batch object with one row per model.
+
+    ``not_audited`` (files --changed-since left out) makes it a batch object that lists them.
+    """
     from auditor.report.render_json import report_to_dict
 
-    if len(rows) == 1 and rows[0].report is not None:
+    if len(rows) == 1 and rows[0].report is not None and not not_audited:
         data: Any = report_to_dict(rows[0].report)
     else:
         data = {"auditor_batch": 1, "exit_code": code, "rows": [r.model_dump(mode="json") for r in rows]}
+        if not_audited:
+            data["not_audited"] = [{"path": p, "reason": why} for p, why in not_audited]
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _sarif_text(rows: Sequence[ScanRow], code: int) -> str:
+def _sarif_text(rows: Sequence[ScanRow], code: int, not_audited: Sequence[tuple[str, str]] = ()) -> str:
     from auditor.report.render_sarif import sarif_text
 
     return sarif_text([r.report for r in rows if r.report is not None], exit_code=code,
                       errors=[(r.path, r.error) for r in rows if r.error is not None],
-                      help_uri=os.environ.get("AUDITOR_RULES_URL") or None)
+                      help_uri=os.environ.get("AUDITOR_RULES_URL") or None, not_audited=not_audited)
 
 
 def html_text(report: Report) -> str:
@@ -162,15 +168,16 @@ def _format_text(fmt: OutputFormat, rows: Sequence[ScanRow], code: int,
                  not_audited: Sequence[tuple[str, str]] = ()) -> str:
     if fmt is OutputFormat.CYCLONEDX:
         return sbom_text(rows, not_audited)
+    unchanged = [(p, why) for p, why in not_audited if why.startswith("unchanged since")]
     if fmt is OutputFormat.JSON:
-        return json_text(rows, code)
+        return json_text(rows, code, unchanged)
     if fmt is OutputFormat.SARIF:
-        return _sarif_text(rows, code)
+        return _sarif_text(rows, code, unchanged)
     if fmt is OutputFormat.MARKDOWN:
         from auditor.report.render_markdown import render_markdown
 
         return render_markdown([r.report for r in rows if r.report is not None],
-                               [(r.path, r.error) for r in rows if r.error is not None])
+                               [(r.path, r.error) for r in rows if r.error is not None], not_audited=unchanged)
     console = recording_console()
     with console.file:
         if len(rows) == 1 and rows[0].report is not None:

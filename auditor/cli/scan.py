@@ -95,6 +95,9 @@ NoCacheOption = Annotated[bool, typer.Option(
 CacheDirOption = Annotated[Path | None, typer.Option(
     "--cache-dir", help="Where reused plugin runs are kept [default: ~/.cache/auditor/runs]; safe to share "
                         "between concurrent jobs.")]
+ChangedSinceOption = Annotated[str | None, typer.Option(
+    "--changed-since", metavar="REF", help="Audit only the checkpoints git reports changed since REF (git diff "
+    "REF...HEAD, plus staged, unstaged and untracked files); the others are listed as unchanged, not audited.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -112,7 +115,8 @@ def scan(
     ray_address: RayAddressOption = None, sbom: SbomOption = None, verify_signature: SignatureOption = None,
     public_key: PublicKeyOption = None, certificate_chain: CertChainOption = None, identity: IdentityOption = None,
     identity_provider: IdentityProviderOption = None, no_cache: NoCacheOption = False,
-    cache_dir: CacheDirOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+    cache_dir: CacheDirOption = None, changed_since: ChangedSinceOption = None, quiet: QuietOption = False,
+    debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -141,7 +145,7 @@ def scan(
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
                        one_report=outputs.html_path is not None,
-                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX)
+                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX, changed_since=changed_since)
     return run_and_print(opts, outputs, quiet=quiet)
 
 
@@ -166,6 +170,10 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
     for path, why in outcome.not_audited:
         if why.startswith("ignored by"):  # a policy decision: said, never silent (other skipped files: --sbom)
             render.err.print(f"auditor: not audited: {plain(path)}: {plain(why)}", markup=False)
+    unchanged = [p for p, why in outcome.not_audited if why.startswith("unchanged since")]
+    if unchanged and not quiet:
+        render.err.print(f"auditor: {len(unchanged)} checkpoint(s) unchanged since {plain(opts.changed_since)}, not "
+                         "audited (listed in the JSON, Markdown, SARIF and ML-BOM outputs)", markup=False)
     for row in rows:
         for message in row.messages:
             render.err.print(f"auditor: {plain(message)}", markup=False)
@@ -177,7 +185,11 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
             print_report(human, rows[0].report)
         elif len(rows) > 1:
             print_rows(human, rows)
-    print_verdict(human, rows, code)
+    if rows:
+        print_verdict(human, rows, code)
+    else:  # --changed-since: nothing collected changed
+        human.print(f"[bold green]PASS[/] (exit {code}): no checkpoint changed since {safe(opts.changed_since)}; "
+                    f"{len(unchanged)} unchanged, not audited")
     if not quiet:
         print_accept(human, rows)
         if opts.write_baseline is not None:

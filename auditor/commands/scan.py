@@ -37,6 +37,7 @@ class ScanOptions:
     ray_address: str | None = None
     one_report: bool = False  # --html: the run must find exactly one checkpoint
     inventory: bool = False  # --sbom: list every file under the scan paths that was not audited, and why
+    changed_since: str | None = None  # --changed-since REF: audit only what git reports changed since REF
 
 
 @dataclass
@@ -89,6 +90,11 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
                          f"their bytes; check --include/--exclude{why})")
+    unchanged: list[Path] = []
+    if opts.changed_since is not None:
+        from auditor.commands.changed import changed_files, split_changed
+
+        targets, unchanged = split_changed(targets, changed_files(opts.changed_since))
     if opts.one_report and len(targets) + len(preflight.refused) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
     if opts.workers is not None and opts.ray_address is not None:
@@ -101,8 +107,9 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
                           on_row=hooks.on_row)
     rows = preflight.refused + with_signature_notes(rows, preflight.notes)
     reasons = dict(left_out)
-    others = not_audited(preflight.paths, targets, opts.include, opts.exclude) if opts.inventory else []
+    others = not_audited(preflight.paths, [*targets, *unchanged], opts.include, opts.exclude) if opts.inventory else []
     skipped = [(p, reasons.pop(p, why)) for p, why in others] + list(reasons.items())
+    skipped += [(str(p), f"unchanged since {opts.changed_since}, not audited") for p in unchanged]
     recorded = None
     if opts.write_baseline is not None:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)

@@ -39,8 +39,12 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
     return lines
 
 
-def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
-    """Return one Markdown document: a summary table of every model, then each model's findings."""
+def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = (),
+                    not_audited: Sequence[tuple[str, str]] = ()) -> str:
+    """Return one Markdown document: a summary table of every model, then each model's findings.
+
+    ``not_audited`` rows (a file --changed-since left out, and why) are listed in the summary table.
+    """
     lines = ["## auditor", "", "| model | verdict | exit | max severity | findings | accepted |",
              "|---|---|---|---|---|---|"]
     for r in reports:
@@ -51,6 +55,8 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
                      f"{len(r.findings) - accepted} | {accepted} |")
     for path, _message in errors:
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
+    for path, why in not_audited:
+        lines.append(f"| {md_cell(path)} | {md_cell(why)} | - | - | - | - |")
     for r in reports:
         reasons = "; ".join(md_cell(x) for x in r.summary.reasons)
         covered = coverage_line(r)

@@ -85,6 +85,7 @@ def reports_to_sarif(
     category: str = "auditor",
     help_uri: str | None = None,
     exit_code: int | None = None,
+    not_audited: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Return a SARIF 2.1.0 log with one run holding every finding of every report.
 
@@ -96,6 +97,7 @@ def reports_to_sarif(
         category: ``automationDetails.id`` prefix, which tells code scanning's analyses apart.
         help_uri: absolute URL of the rule catalogue (docs/rules.md), set as each rule's ``helpUri``.
         exit_code: the command's exit code (default: that of the first report, 2 without one).
+        not_audited: (path, why) of files left out on purpose (``--changed-since``): a note each.
     """
     base = (Path(base_dir) if base_dir else Path.cwd()).resolve()
     reports = [report if all(f.fingerprint for f in report.findings) else with_fingerprints(report)
@@ -117,7 +119,7 @@ def reports_to_sarif(
         },
         "automationDetails": {"id": f"{category.rstrip('/')}/"},
         "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri().rstrip("/") + "/"}},
-        "invocations": [_invocation(reports, errors, exit_code)],
+        "invocations": [_invocation(reports, errors, exit_code, not_audited)],
         "artifacts": [
             {"location": artifact, "length": report.model.size_bytes,
              "hashes": {"sha-256": report.model.sha256}}
@@ -264,8 +266,8 @@ def _result(finding: Finding, rule_index: int, artifact: dict[str, str], artifac
     return result
 
 
-def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], exit_code: int | None
-                ) -> dict[str, Any]:
+def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], exit_code: int | None,
+                not_audited: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     notes = [_notification(report, plugin) for report in reports for plugin in report.plugins
              if plugin.status in _PLUGIN_LEVELS]
     notes += [{"level": "note", "descriptor": {"id": "plugin.reused"},
@@ -281,6 +283,9 @@ def _invocation(reports: Sequence[Report], errors: Sequence[tuple[str, str]], ex
     notes += [{"level": "error", "message": {"text": sarif_message(f"{model_identity(path)}: not audited: {message}")},
                "descriptor": {"id": "model.error"}, "properties": {"model": path}}
               for path, message in errors]
+    notes += [{"level": "note", "message": {"text": sarif_message(f"{model_identity(path)}: {why}")},
+               "descriptor": {"id": "model.not-audited"}, "properties": {"model": path}}
+              for path, why in not_audited]
     failed = bool(errors) or any(p.status == "error" for report in reports for p in report.plugins)
     invocation: dict[str, Any] = {
         "executionSuccessful": not failed,
