@@ -50,12 +50,23 @@ class ModelSettings(BaseModel):
     @field_validator("input_shape", mode="before")
     @classmethod
     def _shape_text(cls, value: object) -> object:
-        return parse_input_shape(value) if isinstance(value, str) else value
+        try:
+            return parse_input_shape(value) if isinstance(value, str) else value
+        except InvalidInputShape as exc:
+            raise ValueError(str(exc).replace("--input-shape", "input_shape")) from exc
 
     @field_validator("imports", mode="before")
     @classmethod
     def _one_import(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _valid_input(self) -> ModelSettings:
+        if self.input_spec is not None:
+            ScanConfig(input_spec=self.input_spec)  # the same check as --input-spec
+        if self.input_spec is not None and self.input_shape is not None:
+            raise ValueError("give input_shape (images) or input_spec (tokens), not both")
+        return self
 
     def matches(self, path: str | Path) -> bool:
         """Return True when ``path`` (its identity; only its name for a glob without '/') matches ``glob``."""
