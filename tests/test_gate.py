@@ -373,3 +373,73 @@ def test_sarif_levels_of_risk_factors_and_measured_findings() -> None:
     s = summarize([measured], [_run("membership-inference")], fail_on=Severity.HIGH, unsafe=False,
                   risk_factors=[_HIGH.model_copy(update={"kind": "risk-factor"})])
     assert (s.verdict, s.risk_factors) == ("fail", ["arch.last-stage-skip (high)"])
+
+
+def _git(repo: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def test_changed_since_audits_only_what_git_reports_changed(skip_repo: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    torch.save(plain, "models/plain.pt")
+    ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, intermediate_size=64)).save_pretrained("models/vit")
+    Path("auditor.toml").write_text("[scan]\ninput_shape = [3, 16, 16]\n[[models]]\nglob = \"models/vit\"\n"
+                                    "input_shape = \"3,32,32\"\n")
+    assert run_cli(["scan", "models", "--changed-since", "main", "-q"]) == ExitCode.USAGE  # not a git repository
+    assert "is not inside a git repository" in capsys.readouterr().err
+    _git(skip_repo, "init", "-q", "-b", "main")
+    _git(skip_repo, "add", "-A")
+    _git(skip_repo, "commit", "-qm", "models")
+    assert run_cli(["scan", "models", "--changed-since", "no-such-ref", "-q"]) == ExitCode.USAGE
+    assert "unknown git ref 'no-such-ref'" in capsys.readouterr().err
+    assert run_cli(["scan", "models", "--changed-since", "main", "--json", "r.json"]) == ExitCode.PASS
+    assert "no checkpoint changed since main; 3 unchanged, not audited" in capsys.readouterr().out
+    _git(skip_repo, "checkout", "-qb", "feature")
+    torch.save(nn.Sequential(nn.Conv2d(3, 2, 3), nn.ReLU()), "models/plain.pt")  # committed on the branch
+    _git(skip_repo, "commit", "-qam", "retrain")
+    (Path("models/vit") / "config.json").write_text((Path("models/vit") / "config.json").read_text() + "\n")  # unstaged
+    torch.save(plain, "models/new.pt")  # untracked
+    code = run_cli(["scan", "models", "--changed-since", "main", "--json", "r.json", "--sarif", "r.sarif",
+                    "-f", "markdown", "-o", "r.md"])
+    assert code == ExitCode.PASS
+    batch = json.loads(Path("r.json").read_text())
+    assert sorted(r["path"] for r in batch["rows"]) == ["models/new.pt", "models/plain.pt", "models/vit"]
+    assert batch["not_audited"] == [{"path": "models/skip.pt", "reason": "unchanged since main, not audited"}]
+    assert "| models/skip.pt | unchanged since main, not audited |" in Path("r.md").read_text()
+    notes = json.loads(Path("r.sarif").read_text())["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert any(n["message"]["text"] == "models/skip.pt: unchanged since main, not audited" for n in notes)
+
+
+def test_interrupted_and_terminated_scans_exit_130_and_143(tmp_path: Path) -> None:
+    """SIGINT and SIGTERM stop a scan (the worker with it) and exit 130 and 143, as shells report signals."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import sys, time\n"
+        "import auditor.commands.scan as scan\n"
+        "def slow(opts, hooks=None):\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "scan.run_scan = slow\n"
+        "from auditor.cli.app import main\n"
+        "sys.argv = ['auditor', 'scan', sys.argv[1]]\n"
+        "main()\n")
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"x")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc = subprocess.Popen([sys.executable, str(script), str(model)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
+        assert f"no verdict (exit {code})" in proc.stderr.read()

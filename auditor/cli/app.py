@@ -113,6 +113,8 @@ def run_cli(argv: list[str] | None = None) -> int:
         err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} "
                   "(rerun with --debug for the traceback)", markup=False)
         return ExitCode.ERROR
+    if result == ExitCode.INTERRUPTED:  # typer returns Ctrl-C as 130; no command returns it otherwise
+        err.print("auditor: interrupted: no verdict (exit 130)", markup=False)
     return int(result) if isinstance(result, int) else ExitCode.PASS
 
 
