@@ -98,6 +98,9 @@ CacheDirOption = Annotated[Path | None, typer.Option(
 ChangedSinceOption = Annotated[str | None, typer.Option(
     "--changed-since", metavar="REF", help="Audit only the checkpoints git reports changed since REF (git diff "
     "REF...HEAD, plus staged, unstaged and untracked files); the others are listed as unchanged, not audited.")]
+WholeFoldersOption = Annotated[bool, typer.Option(
+    "--whole-folders", help="A file of a Hugging Face save_pretrained folder (config.json beside it) is audited as "
+                            "its folder: what the pre-commit hook passes.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -115,8 +118,8 @@ def scan(
     ray_address: RayAddressOption = None, sbom: SbomOption = None, verify_signature: SignatureOption = None,
     public_key: PublicKeyOption = None, certificate_chain: CertChainOption = None, identity: IdentityOption = None,
     identity_provider: IdentityProviderOption = None, no_cache: NoCacheOption = False,
-    cache_dir: CacheDirOption = None, changed_since: ChangedSinceOption = None, quiet: QuietOption = False,
-    debug: DebugOption = False,
+    cache_dir: CacheDirOption = None, changed_since: ChangedSinceOption = None,
+    whole_folders: WholeFoldersOption = False, quiet: QuietOption = False, debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -145,7 +148,8 @@ def scan(
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
                        one_report=outputs.html_path is not None,
-                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX, changed_since=changed_since)
+                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX, changed_since=changed_since,
+                       whole_folders=whole_folders)
     return run_and_print(opts, outputs, quiet=quiet)
 
 

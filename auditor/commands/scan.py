@@ -38,6 +38,7 @@ class ScanOptions:
     one_report: bool = False  # --html: the run must find exactly one checkpoint
     inventory: bool = False  # --sbom: list every file under the scan paths that was not audited, and why
     changed_since: str | None = None  # --changed-since REF: audit only what git reports changed since REF
+    whole_folders: bool = False  # --whole-folders: a file of a Hugging Face folder is audited as its folder
 
 
 @dataclass
@@ -84,7 +85,8 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     recording = None  # --write-baseline: the file's entries so far (each model accepts what it records)
     if opts.write_baseline is not None:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
-    preflight = check_paths(opts.paths, config)  # before anything under a path is opened
+    preflight = check_paths(whole_folders(opts.paths) if opts.whole_folders else opts.paths,
+                            config)  # before anything under a path is opened
     targets, left_out = ignored(_collect(preflight.paths, opts.include, opts.exclude), config)
     if not targets and not preflight.refused:
         why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
@@ -115,6 +117,26 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded, not_audited=skipped)
+
+
+#: Files a Hugging Face ``save_pretrained`` folder holds its weights and config in (names only: nothing is read).
+_HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+             "pytorch_model.bin.index.json")
+
+
+def whole_folders(paths: Sequence[Path]) -> list[Path]:
+    """Return ``paths`` with each file of a Hugging Face folder (a ``config.json`` beside it) replaced by its folder.
+
+    What a pre-commit hook hands over is the changed files; a folder's weights are audited with its config.
+    Only names are looked at (nothing under a path is read here); duplicates are dropped, order kept.
+    """
+    out: list[Path] = []
+    for path in paths:
+        folder = path.parent
+        hf = path.is_file() and (folder / "config.json").is_file() and (
+            path.name in _HF_FILES or path.name.startswith(("model-", "pytorch_model-")))
+        out.append(folder if hf else path)
+    return list(dict.fromkeys(out))
 
 
 def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:
