@@ -443,3 +443,40 @@ def test_interrupted_and_terminated_scans_exit_130_and_143(tmp_path: Path) -> No
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == code
         assert f"no verdict (exit {code})" in proc.stderr.read()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the worker's pid from /proc")
+def test_terminating_a_jailed_scan_kills_its_worker(small_cnn: Path, tmp_path: Path) -> None:
+    """SIGTERM while an attack runs in the jailed worker: exit 143, and the worker does not outlive the scan."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "AUDITOR_UNSAFE_NO_JAIL"} | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "auditor", "scan", str(small_cnn), "--input-shape", "3,16,16",
+                             "--plugins", "gradient-inversion", "--budget", "120", "--no-cache"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the worker reports its steps: it is running the attack now
+        if "running plugin gradient-inversion" in line:
+            break
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert children, "no worker process"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert "terminated: no verdict (exit 143)" in proc.stderr.read()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(c) for c in children):
+        time.sleep(0.1)
+    assert [c for c in children if _running(c)] == []
+
+
+def _running(pid: str) -> bool:
+    """Whether the process lives (a zombie waiting to be reaped is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
