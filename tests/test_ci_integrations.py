@@ -136,6 +136,19 @@ def _git_repo(root: Path) -> Path:
     return repo
 
 
+def test_action_changed_since_audits_only_what_changed(tmp_path: Path, stub_python: tuple[Path, Path]) -> None:
+    repo = _git_repo(tmp_path / "repo")  # skip.pt fails under the repository's strict policy
+    stubs, _ = stub_python
+    given = {"python-version": "", "torch-spec": "", "changed-since": "HEAD"}
+    codes, outputs = _run_action(repo, [stubs, BIN], paths="models", **given)
+    assert codes["Gate"] == 0 and outputs == {"exit-code": "0"}  # nothing changed since HEAD
+    summary = (repo / "step_summary").read_text()
+    assert "| models/skip.pt | unchanged since HEAD, not audited |" in summary
+    torch.save(nn.Sequential(nn.Conv2d(3, 2, 3), nn.ReLU()), repo / "models" / "plain.pt")  # changed, still passes
+    codes, outputs = _run_action(repo, [stubs, BIN], paths="models", **given)
+    assert codes["Gate"] == 0 and "| models/plain.pt | **PASS** |" in (repo / "step_summary").read_text()
+
+
 def _hook_source(tmp_path: Path) -> Path:
     """A committed copy of this repository's hook manifest and package (try-repo reads committed files)."""
     src = tmp_path / "hook-src"
