@@ -285,3 +285,17 @@ def test_the_gitlab_job_writes_its_artifacts(tmp_path: Path) -> None:
     validate_sarif(json.loads((repo / "auditor.sarif").read_text()))
     rows = {r["path"]: r["verdict"] for r in json.loads((repo / "auditor.json").read_text())["rows"]}
     assert rows == {"models/skip.pt": "pass", "models/vit": "pass"}  # the folder whole, risk factors listed
+
+
+def test_whole_folders_maps_a_folder_file_to_its_folder_by_name_only(tmp_path: Path) -> None:
+    from auditor.commands.scan import whole_folders
+
+    hf, plain = tmp_path / "vit", tmp_path / "plain"
+    for folder in (hf, plain):
+        folder.mkdir()
+    for name in ("config.json", "model.safetensors", "model-00001-of-00002.safetensors", "training_args.bin"):
+        (hf / name).write_bytes(b"x")
+    (plain / "model.safetensors").write_bytes(b"x")
+    given = [hf / "model.safetensors", hf / "model-00001-of-00002.safetensors", hf / "training_args.bin",
+             plain / "model.safetensors", hf / "config.json"]
+    assert whole_folders(given) == [hf, plain / "model.safetensors"]  # sidecars too: the folder's scan checks them

@@ -119,24 +119,14 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded, not_audited=skipped)
 
 
-#: Files a Hugging Face ``save_pretrained`` folder holds its weights and config in (names only: nothing is read).
-_HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-             "pytorch_model.bin.index.json")
-
-
 def whole_folders(paths: Sequence[Path]) -> list[Path]:
     """Return ``paths`` with each file of a Hugging Face folder (a ``config.json`` beside it) replaced by its folder.
 
-    What a pre-commit hook hands over is the changed files; a folder's weights are audited with its config.
-    Only names are looked at (nothing under a path is read here); duplicates are dropped, order kept.
+    What a pre-commit hook hands over is the changed files; a folder's weights are audited with its config and
+    every sidecar (``training_args.bin`` ...), as the folder's own scan checks them. Only names are looked at
+    (nothing under a path is read here); duplicates are dropped, order kept.
     """
-    out: list[Path] = []
-    for path in paths:
-        folder = path.parent
-        hf = path.is_file() and (folder / "config.json").is_file() and (
-            path.name in _HF_FILES or path.name.startswith(("model-", "pytorch_model-")))
-        out.append(folder if hf else path)
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(p.parent if p.is_file() and (p.parent / "config.json").is_file() else p for p in paths))
 
 
 def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:
