@@ -28,6 +28,57 @@ DEFAULT_INPUT_SHAPE = (3, 224, 224)
 DEFAULT_SEED = 0
 
 
+#: ``[[models]]`` keys that are load flags, each with the ``ScanConfig`` field it sets.
+MODEL_FLAGS = {"arch": "arch", "input_shape": "input_shape", "input_spec": "input_spec", "import": "imports",
+               "imports": "imports", "trust": "trust", "reference": "reference"}
+
+
+class ModelSettings(BaseModel):
+    """One ``[[models]]`` table: load flags for the checkpoints whose path matches ``glob`` (first match wins)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    glob: str = Field(min_length=1, description="Glob over the model path relative to the working directory "
+                                                "(without a '/': over its name), e.g. 'checkpoints/*.pt'.")
+    arch: str | None = None
+    input_shape: tuple[int, ...] | None = None
+    input_spec: str | None = None
+    imports: tuple[str, ...] | None = Field(default=None, alias="import")
+    trust: bool | None = None
+    reference: Path | None = None
+
+    @field_validator("input_shape", mode="before")
+    @classmethod
+    def _shape_text(cls, value: object) -> object:
+        try:
+            return parse_input_shape(value) if isinstance(value, str) else value
+        except InvalidInputShape as exc:
+            raise ValueError(str(exc).replace("--input-shape", "input_shape")) from exc
+
+    @field_validator("imports", mode="before")
+    @classmethod
+    def _one_import(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _valid_input(self) -> ModelSettings:
+        if self.input_spec is not None:
+            ScanConfig(input_spec=self.input_spec)  # the same check as --input-spec
+        if self.input_spec is not None and self.input_shape is not None:
+            raise ValueError("give input_shape (images) or input_spec (tokens), not both")
+        return self
+
+    def matches(self, path: str | Path) -> bool:
+        """Return True when ``path`` (its identity; only its name for a glob without '/') matches ``glob``."""
+        identity = model_identity(str(path))
+        return fnmatch.fnmatchcase(identity if "/" in self.glob else Path(identity).name, self.glob.rstrip("/"))
+
+    def flags(self) -> dict[str, Any]:
+        """Return the ``ScanConfig`` fields this entry sets."""
+        return {name: getattr(self, name) for name in ("arch", "input_shape", "input_spec", "imports", "trust",
+                                                       "reference") if getattr(self, name) is not None}
+
+
 class ScanConfig(BaseModel):
     """Everything ``auditor scan`` needs besides the checkpoint path."""
 
@@ -65,6 +116,22 @@ class ScanConfig(BaseModel):
     ignore: list[IgnoreRule] = Field(default_factory=list)
     policy_source: str = Field(default="", description="The config file the policy was read from.")
     supply: SupplyPolicy = Field(default_factory=SupplyPolicy)
+    #: ``[gate] architecture``: "report" lists risk factors (static architecture rules), "fail" lets them gate.
+    architecture: Literal["report", "fail"] = "report"
+    #: ``[[models]]``: per-glob load flags, first match wins; a flag given on the command line wins over them.
+    models: list[ModelSettings] = Field(default_factory=list)
+
+    def for_model(self, path: str | Path) -> ScanConfig:
+        """Return the config for one checkpoint: the first matching ``[[models]]`` entry's flags applied."""
+        entry = next((m for m in self.models if m.matches(path)), None)
+        if entry is None:
+            return self
+        update = entry.flags()
+        if "input_shape" in update or "input_spec" in update:  # one input kind per model
+            update = {"input_shape": None, "input_spec": None, **update}
+        if "imports" in update:
+            update["imports"] = list(update["imports"])
+        return self.model_copy(update=update)
 
     @property
     def import_policy(self) -> ImportPolicy:
@@ -76,7 +143,8 @@ class ScanConfig(BaseModel):
         """Return the gate's policy: ``fail_on``, ``strict``, ``on_inconclusive`` and the ``[[suppress]]`` rules."""
         return GatePolicy(fail_on=self.fail_on, strict=self.strict, on_inconclusive=self.on_inconclusive,
                           suppressions=tuple(self.suppress), severity=tuple(self.severity.items()),
-                          policy_source=f"{self.policy_source or 'config'} [severity]")
+                          policy_source=f"{self.policy_source or 'config'} [severity]",
+                          architecture=self.architecture)
 
     @field_validator("plugins")
     @classmethod
@@ -127,11 +195,13 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
 
 
 CONFIG_NAME = "auditor.toml"
-_TABLES = ("scan", "plugins", "suppress", "severity", "ignore", "supply")
+_TABLES = ("scan", "plugins", "suppress", "severity", "ignore", "supply", "gate", "models")
+_GATE_KEYS = ("architecture",)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read ``[scan]``, ``[plugins.NAME]``, ``[[suppress]]``, ``[severity]``, ``[[ignore]]`` and ``[supply]``.
+    """Read ``[scan]``, ``[gate]``, ``[[models]]``, ``[plugins.NAME]``, ``[[suppress]]``, ``[severity]``, ``[[ignore]]``
+    and ``[supply]``.
 
     A ``pyproject.toml`` is read from its ``[tool.auditor]`` table.
 
@@ -149,11 +219,15 @@ def load_config_file(path: Path) -> dict[str, Any]:
         data, where = data.get("tool", {}).get("auditor", {}), "[tool.auditor] "
     unknown = set(data) - set(_TABLES)
     if unknown:
-        raise ConfigError(f"config file {path}: {where}unknown table(s) {sorted(unknown)}; expected [scan], "
-                          "[plugins.NAME], [[suppress]], [severity], [[ignore]], [supply]")
-    merged = dict(data.get("scan", {}))
+        raise ConfigError(f"config file {path}: {where}unknown table(s) {sorted(unknown)}; expected [scan], [gate], "
+                          "[[models]], [plugins.NAME], [[suppress]], [severity], [[ignore]], [supply]")
+    gate = data.get("gate", {})
+    if not isinstance(gate, dict) or set(gate) - set(_GATE_KEYS):
+        raise ConfigError(f"config file {path}: {where}[gate] takes only {', '.join(_GATE_KEYS)}, got "
+                          f"{sorted(gate) if isinstance(gate, dict) else gate!r}")
+    merged = {**data.get("scan", {}), **gate}
     renamed = {"plugins": "plugin_config", "suppress": "suppress", "severity": "severity", "ignore": "ignore",
-               "supply": "supply"}
+               "supply": "supply", "models": "models"}
     merged.update({key: data[table] for table, key in renamed.items() if table in data})
     merged["policy_source"] = model_identity(path) + (" [tool.auditor]" if where else "")
     return merged
@@ -201,6 +275,23 @@ fail_on = "high"
 # cache = true
 # cache_dir = "~/.cache/auditor/runs"
 
+# What fails the gate. By default only evidence does: a refused or unsafe load, a failed signature, an
+# attack's measured leak. Static architecture rules (arch.*) are risk factors: listed in every report with
+# the attack that would measure each, not counted. The strict policy counts them too:
+# [gate]
+# architecture = "fail"
+
+# Load flags per checkpoint (first matching glob wins; a flag on the command line wins over these). A glob
+# without "/" matches the file name. The CI action and the pre-commit hook read them from here.
+# [[models]]
+# glob = "checkpoints/*.pt"          # state dicts: the architecture to build them into
+# arch = "resnet18"
+# input_shape = "3,224,224"
+# [[models]]
+# glob = "text/*"
+# input_spec = "tokens:1x16"
+# import = ["mypkg.models"]          # also: trust, reference
+
 # Settings of one plugin (`auditor plugins` lists them):
 # [plugins.architecture-risk]
 # max_evidence_nodes = 10
@@ -237,7 +328,10 @@ def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) 
     Raises:
         ConfigError: naming the first invalid key.
     """
-    merged = {**file_values, **{k: v for k, v in cli_values.items() if v is not None}}
+    given = {k: v for k, v in cli_values.items() if v is not None}
+    merged = {**file_values, **given}
+    if isinstance(file_values.get("models"), list):  # a flag on the command line wins over every [[models]] entry
+        merged["models"] = [_without_flags(entry, given) for entry in file_values["models"]]
     if isinstance(file_values.get("supply"), Mapping) and isinstance(cli_values.get("supply"), Mapping):
         methods = ("public_key", "certificate_chain", "identity", "identity_provider")
         file_supply = {k: v for k, v in file_values["supply"].items()
@@ -249,6 +343,16 @@ def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) 
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"invalid configuration{' ' + where if where else ''}: {err['msg']}") from exc
+
+
+def _without_flags(entry: object, given: Mapping[str, Any]) -> object:
+    """Return a ``[[models]]`` table without the keys the command line set (the two input kinds count as one)."""
+    if not isinstance(entry, Mapping):
+        return entry
+    fields = set(given) & set(MODEL_FLAGS.values())
+    if fields & {"input_shape", "input_spec"}:
+        fields |= {"input_shape", "input_spec"}
+    return {k: v for k, v in entry.items() if MODEL_FLAGS.get(k) not in fields}
 
 
 #: Rules the core emits itself (docs/rules.md, "Core findings"); plugins declare theirs in their catalogues.

@@ -18,12 +18,14 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: A worktree's test run (PYTHONPATH naming its checkout) reaches the subprocesses too.
+PASS_ON = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
 GITHUB = {"github.server_url": "https://github.com", "github.action_repository": "acme/auditor",
           "github.action_ref": "v1"}
 
 
 def _models(root: Path) -> Path:
-    """models/plain.pt passes, models/skip.pt fails (a last-stage skip); auditor.toml sets a small input."""
+    """models/plain.pt passes, models/skip.pt fails (a last-stage skip, counted under the strict policy)."""
     from torchvision.models.resnet import BasicBlock
 
     (root / "models").mkdir(parents=True)
@@ -31,7 +33,7 @@ def _models(root: Path) -> Path:
     torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), root / "models" / "plain.pt")
     torch.save(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), BasicBlock(4, 4)), root / "models" / "skip.pt")
     (root / "models" / "notes.txt").write_text("not a checkpoint\n")
-    (root / "auditor.toml").write_text("[scan]\ninput_shape = [3, 16, 16]\n")
+    (root / "auditor.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n\n[gate]\narchitecture = "fail"\n')
     return root
 
 
@@ -65,7 +67,7 @@ def _run_action(workspace: Path, path_dirs: list[Path], **given: str) -> tuple[d
             continue
         env = {"PATH": ":".join(map(str, [*path_dirs, "/usr/bin", "/bin"])), "HOME": str(workspace),
                "GITHUB_OUTPUT": str(output_file), "GITHUB_STEP_SUMMARY": str(summary),
-               "GITHUB_ACTION_PATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+               "GITHUB_ACTION_PATH": str(ROOT), "OMP_NUM_THREADS": "1", **PASS_ON}
         env |= {k: _expand(v, inputs, outputs) for k, v in step.get("env", {}).items()}
         proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
                               cwd=workspace, env=env, capture_output=True,
@@ -112,7 +114,7 @@ def test_action_steps_scan_upload_and_gate(tmp_path: Path, stub_python: tuple[Pa
 def test_action_with_a_baseline_and_extra_args_passes(tmp_path: Path, stub_python: tuple[Path, Path]) -> None:
     workspace = _models(tmp_path / "repo")
     stubs, _ = stub_python
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH included
     subprocess.run([str(BIN / "auditor"), "scan", "models", "-q", "--write-baseline", "baseline.json"],
                    cwd=workspace, check=True, env=env, capture_output=True)
     codes, outputs = _run_action(workspace, [stubs, BIN], paths="models", baseline="baseline.json",
@@ -134,6 +136,19 @@ def _git_repo(root: Path) -> Path:
     return repo
 
 
+def test_action_changed_since_audits_only_what_changed(tmp_path: Path, stub_python: tuple[Path, Path]) -> None:
+    repo = _git_repo(tmp_path / "repo")  # skip.pt fails under the repository's strict policy
+    stubs, _ = stub_python
+    given = {"python-version": "", "torch-spec": "", "changed-since": "HEAD"}
+    codes, outputs = _run_action(repo, [stubs, BIN], paths="models", **given)
+    assert codes["Gate"] == 0 and outputs == {"exit-code": "0"}  # nothing changed since HEAD
+    summary = (repo / "step_summary").read_text()
+    assert "| models/skip.pt | unchanged since HEAD, not audited |" in summary
+    torch.save(nn.Sequential(nn.Conv2d(3, 2, 3), nn.ReLU()), repo / "models" / "plain.pt")  # changed, still passes
+    codes, outputs = _run_action(repo, [stubs, BIN], paths="models", **given)
+    assert codes["Gate"] == 0 and "| models/plain.pt | **PASS** |" in (repo / "step_summary").read_text()
+
+
 def _hook_source(tmp_path: Path) -> Path:
     """A committed copy of this repository's hook manifest and package (try-repo reads committed files)."""
     src = tmp_path / "hook-src"
@@ -148,7 +163,7 @@ def _hook_source(tmp_path: Path) -> Path:
 def _try_repo(repo: Path, src: Path, hook: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
               *files: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "PRE_COMMIT_HOME": str(tmp_path / "pc-home"),
-           "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(extra_env or {})}
+           "OMP_NUM_THREADS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **PASS_ON, **(extra_env or {})}
     which = ["--files", *files] if files else ["--all-files"]
     return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(src), hook, *which], cwd=repo,
                           env=env, capture_output=True, text=True, timeout=900)
@@ -189,3 +204,94 @@ def test_python_hook_installs_and_runs(tmp_path: Path) -> None:
     proc = _try_repo(repo, src, "auditor", tmp_path, {"PYTHONPATH": str(stack)})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "FAIL (exit 1): 2 model(s): 1 fail, 1 pass" in proc.stdout
+
+
+# --- docs/ci.md's snippets, as pasted, on a sample repository -----------------------------------------------------
+
+
+def _doc_snippets() -> dict[str, dict]:
+    """docs/ci.md's YAML blocks that name their file in a first comment line."""
+    blocks = re.findall(r"```yaml\n(# .*?\n.*?)```", (ROOT / "docs" / "ci.md").read_text(), flags=re.S)
+    return {re.match(r"# (.*)", b).group(1).strip(): yaml.safe_load(b) for b in blocks}
+
+
+def _sample_repo(root: Path) -> Path:
+    """A model repository as a team has it: a residual CNN, a timm state dict, a Hugging Face ViT folder."""
+    import timm
+    from torchvision.models.resnet import BasicBlock
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.set_num_threads(1)
+    for folder in ("models", "checkpoints"):
+        (root / folder).mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), BasicBlock(4, 4)), root / "models" / "skip.pt")
+    torch.save(timm.create_model("test_resnet", pretrained=False, num_classes=5).state_dict(),
+               root / "checkpoints" / "best.pt")
+    ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, intermediate_size=64)).save_pretrained(root / "models"
+                                                                                                     / "vit")
+    (root / "auditor.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n\n[[models]]\nglob = "checkpoints/*.pt"\n'
+                                       'arch = "test_resnet"\ninput_shape = "3,32,32"\n\n[[models]]\n'
+                                       'glob = "models/vit"\ninput_shape = "3,32,32"\n')
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit",
+                                                "-qm", "models"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def test_the_local_pre_commit_snippet_audits_folders_whole_and_says_how_to_accept(tmp_path: Path) -> None:
+    pytest.importorskip("pre_commit")
+    config = _doc_snippets()[".pre-commit-config.yaml (local)"]
+    repo = _sample_repo(tmp_path / "proj")
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "PRE_COMMIT_HOME": str(tmp_path / "pc-home"),
+           "OMP_NUM_THREADS": "1", **PASS_ON}
+
+    import pickle
+
+    class Payload:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (print, ("pwned",))
+
+    (repo / "models" / "evil.pkl").write_bytes(pickle.dumps(Payload(), protocol=2))
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    proc = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # one call: the folder once (not its model.safetensors alone), the state dict built from [[models]], the
+    # residual CNN passing with its risk factor, the refused pickle failing
+    assert "FAIL (exit 1): 4 model(s): 1 fail, 3 pass" in proc.stdout
+    assert "a refused checkpoint cannot be accepted" in proc.stdout
+
+
+def test_the_gitlab_job_writes_its_artifacts(tmp_path: Path) -> None:
+    job = _doc_snippets()[".gitlab-ci.yml"]["auditor"]
+    repo = _sample_repo(tmp_path / "proj")
+    lines = [line for line in job["script"] if not line.startswith("pip install")]  # the image's install steps
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1", **PASS_ON}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(lines)], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert job["artifacts"]["when"] == "always"
+    for path in job["artifacts"]["paths"]:
+        assert (repo / path).is_file(), path
+    from tests.report.test_render_sarif import validate_sarif
+
+    validate_sarif(json.loads((repo / "auditor.sarif").read_text()))
+    rows = {r["path"]: r["verdict"] for r in json.loads((repo / "auditor.json").read_text())["rows"]}
+    assert rows == {"models/skip.pt": "pass", "models/vit": "pass"}  # the folder whole, risk factors listed
+
+
+def test_whole_folders_maps_a_folder_file_to_its_folder_by_name_only(tmp_path: Path) -> None:
+    from auditor.commands.scan import whole_folders
+
+    hf, plain = tmp_path / "vit", tmp_path / "plain"
+    for folder in (hf, plain):
+        folder.mkdir()
+    for name in ("config.json", "model.safetensors", "model-00001-of-00002.safetensors", "training_args.bin"):
+        (hf / name).write_bytes(b"x")
+    (plain / "model.safetensors").write_bytes(b"x")
+    given = [hf / "model.safetensors", hf / "model-00001-of-00002.safetensors", hf / "training_args.bin",
+             plain / "model.safetensors", hf / "config.json"]
+    assert whole_folders(given) == [hf, plain / "model.safetensors"]  # sidecars too: the folder's scan checks them

@@ -30,7 +30,12 @@ def _scan(tmp_path: Path, *args: str) -> tuple[int, dict | None]:
 
 
 def test_scan_fails_on_high_findings_and_writes_valid_reports(resnet18_file: Path, tmp_path: Path) -> None:
-    code, report = _scan(tmp_path, str(resnet18_file), "--sarif", str(tmp_path / "r.sarif"))
+    code, report = _scan(tmp_path, str(resnet18_file))
+    assert code == 0 and report is not None  # by default the static rule is a risk factor: listed, not counted
+    assert "arch.last-stage-skip (high)" in report["summary"]["risk_factors"]
+    (tmp_path / "strict.toml").write_text('[gate]\narchitecture = "fail"\n')
+    code, report = _scan(tmp_path, str(resnet18_file), "--sarif", str(tmp_path / "r.sarif"), "--config",
+                         str(tmp_path / "strict.toml"))
     assert code == 1 and report is not None
     validate_report_dict(report)
     assert report["summary"] == report["summary"] | {"verdict": "fail", "exit_code": 1, "fail_on": "high"}
@@ -148,7 +153,7 @@ def test_plugins_command_says_why_a_plugin_applies(resnet18_file: Path, capsys: 
 
 def test_config_file_values_apply_and_flags_win(resnet18_file: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "auditor.toml"
-    cfg.write_text('[scan]\nfail_on = "critical"\ninput_shape = [3, 64, 64]\n\n'
+    cfg.write_text('[scan]\nfail_on = "critical"\ninput_shape = [3, 64, 64]\n\n[gate]\narchitecture = "fail"\n\n'
                    '[plugins.architecture-risk]\nmax_evidence_nodes = 1\n')
     code, report = _scan(tmp_path, str(resnet18_file), "--config", str(cfg))
     assert code == 0 and report is not None
@@ -197,12 +202,17 @@ def small_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+#: The strict policy: these tests drive the gate's FAIL paths with a static rule, which by default only reports.
+STRICT = '[gate]\narchitecture = "fail"\n'
+
+
 @pytest.fixture
 def repo(small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh working directory holding a copy of the small models (and nothing else)."""
+    """A fresh working directory holding a copy of the small models and an auditor.toml with the strict policy."""
     import shutil
 
     shutil.copytree(small_models / "models", tmp_path / "models")
+    (tmp_path / "auditor.toml").write_text(STRICT)
     monkeypatch.chdir(tmp_path)
     torch.set_num_threads(1)
     return tmp_path
@@ -289,7 +299,8 @@ def test_format_goes_to_stdout_or_to_o_file(repo: Path, capsys: pytest.CaptureFi
 def test_quiet_prints_exactly_the_verdict_line(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["FAIL (exit 1): static rules only; not run: attribute inference, gradient "
+    assert captured.out.splitlines() == ["FAIL (exit 1): measured: none (static risk factors only); not run: "
+                                         "attribute inference, gradient "
                                          "inversion, membership inference, model inversion, split inversion; "
                                          "1 finding(s) at or above --fail-on high"]
     assert captured.err == ""
@@ -336,13 +347,14 @@ def test_baseline_workflow(repo: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_config_is_discovered_auditor_toml_then_pyproject(repo: Path) -> None:
     args = ["scan", "models/sub/skip.pt", "-q"]
+    (repo / "auditor.toml").unlink()
     (repo / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.auditor.scan]\ninput_shape = [3, 16, 16]\n'
-                                         'fail_on = "critical"\n')
+                                         'fail_on = "critical"\n\n[tool.auditor.gate]\narchitecture = "fail"\n')
     assert run_cli(args) == 0
-    (repo / "auditor.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n\n[[suppress]]\n'
+    (repo / "auditor.toml").write_text(STRICT + '[scan]\ninput_shape = [3, 16, 16]\n\n[[suppress]]\n'
                                        'rule = "arch.last-stage-skip"\npath = "models/sub/*"\nreason = "accepted"\n')
     assert run_cli(args) == 0
-    (repo / "strict.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n')
+    (repo / "strict.toml").write_text(STRICT + '[scan]\ninput_shape = [3, 16, 16]\n')
     assert run_cli([*args, "--config", "strict.toml"]) == 1
     (repo / "auditor.toml").unlink()
     (repo / "pyproject.toml").write_text('[tool.auditor]\nscann = 1\n')
@@ -354,6 +366,7 @@ def test_init_writes_a_commented_config_that_loads(repo: Path, capsys: pytest.Ca
 
     from auditor.config import build_config, load_config_file
 
+    (repo / "auditor.toml").unlink()
     assert run_cli(["init"]) == 0
     text = (repo / "auditor.toml").read_text()
     assert build_config(load_config_file(repo / "auditor.toml"), {}).fail_on.value == "high"

@@ -52,7 +52,7 @@ def test_installed_wheel_scans_outside_the_source_tree(wheel: Path, tmp_path: Pa
     proc = subprocess.run([sys.executable, "-c", script, str(target)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "exit 1" in proc.stdout
+    assert "exit 0" in proc.stdout  # the static rule is listed as a risk factor; nothing measured fails
 
 
 # Distributions of the torch stack a fresh venv borrows from this one (installing torch again costs
@@ -92,9 +92,9 @@ def test_fresh_venv_plain_install_writes_every_report(wheel: Path, tmp_path: Pat
          "r.sarif"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"},
     )
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["summary"]["verdict"] == "fail"
+    assert report["summary"]["verdict"] == "pass" and "arch.last-stage-skip (high)" in report["summary"]["risk_factors"]
     assert "arch.last-stage-skip" in (tmp_path / "r.html").read_text()
     assert json.loads((tmp_path / "r.sarif").read_text())["version"] == "2.1.0"
 

@@ -43,8 +43,10 @@ def repo(models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_an_override_changes_the_gate_and_every_report_shows_it(repo: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["scan", "models/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1  # high: fails by default
-    Path("auditor.toml").write_text(POLICY)
+    strict = '[gate]\narchitecture = "fail"\n'  # risk factors count: the high rule fails
+    Path("auditor.toml").write_text(strict)
+    assert run_cli(["scan", "models/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1
+    Path("auditor.toml").write_text(strict + POLICY)
     code = run_cli(["scan", "models/skip.pt", "--json", "r.json", "--sarif", "r.sarif", "--html", "r.html",
                     "-f", "markdown", "-o", "r.md"])
     out = capsys.readouterr().out
@@ -106,3 +108,55 @@ def test_init_example_policy_loads_and_names_known_rules(repo: Path) -> None:
     assert config.severity == {"arch.last-stage-skip": Severity.MEDIUM}
     assert config.ignore[0].reason and config.supply.require_signature
     check_policy_rules(config, discover_plugins())
+
+
+# --- [gate] and [[models]] ---------------------------------------------------------------------------------------
+
+
+def test_gate_and_models_tables_are_read_and_checked(tmp_path: Path) -> None:
+    from auditor.errors import ConfigError
+
+    path = tmp_path / "auditor.toml"
+    path.write_text('[gate]\narchitecture = "fail"\n\n[[models]]\nglob = "checkpoints/*.pt"\narch = "resnet18"\n'
+                    'input_shape = "3,224,224"\n\n[[models]]\nglob = "*.pt"\narch = "resnet50"\nimport = "mypkg"\n')
+    config = build_config(load_config_file(path), {})
+    assert config.gate.architecture == "fail"
+    first = config.for_model("checkpoints/a.pt")  # first matching glob wins
+    assert (first.arch, first.input_shape, first.imports) == ("resnet18", (3, 224, 224), [])
+    other = config.for_model("elsewhere/b.pt")  # a glob without "/" matches the name
+    assert (other.arch, other.imports) == ("resnet50", ["mypkg"])
+    assert config.for_model("notes/c.bin").arch is None
+    flagged = build_config(load_config_file(path), {"arch": "vit_b_16", "input_spec": "tokens:1x8"})
+    assert (flagged.for_model("checkpoints/a.pt").arch, flagged.for_model("checkpoints/a.pt").input_shape) == (
+        "vit_b_16", None)  # a flag on the command line wins over every entry
+    for bad in ('[gate]\narchitecture = "sometimes"\n', '[gate]\nfail_on = "high"\n',
+                '[[models]]\narch = "resnet18"\n', '[[models]]\nglob = "*"\ninput_shape = "3,x"\n',
+                '[[models]]\nglob = "*"\nepochs = 3\n'):
+        path.write_text(bad)
+        with pytest.raises(ConfigError):
+            build_config(load_config_file(path), {})
+
+
+def test_models_globs_give_state_dicts_their_arch(repo: Path) -> None:
+    from torchvision.models import resnet18
+
+    Path("checkpoints").mkdir()
+    torch.manual_seed(0)
+    torch.save(resnet18(num_classes=4).state_dict(), "checkpoints/best.pt")
+    assert run_cli(["scan", "checkpoints/best.pt", "-q"]) == 2  # a state dict without an architecture
+    Path("auditor.toml").write_text('[[models]]\nglob = "checkpoints/*.pt"\narch = "resnet18"\n'
+                                    'input_shape = "3,32,32"\n')
+    assert run_cli(["scan", "checkpoints/best.pt", "--json", "r.json", "-q"]) == 0
+    model = json.loads(Path("r.json").read_text())["model"]
+    assert (model["format"], model["input_shape"]) == ("state-dict", [3, 32, 32])
+    assert run_cli(["scan", "checkpoints/best.pt", "--input-shape", "3,48,48", "--json", "r.json", "-q"]) == 0
+    assert json.loads(Path("r.json").read_text())["model"]["input_shape"] == [3, 48, 48]  # the flag wins
+
+
+def test_init_writes_the_gate_policy_commented(tmp_path: Path) -> None:
+    from auditor.config import STARTER_CONFIG
+
+    assert '# [gate]\n# architecture = "fail"\n' in STARTER_CONFIG and '# [[models]]\n# glob = ' in STARTER_CONFIG
+    path = tmp_path / "auditor.toml"
+    path.write_text(STARTER_CONFIG.replace('# [gate]\n# architecture = "fail"', '[gate]\narchitecture = "fail"'))
+    assert build_config(load_config_file(path), {}).architecture == "fail"

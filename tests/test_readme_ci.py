@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_ci_integrations import BIN, ROOT, _git_repo
+from tests.test_ci_integrations import BIN, PASS_ON, ROOT, _git_repo
 
 
 def _snippets() -> dict[str, dict]:
@@ -43,7 +43,7 @@ def test_local_pre_commit_hook_runs_the_gate(tmp_path: Path) -> None:
     repo = _git_repo(tmp_path / "proj")
     (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "PRE_COMMIT_HOME": str(tmp_path / "pc-home"),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", **PASS_ON}
     proc = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -111,7 +111,8 @@ def judge(
         draft, messages = mark_acceptances(draft, baseline=baseline, rules=policy.suppressions, today=today)
     safety = draft.model.load_safety
     summary = decide(draft.findings, draft.plugins, policy, unsafe=safety.verdict == "unsafe", expired=messages,
-                     unjudged_files=[f"{f.file} ({f.kind}): {f.reason}" for f in not_judged(safety.files)])
+                     unjudged_files=[f"{f.file} ({f.kind}): {f.reason}" for f in not_judged(safety.files)],
+                     model_path=draft.model.path, command=draft.tool.command, today=today)
     fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
     return Report(**fields, summary=summary), messages
 

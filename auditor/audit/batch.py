@@ -109,6 +109,7 @@ def audit_one(
     from auditor.load.offline import force_offline
 
     force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
+    config = config.for_model(path)  # [[models]]: this checkpoint's load flags (h-gate)
     try:
         draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
                                                                                                progress)

@@ -245,7 +245,11 @@ def _run_worker(request: dict[str, Any], limits: JailLimits, scratch: str,
         proc.stdin.close()
     except OSError:
         pass  # it died at once: its status says why
-    _follow(run, lines, time.monotonic() + limits.wall_s, limits, progress)
+    try:
+        _follow(run, lines, time.monotonic() + limits.wall_s, limits, progress)
+    except BaseException:  # Ctrl-C or SIGTERM (exit 130/143): the worker never outlives the scan (h-gate)
+        _kill(proc)
+        raise
     if run.stopped is not None:
         _kill(proc)
     try:

@@ -1,15 +1,18 @@
 """The typer app: the commands registered in order, ``--version``, and exceptions mapped to exit codes.
 
-Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a finding at or above ``--fail-on``
-or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
-judged); 4 usage error. With several models, the worst (see :func:`auditor.audit.batch.worst_exit_code`).
+Exit codes (see :class:`auditor.gate.ExitCode`): 0 pass; 1 a proven or measured finding at or above
+``--fail-on`` or an unsafe checkpoint; 2 tool or input error; 3 inconclusive (something requested was not
+judged); 4 usage error; 130 interrupted (SIGINT) and 143 terminated (SIGTERM), the worker killed. With
+several models, the worst (see :func:`auditor.audit.batch.worst_exit_code`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
 from typing import Annotated
 
 import typer
@@ -69,6 +72,14 @@ def _command() -> _click_core.Command:
     return typer.main.get_command(app)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds the scan like Ctrl-C does, so the worker is killed on the way out."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code instead of exiting."""
     force_offline()  # auditor never downloads: Hugging Face libraries stay offline for the process
@@ -79,12 +90,15 @@ def run_cli(argv: list[str] | None = None) -> int:
         result = _command().main(args=args, prog_name="auditor", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("auditor: interrupted: no verdict (exit 130)", markup=False)
+        return ExitCode.INTERRUPTED
+    except Terminated:
+        err.print("auditor: terminated: no verdict (exit 143)", markup=False)
+        return ExitCode.TERMINATED
     except _click_exc.UsageError as exc:
         err.print(f"auditor: usage error: {plain(exc.format_message())}", markup=False)
         return ExitCode.USAGE
-    except typer.Abort:
-        err.print("auditor: aborted", markup=False)
-        return ExitCode.ERROR
     except ConfigError as exc:
         err.print(f"auditor: configuration error: {plain(exc)}", markup=False)
         return ExitCode.USAGE
@@ -99,6 +113,8 @@ def run_cli(argv: list[str] | None = None) -> int:
         err.print(f"auditor: internal error: {type(exc).__name__}: {plain(exc)} "
                   "(rerun with --debug for the traceback)", markup=False)
         return ExitCode.ERROR
+    if result == ExitCode.INTERRUPTED:  # typer returns Ctrl-C as 130; no command returns it otherwise
+        err.print("auditor: interrupted: no verdict (exit 130)", markup=False)
     return int(result) if isinstance(result, int) else ExitCode.PASS
 
 
@@ -108,6 +124,8 @@ def main() -> None:
     A plugin thread abandoned after its budget may still be inside torch; a normal interpreter
     shutdown could then abort the process and lose the exit code, so leave without one.
     """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     code = run_cli()
     runner = sys.modules.get("auditor.plugin.runner")  # not imported: no plugin ran, no thread to abandon
     if runner is not None and runner.abandoned_workers():

@@ -56,7 +56,8 @@ InputShapeOption = Annotated[str | None, typer.Option(
 #: Its callback splits the list: the command receives ``list[str] | None``.
 PluginsOption = Annotated[str | None, typer.Option(
     "--plugins", callback=_plugin_list,
-    help="Comma-separated plugins to run, or 'all' (default: every plugin not marked expensive).")]
+    help="Comma-separated plugins to run, or 'all' (default: every plugin not marked expensive). Adds, never "
+         "removes the static rules (architecture-risk): they run unless --disable-plugin names them.")]
 BudgetOption = Annotated[float | None, typer.Option(
     "--budget", help="Time budget per plugin in seconds (default: each plugin's own).")]
 DeviceOption = Annotated[str | None, typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")]

@@ -106,6 +106,9 @@ def print_report(console: Console, report: Report) -> None:
             table.add_column(col, overflow="fold")
         for f in report.findings:
             status = f"accepted ({f.suppression.kind})" if f.suppression else ""
+            if f.kind == "risk-factor":  # h-gate: a static prior, with the attack that would measure it
+                status = "; ".join(x for x in ("risk factor" + (f": --plugins {','.join(f.measured_by)}"
+                                                                if f.measured_by else ""), status) if x)
             o = f.severity_override
             if o is not None:
                 status = "; ".join(x for x in (status, f"severity set by {o.source} (rule: {o.original.value})") if x)

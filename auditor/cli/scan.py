@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,8 +31,12 @@ from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
 from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
 from auditor.config import ScanConfig, build_config, find_config_file, load_config_file
+from auditor.report.model import Acceptance
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from auditor.audit.batch import ScanRow
     from auditor.commands.scan import ScanOptions
 
 PathsArgument = Annotated[list[Path], typer.Argument(
@@ -90,6 +95,12 @@ NoCacheOption = Annotated[bool, typer.Option(
 CacheDirOption = Annotated[Path | None, typer.Option(
     "--cache-dir", help="Where reused plugin runs are kept [default: ~/.cache/auditor/runs]; safe to share "
                         "between concurrent jobs.")]
+ChangedSinceOption = Annotated[str | None, typer.Option(
+    "--changed-since", metavar="REF", help="Audit only the checkpoints git reports changed since REF (git diff "
+    "REF...HEAD, plus staged, unstaged and untracked files); the others are listed as unchanged, not audited.")]
+WholeFoldersOption = Annotated[bool, typer.Option(
+    "--whole-folders", help="A file of a Hugging Face save_pretrained folder (config.json beside it) is audited as "
+                            "its folder: what the pre-commit hook passes.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
@@ -107,7 +118,8 @@ def scan(
     ray_address: RayAddressOption = None, sbom: SbomOption = None, verify_signature: SignatureOption = None,
     public_key: PublicKeyOption = None, certificate_chain: CertChainOption = None, identity: IdentityOption = None,
     identity_provider: IdentityProviderOption = None, no_cache: NoCacheOption = False,
-    cache_dir: CacheDirOption = None, quiet: QuietOption = False, debug: DebugOption = False,
+    cache_dir: CacheDirOption = None, changed_since: ChangedSinceOption = None,
+    whole_folders: WholeFoldersOption = False, quiet: QuietOption = False, debug: DebugOption = False,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -136,7 +148,8 @@ def scan(
     opts = ScanOptions(paths=paths, config=config, include=include or (), exclude=exclude or (), baseline=baseline,
                        write_baseline=write_baseline, workers=workers, ray_address=ray_address,
                        one_report=outputs.html_path is not None,
-                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX)
+                       inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX, changed_since=changed_since,
+                       whole_folders=whole_folders)
     return run_and_print(opts, outputs, quiet=quiet)
 
 
@@ -161,6 +174,10 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
     for path, why in outcome.not_audited:
         if why.startswith("ignored by"):  # a policy decision: said, never silent (other skipped files: --sbom)
             render.err.print(f"auditor: not audited: {plain(path)}: {plain(why)}", markup=False)
+    unchanged = [p for p, why in outcome.not_audited if why.startswith("unchanged since")]
+    if unchanged and not quiet:
+        render.err.print(f"auditor: {len(unchanged)} checkpoint(s) unchanged since {plain(opts.changed_since)}, not "
+                         "audited (listed in the JSON, Markdown, SARIF and ML-BOM outputs)", markup=False)
     for row in rows:
         for message in row.messages:
             render.err.print(f"auditor: {plain(message)}", markup=False)
@@ -172,10 +189,51 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
             print_report(human, rows[0].report)
         elif len(rows) > 1:
             print_rows(human, rows)
-    print_verdict(human, rows, code)
+    if rows:
+        print_verdict(human, rows, code)
+    else:  # --changed-since: nothing collected changed
+        human.print(f"[bold green]PASS[/] (exit {code}): no checkpoint changed since {safe(opts.changed_since)}; "
+                    f"{len(unchanged)} unchanged, not audited")
     if not quiet:
+        print_accept(human, rows)
         if opts.write_baseline is not None:
             human.print(f"baseline: {safe(opts.write_baseline)} ({outcome.baseline_written} finding(s) recorded)")
         if written:
             human.print("reports: " + ", ".join(safe(p) for p in written))
     return code
+
+
+def print_accept(console: Console, rows: Sequence[ScanRow], most: int = 5) -> None:
+    """Print how to accept what failed: each failing model's baseline command, [[suppress]] and [severity] text.
+
+    With several models the baseline command (the same scan) is printed once, the config blocks up to ``most``.
+    """
+    accepts = [r.report.summary.accept for r in rows if r.report is not None and r.report.summary.accept]
+    if not accepts:
+        return
+    if len(accepts) == 1:
+        for line in accepts[0].lines():
+            console.print(plain(line), markup=False)
+        return
+    notes = list(dict.fromkeys(a.note for a in accepts if a.note))
+    usable = [a for a in accepts if not a.note]
+    if usable:
+        rules = list(dict.fromkeys(rule for a in usable for rule in a.findings))
+        blocks = list(dict.fromkeys(b for a in usable for b in a.suppress))
+        tables: dict[str, list[str]] = {}  # [severity] and [gate] lines, each table once
+        for a in usable:
+            table = "[severity]"
+            for line in a.severity:
+                if line.startswith("["):
+                    table = line
+                    tables.setdefault(table, [])
+                elif line not in tables[table]:
+                    tables[table].append(line)
+        merged = Acceptance(findings=rules, baseline=usable[0].baseline, suppress=blocks[:most],
+                            severity=[x for table, lines in tables.items() for x in (table, *lines)])
+        for line in merged.lines():
+            console.print(plain(line), markup=False)
+        if len(blocks) > most:
+            console.print(f"  … {len(blocks) - most} more [[suppress]] block(s): see each model's report", markup=False)
+    for note in notes:
+        console.print(plain(note), markup=False)

@@ -37,6 +37,8 @@ class ScanOptions:
     ray_address: str | None = None
     one_report: bool = False  # --html: the run must find exactly one checkpoint
     inventory: bool = False  # --sbom: list every file under the scan paths that was not audited, and why
+    changed_since: str | None = None  # --changed-since REF: audit only what git reports changed since REF
+    whole_folders: bool = False  # --whole-folders: a file of a Hugging Face folder is audited as its folder
 
 
 @dataclass
@@ -83,12 +85,18 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
     recording = None  # --write-baseline: the file's entries so far (each model accepts what it records)
     if opts.write_baseline is not None:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
-    preflight = check_paths(opts.paths, config)  # before anything under a path is opened
+    preflight = check_paths(whole_folders(opts.paths) if opts.whole_folders else opts.paths,
+                            config)  # before anything under a path is opened
     targets, left_out = ignored(_collect(preflight.paths, opts.include, opts.exclude), config)
     if not targets and not preflight.refused:
         why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
                          f"their bytes; check --include/--exclude{why})")
+    unchanged: list[Path] = []
+    if opts.changed_since is not None:
+        from auditor.commands.changed import changed_files, split_changed
+
+        targets, unchanged = split_changed(targets, changed_files(opts.changed_since))
     if opts.one_report and len(targets) + len(preflight.refused) > 1:
         raise ConfigError(f"--html writes one model's report and {len(targets)} were found; use --out-dir DIR")
     if opts.workers is not None and opts.ray_address is not None:
@@ -101,13 +109,24 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
                           on_row=hooks.on_row)
     rows = preflight.refused + with_signature_notes(rows, preflight.notes)
     reasons = dict(left_out)
-    others = not_audited(preflight.paths, targets, opts.include, opts.exclude) if opts.inventory else []
+    others = not_audited(preflight.paths, [*targets, *unchanged], opts.include, opts.exclude) if opts.inventory else []
     skipped = [(p, reasons.pop(p, why)) for p, why in others] + list(reasons.items())
+    skipped += [(str(p), f"unchanged since {opts.changed_since}, not audited") for p in unchanged]
     recorded = None
     if opts.write_baseline is not None:
         write_baseline([r.report for r in rows if r.report], opts.write_baseline)
         recorded = sum(len(r.report.findings) for r in rows if r.report)
     return ScanOutcome(rows=rows, code=worst_exit_code(rows), baseline_written=recorded, not_audited=skipped)
+
+
+def whole_folders(paths: Sequence[Path]) -> list[Path]:
+    """Return ``paths`` with each file of a Hugging Face folder (a ``config.json`` beside it) replaced by its folder.
+
+    What a pre-commit hook hands over is the changed files; a folder's weights are audited with its config and
+    every sidecar (``training_args.bin`` ...), as the folder's own scan checks them. Only names are looked at
+    (nothing under a path is read here); duplicates are dropped, order kept.
+    """
+    return list(dict.fromkeys(p.parent if p.is_file() and (p.parent / "config.json").is_file() else p for p in paths))
 
 
 def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:

@@ -112,7 +112,8 @@ def _run_one(
     if settings.selected is None and plugin.requires.expensive:
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED,
                          reason=f"expensive attack: run it with --plugins {entry.name} (or --plugins all)", **base), []
-    if settings.selected is not None and entry.name not in settings.selected and "all" not in settings.selected:
+    if (settings.selected is not None and entry.name not in settings.selected and "all" not in settings.selected
+            and plugin.family != "static"):  # --plugins adds: the static rules always run (h-gate)
         return PluginRun(status="skipped", category=CATEGORY_NOT_SELECTED, reason="not in --plugins", **base), []
     if model is None and plugin.requires.torch_model:
         needs = "gradient-based attacks need" if plugin.requires.gradients else "this plugin runs"

@@ -15,7 +15,7 @@ def family_name(family: str) -> str:
 
 
 def coverage_line(report: Report) -> str:
-    """Return e.g. ``static rules only; not run: gradient inversion, membership inference``.
+    """Return e.g. ``measured: none (static risk factors only); not run: gradient inversion, membership inference``.
 
     Empty when the report has no coverage (a refused checkpoint runs nothing; the verdict says so).
     """
@@ -24,10 +24,10 @@ def coverage_line(report: Report) -> str:
         return ""
     judged = [family_name(c.family) for c in cov if c.status == "judged"]
     static = any(p.family == "static" and p.status == "ok" for p in report.plugins)
-    if judged:
-        parts = [("static rules and " if static else "") + "judged: " + ", ".join(judged)]
+    if judged:  # h-gate: the "measured / not measured" line of the verdict
+        parts = ["measured: " + ", ".join(judged) + (" (and static risk factors)" if static else "")]
     else:
-        parts = ["static rules only" if static else "no threat family judged"]
+        parts = ["measured: none" + (" (static risk factors only)" if static else "")]
     parts += _listed(cov, "not-judged", "not judged", with_reason=True)
     parts += _listed(cov, "not-run", "not run", with_reason=False)
     parts += _listed(cov, "not-applicable", "not applicable", with_reason=True)

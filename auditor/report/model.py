@@ -18,8 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from auditor.report.files import FileCoverage
 from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
+from auditor.report.verdict import Acceptance as Acceptance  # re-exported: the contract's names stay here
+from auditor.report.verdict import FamilyCoverage as FamilyCoverage
+from auditor.report.verdict import Summary
 
-SCHEMA_VERSION = "1.10.0"
+SCHEMA_VERSION = "1.11.0"
 
 
 class _Record(BaseModel):
@@ -92,6 +95,15 @@ class Finding(_Record):
     severity_override: SeverityOverride | None = Field(
         default=None, description="Set when a [severity] policy changed the rule's severity; `severity` is the "
         "applied one."
+    )
+    kind: Literal["evidence", "risk-factor"] = Field(
+        default="evidence", description="evidence: proven or measured (a refused load, a signature failure, an "
+        "attack's leak, a core check); it gates. risk-factor: a static prior read from the architecture that no "
+        "attack measured; it is reported and gates only under [gate] architecture = \"fail\"."
+    )
+    measured_by: list[str] = Field(
+        default_factory=list, description="Risk factors: the threat families (attack plugins) that would measure "
+        "the risk, e.g. ['model-inversion']."
     )
 
 
@@ -376,40 +388,6 @@ class PluginRun(_Record):
     headline: list[Measurement] = Field(default_factory=list, description="Headline numbers beside their floors.")
     power: list[PowerCheck] = Field(default_factory=list, description="Positive controls the attack ran.")
     reused: Reuse | None = Field(default=None, description="Set when the run was reused from the result cache.")
-
-
-class FamilyCoverage(_Record):
-    """What the verdict covers for one threat family (the ``family`` of the installed attack plugins)."""
-
-    family: str = Field(description="Threat family, e.g. 'membership-inference'.")
-    status: Literal["judged", "not-judged", "not-run", "not-applicable"] = Field(
-        description="judged: every requested plugin of the family ran and showed power; not-judged: one was "
-        "requested but skipped for a gap, errored or was inconclusive; not-run: none was requested; "
-        "not-applicable: the threat does not exist in this model (a threat-model reason)."
-    )
-    plugins: list[str] = Field(default_factory=list, description="The family's plugins.")
-    reason: str = Field(default="", description="Why it is not judged, not run or not applicable.")
-
-
-class Summary(_Record):
-    """The gate's decision and how it was reached."""
-
-    max_severity: Severity | None
-    verdict: Literal["pass", "fail", "inconclusive"]
-    exit_code: int
-    fail_on: Severity
-    counts: dict[str, int] = Field(default_factory=dict)
-    reasons: list[str] = Field(default_factory=list)
-    not_judged: list[str] = Field(
-        default_factory=list, description="Plugins requested but not judged (skipped, errored or inconclusive)."
-    )
-    on_inconclusive: Literal["inconclusive", "fail", "pass"] = Field(
-        default="inconclusive", description="Policy that turned an inconclusive verdict into the exit code."
-    )
-    coverage: list[FamilyCoverage] = Field(
-        default_factory=list, description="Each threat family of the installed plugins: judged, not judged, not "
-        "run or not applicable, with the reason. A PASS covers only the judged families."
-    )
 
 
 class ToolInfo(_Record):

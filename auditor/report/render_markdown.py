@@ -26,6 +26,8 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
     lines = ["| severity | rule | title | location | status |", "|---|---|---|---|---|"]
     for f in findings:
         status = "counts"
+        if f.kind == "risk-factor":  # h-gate: a static prior; counts only under [gate] architecture = "fail"
+            status = "risk factor" + (f", measure with --plugins {','.join(f.measured_by)}" if f.measured_by else "")
         if f.suppression is not None:
             reason = f": {f.suppression.reason}" if f.suppression.reason else ""
             status = f"accepted ({f.suppression.kind}{reason})"
@@ -38,8 +40,12 @@ def findings_table(findings: Sequence[Finding]) -> list[str]:
     return lines
 
 
-def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
-    """Return one Markdown document: a summary table of every model, then each model's section."""
+def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = (),
+                    not_audited: Sequence[tuple[str, str]] = ()) -> str:
+    """Return one Markdown document: a summary table of every model, then each model's section.
+
+    ``not_audited`` rows (a file --changed-since left out, and why) are listed in the summary table.
+    """
     lines = ["## auditor", "", "| model | verdict | exit | max severity | findings | accepted |",
              "|---|---|---|---|---|---|"]
     for r in reports:
@@ -51,6 +57,8 @@ def render_markdown(reports: Sequence[Report], errors: Sequence[tuple[str, str]]
                      f"{len(r.findings) - accepted} | {accepted} |")
     for path, _message in errors:
         lines.append(f"| {md_cell(path)} | **ERROR** | 2 | - | - | - |")
+    for path, why in not_audited:
+        lines.append(f"| {md_cell(path)} | {md_cell(why)} | - | - | - | - |")
     for r in reports:
         lines += ["", *model_section(r)]
     for path, message in errors:
@@ -68,5 +76,7 @@ def model_section(report: Report) -> list[str]:
     lines += ["**Headlines** (each attack beside its floor):", "", *(f"- {md_cell(h)}" for h in heads), ""] \
         if heads else []
     lines += findings_table(report.findings) if report.findings else ["No findings."]
+    if report.summary.accept is not None:  # every FAIL says how to accept its findings
+        lines += ["", "**How to accept instead of fixing:**", "", "```", *report.summary.accept.lines(), "```"]
     reused = [f"- plugin `{md_code(p.name)}` {md_cell(p.reused.note)}" for p in report.plugins if p.reused]
     return lines + (["", *reused] if reused else [])

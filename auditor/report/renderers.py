@@ -49,6 +49,11 @@ class Batch:
         return [r.report for r in self.rows if r.report is not None]
 
     @property
+    def unchanged(self) -> list[tuple[str, str]]:
+        """Return the files ``--changed-since`` left out (every output lists them), with why."""
+        return [(p, why) for p, why in self.not_audited if why.startswith("unchanged since")]
+
+    @property
     def errors(self) -> list[tuple[str, str]]:
         """Return (path, error) of each row that has no report."""
         return [(r.path, r.error) for r in self.rows if r.error is not None]
@@ -99,11 +104,13 @@ class JsonRenderer:
 
         if not isinstance(subject, Batch):
             data: Any = report_to_dict(subject)
-        elif len(subject.rows) == 1:
+        elif len(subject.rows) == 1 and not subject.unchanged:
             data = report_to_dict(_one_report(subject, "JSON report"))  # one model not audited: no report
         else:
             data = {"auditor_batch": 1, "exit_code": subject.exit_code,
                     "rows": [r.model_dump(mode="json") for r in subject.rows]}
+            if subject.unchanged:  # --changed-since left these out: the batch object lists them
+                data["not_audited"] = [{"path": p, "reason": why} for p, why in subject.unchanged]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -122,8 +129,9 @@ class SarifRenderer:
         from auditor.report.render_sarif import sarif_text
 
         code = subject.exit_code if isinstance(subject, Batch) else subject.summary.exit_code
-        errors = subject.errors if isinstance(subject, Batch) else []
-        return sarif_text(reports_of(subject), exit_code=code, errors=errors, help_uri=self.help_uri)
+        batch = subject if isinstance(subject, Batch) else None
+        return sarif_text(reports_of(subject), exit_code=code, errors=batch.errors if batch else [],
+                          help_uri=self.help_uri, not_audited=batch.unchanged if batch else [])
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,9 @@ class MarkdownRenderer:
         """Return the Markdown document."""
         from auditor.report.render_markdown import render_markdown
 
-        return render_markdown(reports_of(subject), subject.errors if isinstance(subject, Batch) else [])
+        batch = subject if isinstance(subject, Batch) else None
+        return render_markdown(reports_of(subject), batch.errors if batch else [],
+                               not_audited=batch.unchanged if batch else [])
 
 
 @dataclass(frozen=True)

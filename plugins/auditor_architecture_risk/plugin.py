@@ -8,7 +8,7 @@ from auditor.plugin import Applicability, ArchitectureProfile, PluginResult, Req
 from auditor_architecture_risk._facts import profile_metrics
 from auditor_architecture_risk.checks import evaluate
 from auditor_architecture_risk.config import ArchitectureRiskConfig
-from auditor_architecture_risk.rules import RULES
+from auditor_architecture_risk.rules import MEASURED_BY, RULES
 
 
 class ArchitectureRiskPlugin:
@@ -32,10 +32,15 @@ class ArchitectureRiskPlugin:
         return Applicability(True, f"static rules over the {profile.traced_with} architecture profile")
 
     def run(self, ctx: RunContext) -> PluginResult:
-        """Evaluate every rule on ``ctx.profile``; no data, no randomness, no model calls."""
+        """Evaluate every rule on ``ctx.profile``; no data, no randomness, no model calls.
+
+        Every finding is a risk factor (a static prior, not a measured leak), naming the attack that measures it.
+        """
         config = ctx.config_as(ArchitectureRiskConfig)
         profile = ctx.profile
-        findings = [f.model_copy(update={"source": self.name}) for f in evaluate(profile, config)]
+        findings = [f.model_copy(update={"source": self.name, "kind": "risk-factor",
+                                         "measured_by": list(MEASURED_BY.get(f.rule_id, ()))})
+                    for f in evaluate(profile, config)]
         provenance = {
             "method": (
                 f"static analysis of the fx/export/hooks profile (traced_with={profile.traced_with}), "

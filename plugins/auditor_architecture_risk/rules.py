@@ -204,3 +204,20 @@ RULES: tuple[Rule, ...] = (
     SELF_ATTENTION,
     SKIP_INVENTORY,
 )
+
+#: The threat family (attack plugin) that would measure each rule's risk: seed-000's rules are white-box model
+#: inversion, seed-003's and seed-004's gradient inversion under gradient sharing. The inventory measures nothing.
+MEASURED_BY: dict[str, tuple[str, ...]] = {
+    LAST_STAGE_SKIP.id: ("model-inversion",),
+    TRANSFORMER_RESIDUAL_STREAM.id: ("model-inversion",),
+    FUSED_REPARAMETERIZED_CONV.id: ("model-inversion",),
+    LINEAR_STEM_LEARNABLE_POSEMB.id: ("gradient-inversion",),
+    RESIDUAL_ADD_WITHOUT_POST_ACTIVATION.id: ("gradient-inversion",),
+    FEW_ACTIVATIONS_PER_BLOCK.id: ("gradient-inversion",),
+    PER_SAMPLE_NORM.id: ("gradient-inversion",),
+    TRANSFORMER_LIKE_CNN.id: ("gradient-inversion",),
+    PATCHIFY_STEM.id: ("gradient-inversion",),
+    FC_BIAS_AFTER_FLATTEN.id: ("gradient-inversion",),
+    SELF_ATTENTION.id: ("gradient-inversion",),
+    SKIP_INVENTORY.id: (),
+}

@@ -26,8 +26,8 @@ def _static_only(report: Report) -> Report:
 def test_a_static_only_result_names_every_family_not_run(full_report: Report) -> None:
     report = _static_only(full_report)
     line = coverage_line(report)
-    assert line == ("static rules only; not run: gradient inversion, split inversion, model inversion, "
-                    "membership inference, attribute inference")
+    assert line == ("measured: none (static risk factors only); not run: gradient inversion, split inversion, "
+                    "model inversion, membership inference, attribute inference")
     assert verdict_reasons(report) == [line, "no finding at or above --fail-on high"]
     assert [c.status for c in report.summary.coverage] == ["not-run"] * 5
 
@@ -51,7 +51,7 @@ def test_judged_not_judged_and_not_applicable_are_told_apart(full_report: Report
     report = full_report.model_copy(update={"plugins": runs, "summary": full_report.summary.model_copy(
         update={"coverage": list(cov.values())})})
     line = coverage_line(report)
-    assert line.startswith("static rules and judged: membership inference; not judged: gradient inversion "
+    assert line.startswith("measured: membership inference (and static risk factors); not judged: gradient inversion "
                            "(gradient-inversion inconclusive (attack.no-power))")
     assert "not applicable: split inversion (no split point)" in line
     assert "attribute inference (split-extra skipped (tooling-gap))" in line

@@ -21,7 +21,8 @@ def test_key_order_follows_the_model(full_report: Report) -> None:
     data = report_to_dict(full_report)
     assert list(data) == list(Report.model_fields)
     assert list(data["summary"]) == ["max_severity", "verdict", "exit_code", "fail_on", "counts", "reasons",
-                                     "not_judged", "on_inconclusive", "coverage"]
+                                     "not_judged", "on_inconclusive", "coverage", "architecture", "risk_factors",
+                                     "accept"]
     assert data["findings"][0]["severity"] == "high"
 
 

@@ -65,7 +65,8 @@ def test_structure(full_report: Report) -> None:
         assert driver["rules"][result["ruleIndex"]]["id"] == finding.rule_id
         assert result["level"] == sarif_level(finding.severity)
         assert result["message"]["text"]
-        assert set(result["properties"]) == {"severity", "evidence", "references", "remediation"}
+        assert set(result["properties"]) == {"severity", "evidence", "references", "remediation", "kind",
+                                             "measuredBy"}
     assert run["invocations"][0]["exitCode"] == 1
     assert run["invocations"][0]["executionSuccessful"] is False  # model-inversion errored
     assert run["automationDetails"] == {"id": "auditor/"}
