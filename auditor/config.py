@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,8 +25,33 @@ if TYPE_CHECKING:  # torch and the plugin registry load only when a scan needs t
     from auditor.plugin.registry import PluginEntry
 
 DEFAULT_FAIL_ON = Severity.HIGH
+#: Scan keys naming a path the worker reads or the store writes: never from a repository's own config (issue 38).
+PATH_KEYS = ("cache_dir", "data_dir", "reference")
 DEFAULT_INPUT_SHAPE = (3, 224, 224)
 DEFAULT_SEED = 0
+
+
+class CacheIO(BaseModel):
+    """The jailed worker's side of the parent's store: staged entries to read, a folder for the new ones.
+
+    Set by the jail runner only (a config file may not set it): the parent stages the job's verified entries
+    into ``inbox`` (read-only in the worker's view) and validates and signs what the worker left in ``outbox``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    inbox: Path
+    outbox: Path
+
+
+def covers_home(path: Path) -> bool:
+    """Return whether ``path`` is the root, a home directory or a folder holding one (``/``, ``/home``, ``~``)."""
+    try:
+        where, home = Path(path).expanduser().resolve(), Path.home().resolve()
+    except (OSError, RuntimeError):
+        return True
+    return where == Path(where.anchor) or home.is_relative_to(where) or (
+        where.parent == Path(where.anchor) and where.name in ("home", "Users", "root"))
 
 
 class ScanConfig(BaseModel):
@@ -52,8 +78,10 @@ class ScanConfig(BaseModel):
     plugin_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: Reuse whole plugin runs of unchanged weights, data and settings (auditor.plugin.results); false: compute all.
     cache: bool = True
-    #: Where reused runs are kept (default ~/.cache/auditor/runs); must be writable by the scan.
+    #: The parent's store of every cache (default ~/.cache/auditor/store); from the CLI or the user's own config only.
     cache_dir: Path | None = None
+    #: The jail runner's exchange with the store (never from a config file; see CacheIO).
+    cache_io: CacheIO | None = None
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
@@ -83,6 +111,22 @@ class ScanConfig(BaseModel):
     def _some_plugin(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError("the plugin selection is empty: name at least one plugin, or 'all'")
+        return value
+
+    @field_validator("cache_dir", "data_dir", "reference")
+    @classmethod
+    def _not_a_home(cls, value: Path | None) -> Path | None:
+        if value is not None and covers_home(value):
+            raise ValueError(f"{value} covers a home or the root directory; name a folder of its own")
+        return value
+
+    @field_validator("plugin_config")
+    @classmethod
+    def _no_plugin_dir_covers_a_home(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, settings in value.items():
+            for key, item in settings.items() if isinstance(settings, dict) else ():
+                if key.endswith("_dir") and isinstance(item, str) and item and covers_home(Path(item)):
+                    raise ValueError(f"[plugins.{name}] {key} = {item!r} covers a home or the root directory")
         return value
 
     @field_validator("budget_s")
@@ -130,13 +174,15 @@ CONFIG_NAME = "auditor.toml"
 _TABLES = ("scan", "plugins", "suppress", "severity", "ignore", "supply")
 
 
-def load_config_file(path: Path) -> dict[str, Any]:
+def load_config_file(path: Path, *, repository: bool = False) -> dict[str, Any]:
     """Read ``[scan]``, ``[plugins.NAME]``, ``[[suppress]]``, ``[severity]``, ``[[ignore]]`` and ``[supply]``.
 
-    A ``pyproject.toml`` is read from its ``[tool.auditor]`` table.
+    A ``pyproject.toml`` is read from its ``[tool.auditor]`` table. ``repository`` marks a file found in the
+    scanned tree or the working directory rather than named by the user: it may set policy, never a path the
+    worker reads or the store writes (:data:`PATH_KEYS`, a plugin's ``*_dir``).
 
     Raises:
-        ConfigError: when the file is missing, is not valid TOML or has unknown tables.
+        ConfigError: when the file is missing, is not valid TOML, has unknown tables, or (``repository``) sets a path.
     """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -152,11 +198,49 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {where}unknown table(s) {sorted(unknown)}; expected [scan], "
                           "[plugins.NAME], [[suppress]], [severity], [[ignore]], [supply]")
     merged = dict(data.get("scan", {}))
+    if "cache_io" in merged:
+        raise ConfigError(f"config file {path}: {where}[scan] cache_io is set by the jail runner, not by a config")
+    if repository:
+        _refuse_paths(path, where, merged, data.get("plugins", {}))
     renamed = {"plugins": "plugin_config", "suppress": "suppress", "severity": "severity", "ignore": "ignore",
                "supply": "supply"}
     merged.update({key: data[table] for table, key in renamed.items() if table in data})
     merged["policy_source"] = model_identity(path) + (" [tool.auditor]" if where else "")
     return merged
+
+
+def _refuse_paths(path: Path, where: str, scan: Mapping[str, Any], plugins: Any) -> None:
+    """Refuse a path key in a repository's config: a scanned tree must not widen the jail or move the store."""
+    keys = [f"[scan] {k}" for k in PATH_KEYS if k in scan]
+    if isinstance(plugins, Mapping):
+        keys += [f"[plugins.{n}] {k}" for n, t in plugins.items() if isinstance(t, Mapping) for k in t
+                 if k.endswith("_dir")]
+    if keys:
+        raise ConfigError(f"{path}: {where}{keys[0]} sets a path, and a repository's own config may set policy only; "
+                          "pass it on the command line (--cache-dir, --data, --reference), in a file named with "
+                          f"--config, or in {user_config_file()}")
+
+
+def user_config_file() -> Path:
+    """Return the user's own config: ``$XDG_CONFIG_HOME/auditor/config.toml`` (``~/.config/auditor/config.toml``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "auditor" / "config.toml"
+
+
+def config_values(explicit: Path | None, cwd: Path) -> dict[str, Any]:
+    """Return the file values of a command: the user's own config, under ``explicit`` or the one found from ``cwd``.
+
+    A file found from ``cwd`` is the repository's (:func:`load_config_file` with ``repository=True``).
+
+    Raises:
+        ConfigError: as :func:`load_config_file`.
+    """
+    user = user_config_file()
+    values = load_config_file(user) if user.is_file() else {}
+    found = explicit or find_config_file(cwd)
+    if found is not None:
+        values = {**values, **load_config_file(found, repository=explicit is None)}
+    return values
 
 
 def find_config_file(start: Path) -> Path | None:
@@ -199,7 +283,8 @@ fail_on = "high"
 # strict = false
 # Reuse plugin runs of unchanged weights, data and settings (--no-cache turns it off for one run).
 # cache = true
-# cache_dir = "~/.cache/auditor/runs"
+# Paths (cache_dir, data_dir, reference, a plugin's *_dir) are refused here: give them on the command line,
+# in a file named with --config, or in ~/.config/auditor/config.toml.
 
 # Settings of one plugin (`auditor plugins` lists them):
 # [plugins.architecture-risk]

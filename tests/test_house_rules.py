@@ -39,7 +39,7 @@ LAYERS = [
     ["auditor._version", "auditor.errors"],
     ["auditor.report", "auditor.deps", "auditor.device", "auditor.data", "auditor.jail"],
     ["auditor.load", "auditor.supply", "auditor.graph", "auditor.baseline", "auditor.distributed", "auditor.diff",
-     "auditor.reparam"],
+     "auditor.reparam", "auditor.store"],
     ["auditor.gate", "auditor.onnx", "auditor.plugin", "auditor.rewrite"],
     ["auditor.config"],
     ["auditor.audit"],

@@ -40,12 +40,13 @@ from auditor.report.model import (
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
+#: 8: cached_json (rows cached in the job's store, like fit_cached's helper models);
 #: 7: Recipe/fit_classifier/Batch/Fit (one training loop), derive_seed/numpy_rng/torch_rng, RunContext.seed_for/rng,
 #:    Requirements.image_input/splits/attributes, RunContext.graph and split_model(graph=...);
 #: 6: Finding.severity_override (set by the core's severity policy);
 #: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
 #: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
-PLUGIN_API_VERSION = 7
+PLUGIN_API_VERSION = 8
 
 
 class NoConfig(BaseModel):

@@ -26,16 +26,19 @@ from torch import nn
 from auditor.plugin.cache import fit_cached
 from auditor.plugin.results import RunCache
 from auditor.report.model import PluginRun
+from auditor.store import ParentStore, ScopedIO, activated
 
 folder, start = pathlib.Path(sys.argv[1]), float(sys.argv[2])
-cache = RunCache(folder / "runs")
-for i in range(10):
-    time.sleep(max(0.0, start + 0.4 * i - time.time()))
-    torch.manual_seed(i)
-    fit_cached(nn.Linear(1024, 1024), (i,), lambda m: (time.sleep(0.1), m)[1], folder / "helpers")
-    cache.put(f"{i:064x}", PluginRun(name="p", status="ok", metrics={"i": i, "pad": "x" * 2000000}), [], {})
-    got = cache.get(f"{i:064x}")
-    assert got is not None and got[0].metrics["i"] == i, i
+io = ScopedIO(ParentStore(folder, b"k" * 32), "a" * 64)
+cache = RunCache(io)
+with activated(io):
+    for i in range(10):
+        time.sleep(max(0.0, start + 0.4 * i - time.time()))
+        torch.manual_seed(i)
+        fit_cached(nn.Linear(1024, 1024), (i,), lambda m: (time.sleep(0.1), m)[1], folder / "helpers")
+        cache.put(f"{i:064x}", PluginRun(name="p", status="ok", metrics={"i": i, "pad": "x" * 2000000}), [], {})
+        got = cache.get(f"{i:064x}")
+        assert got is not None and got[0].metrics["i"] == i, i
 print("ok")
 """
 
@@ -54,9 +57,9 @@ def test_two_processes_write_the_same_entries_at_once(tmp_path: Path) -> None:
     outs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
-    helpers = sorted((tmp_path / "helpers").iterdir())
+    helpers = sorted(tmp_path.rglob("helpers/*"))
     assert len(helpers) == 10 and all(p.suffix == ".safetensors" for p in helpers)
-    assert len(list((tmp_path / "runs").rglob("*.json"))) == 10
+    assert len(list(tmp_path.rglob("runs/*.json"))) == 10
 
 
 @pytest.mark.slow
