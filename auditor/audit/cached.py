@@ -103,7 +103,7 @@ def draft_for(path: Path, config: ScanConfig) -> DraftReport | None:
         log.warning("ignoring the unusable stored report of %s (%s); auditing again", path, type(exc).__name__)
         return None
     versions = {"auditor": draft.tool.version, "torch": draft.tool.torch}
-    plugins = [run if run.reused is not None else run.model_copy(update={"reused": Reuse(
+    plugins = [run if run.reused is not None or run.status == "skipped" else run.model_copy(update={"reused": Reuse(
         key=scope, computed_at=computed_at, versions=versions, duration_s=run.duration_s)}) for run in draft.plugins]
     note = (f"reused: the whole report of this unchanged input was computed {computed_at} by auditor "
             f"{draft.tool.version}, torch {draft.tool.torch} (key {scope[:16]}…); --no-cache audits it again")
