@@ -292,3 +292,19 @@ def test_a_warm_rescan_returns_the_same_report_without_importing_torch(cache_on:
         assert report[key] == before[key], key
     assert [{k: v for k, v in p.items() if k != "reused"} for p in report["plugins"]] == [
         {k: v for k, v in p.items() if k != "reused"} for p in before["plugins"]]
+
+
+def test_a_folder_scope_follows_its_bytes_and_reads_nothing_a_link_points_out_to(tmp_path: Path) -> None:
+    from auditor.store import scope_of as store_scope
+
+    folder, outside = tmp_path / "model", tmp_path / "secret.txt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    outside.write_text("one")
+    (folder / "link.txt").symlink_to(outside)
+    config = ScanConfig()
+    before = store_scope(folder, config)
+    outside.write_text("two")  # what the link points to outside the folder is never read
+    assert store_scope(folder, config) == before
+    (folder / "config.json").write_text('{"a": 1}')
+    assert store_scope(folder, config) != before

@@ -35,10 +35,18 @@ DRAFT_FORMAT = 1
 
 
 def parent_store(config: ScanConfig) -> ParentStore | None:
-    """Return the parent's store for ``config`` (its ``cache_dir``), or None when the cache is off."""
+    """Return the parent's store for ``config`` (its ``cache_dir``), or None when the cache is off.
+
+    A key file that cannot be made (a read-only home) turns the cache off, with a warning; one that is
+    unsafe (readable by others, inside the cache dir) is a ConfigError.
+    """
     if not config.cache or cache_disabled_by_env():
         return None
-    return ParentStore.open(config.cache_dir)
+    try:
+        return ParentStore.open(config.cache_dir)
+    except OSError as exc:
+        log.warning("the cache is off: its signing key cannot be read or made (%s)", exc)
+        return None
 
 
 def scope_of(path: Path, config: ScanConfig) -> str | None:

@@ -37,21 +37,44 @@ def _hash_file(path: Path, h: Any) -> int:
     return size
 
 
+def _files(base: Path, recursive: bool) -> list[Path]:
+    """The entries under ``base`` that are files or links, never descending into a linked folder."""
+    if not recursive:
+        return sorted(p for p in base.iterdir() if p.is_file() or p.is_symlink())
+    found = []
+    for folder, _dirs, names in os.walk(base):
+        found += [Path(folder) / n for n in names]
+    return sorted(found)
+
+
 def _manifest(root: Path, siblings: bool = False) -> str | None:
-    """Return the sha256 of a file, or of a folder's (relative name, bytes) manifest; None when too large."""
+    """Return the sha256 of a file, or of a folder's manifest (names, bytes, link texts); None when too large.
+
+    A link is hashed by its text, and by the bytes it points to only when those lie inside the folder
+    or in a Hub cache's ``blobs`` (what the worker may read); the parent reads nothing else.
+    """
     h = hashlib.sha256()
     if root.is_file() and not siblings:
         _hash_file(root, h)
         return h.hexdigest()
     base = root.parent if siblings else root
-    files = sorted(p for p in base.rglob("*") if p.is_file()) if not siblings else sorted(
-        p for p in base.iterdir() if p.is_file())
+    if not base.is_dir():
+        return h.hexdigest()
+    files = _files(base, recursive=not siblings)
     if len(files) > MAX_SCOPE_FILES:
         return None
+    inside = (base.resolve(), base.resolve().parent.parent / "blobs")
     total = 0
     for f in files:
         h.update(f.relative_to(base).as_posix().encode() + b"\0")
-        total += _hash_file(f, h)
+        target = f
+        if f.is_symlink():
+            h.update(b"link:" + os.fsencode(os.readlink(f)) + b"\0")
+            target = f.resolve()
+            if not any(target.is_relative_to(r) for r in inside):
+                continue
+        if target.is_file():
+            total += _hash_file(target, h)
         h.update(b"\0")
         if total > MAX_SCOPE_BYTES:
             return None
