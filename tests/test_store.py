@@ -167,6 +167,7 @@ class _Fitting(FakePlugin):
     """A fake attack that trains a helper through fit_cached, as the membership control does; counts the fits."""
 
     fits = 0
+    own_dir = Path("~/.cache/auditor/mia-references")  # the plugin's own cache_dir setting
 
     def run(self, ctx: RunContext) -> PluginResult:
         def fit(model: nn.Module) -> nn.Module:
@@ -174,13 +175,14 @@ class _Fitting(FakePlugin):
             return model
 
         torch.manual_seed(0)
-        fit_cached(nn.Linear(3, 2), ("control", ctx.seed), fit, Path("~/.cache/auditor/mia-references"))
+        fit_cached(nn.Linear(3, 2), ("control", ctx.seed), fit, self.own_dir)
         return super().run(ctx)
 
 
 def test_no_cache_retrains_every_helper_model(cache_on: Path, tmp_path: Path) -> None:
     path = _checkpoint(tmp_path / "m.pt", 0)
     plugin = _Fitting("fitting")
+    plugin.own_dir = tmp_path / "plugin-cache"
     entries = [PluginEntry(plugin.name, plugin, "test", "1.0")]
     config = _config(cache_on).model_copy(update={"plugins": ["fitting"]})
     for _ in range(2):
@@ -189,7 +191,8 @@ def test_no_cache_retrains_every_helper_model(cache_on: Path, tmp_path: Path) ->
     for _ in range(2):
         audit(path, config.model_copy(update={"cache": False}), entries=entries)
     assert _Fitting.fits == 3  # --no-cache: trained on each scan, whatever the plugin's own cache_dir says
-    assert not list(Path("~/.cache/auditor/mia-references").expanduser().glob(f"*{tmp_path.name}*"))
+    assert not plugin.own_dir.exists()  # entries live in the store, never where the plugin's setting points
+    assert len(list(cache_on.rglob("helpers/*.safetensors"))) == 1
 
 
 def test_the_no_cache_flag_turns_the_cache_off() -> None:
