@@ -132,11 +132,12 @@ def _forge(store: Path, config: ScanConfig, victim: Path, planted: Path, referen
     assert names, "the fresh scan stored the victim's run"
     forged_run = {"format": 2, "key": names[0], "run": {"name": "architecture-risk", "status": "ok"}, "findings": [],
                   "reused": {"key": names[0], "computed_at": "2026-01-01T00:00:00Z"}}
-    with worker_exchange(planted, config) as (worker_config, _read, write):
-        io = WorkerIO(worker_config.cache_io.inbox, worker_config.cache_io.outbox)  # type: ignore[union-attr]
+    with worker_exchange(planted, config) as exchange:
+        io = WorkerIO(exchange.config.cache_io.inbox, exchange.config.cache_io.outbox)  # type: ignore[union-attr]
         io.write("runs", names[0], json.dumps(forged_run).encode())  # the victim's key, from the wrong job
-        (Path(write[0]) / "drafts").mkdir()
-        (Path(write[0]) / "drafts" / f"{'0' * 64}.json").write_text("{}")
+        (Path(exchange.write[0]) / "drafts").mkdir()
+        (Path(exchange.write[0]) / "drafts" / f"{'0' * 64}.json").write_text("{}")
+        exchange.keep = True  # as if the worker had ended with a clean report
     # ...and straight into the store's folder, as a worker with the cache dir in its view could have done.
     folder = store / victim_scope[:2] / victim_scope
     for kind in ("runs", "drafts"):
@@ -311,3 +312,17 @@ def test_a_folder_scope_follows_its_bytes_and_reads_nothing_a_link_points_out_to
     assert store_scope(folder, config) == before
     (folder / "config.json").write_text('{"a": 1}')
     assert store_scope(folder, config) != before
+
+
+def test_a_worker_that_broke_the_jail_hands_back_nothing(cache_on: Path, tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path / "m.pt", 0)
+    config = _config(cache_on)
+    for keep in (False, True):
+        with worker_exchange(path, config) as exchange:
+            assert exchange.config.cache_io is not None and exchange.read and exchange.write
+            WorkerIO(exchange.config.cache_io.inbox, exchange.config.cache_io.outbox).write("rows", "1" * 64, b"[1]")
+            exchange.keep = keep  # what the runner sets: only a clean report keeps the outbox
+        scope = scope_of(path, config)
+        assert scope is not None
+        assert (ParentStore.open(cache_on).read(scope, "rows", "1" * 64) is not None) is keep
+        assert not Path(exchange.write[0]).exists() and not Path(exchange.read[0]).exists()

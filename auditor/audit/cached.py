@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -141,27 +142,42 @@ def keep_draft(path: Path, config: ScanConfig, draft: DraftReport) -> None:
     store.write(scope, "drafts", _draft_name(), json.dumps(entry).encode())
 
 
+@dataclass
+class Exchange:
+    """One jailed worker's side of the store: its config, the folders it may read and write, whether to keep."""
+
+    config: ScanConfig
+    read: list[str] = field(default_factory=list)
+    write: list[str] = field(default_factory=list)
+    #: Set by the runner when the worker ended with a report of its own (no limit, no refused attempt, no error):
+    #: only then is its outbox absorbed.
+    keep: bool = False
+
+
 @contextmanager
-def worker_exchange(path: Path, config: ScanConfig) -> Iterator[tuple[ScanConfig, list[str], list[str]]]:
-    """Wrap one jailed worker's audit of ``path``: yield its config, the folders it may read and those it may write.
+def worker_exchange(path: Path, config: ScanConfig) -> Iterator[Exchange]:
+    """Wrap one jailed worker's audit of ``path``: its config and the folders of its view, then what it handed back.
 
     With the cache on, the scope's verified entries are staged into a read-only inbox and the worker's
-    config carries ``cache_io`` (inbox, outbox); when the block ends, the outbox is validated and signed
-    into the scope (:meth:`ParentStore.absorb`) and both folders are removed. With it off, the worker's
-    config has ``cache = false`` and it may write nothing.
+    config carries ``cache_io`` (inbox, outbox); when the block ends with ``keep`` set (the runner saw a
+    clean report), the outbox is validated and signed into the scope (:meth:`ParentStore.absorb`); a worker
+    that broke a limit or tried something the jail refused hands back nothing. Both folders are removed.
+    With the cache off, the worker's config has ``cache = false`` and it may write nothing.
     """
     store = parent_store(config)
     scope = scope_of(path, config) if store is not None else None
     if store is None or scope is None:
-        yield config.model_copy(update={"cache": False, "cache_io": None}), [], []
+        yield Exchange(config.model_copy(update={"cache": False, "cache_io": None}))
         return
     inbox, outbox = Path(tempfile.mkdtemp(prefix="auditor-in-")), Path(tempfile.mkdtemp(prefix="auditor-out-"))
     try:
         staged = store.stage(scope, inbox)
         log.debug("staged %d cache entries for %s", staged, path)
-        yield (config.model_copy(update={"cache_io": CacheIO(inbox=inbox, outbox=outbox)}),
-               [str(inbox.resolve())], [str(outbox.resolve())])
-        store.absorb(scope, outbox)
+        exchange = Exchange(config.model_copy(update={"cache_io": CacheIO(inbox=inbox, outbox=outbox)}),
+                            [str(inbox.resolve())], [str(outbox.resolve())])
+        yield exchange
+        if exchange.keep:
+            store.absorb(scope, outbox)
     finally:
         for folder in (inbox, outbox):
             for sub in [folder, *folder.rglob("*")] if folder.exists() else []:

@@ -107,11 +107,12 @@ def audit_in_jail(path: Path, config: ScanConfig, *, progress: Callable[[str], N
     limits = limits or JailLimits.from_env()
     scratch = tempfile.mkdtemp(prefix="auditor-jail-")
     try:
-        with worker_exchange(path, config) as (worker_config, inbox, outbox):  # the parent owns every cache
-            request = _request(path, worker_config, limits, scratch)
-            request["read"] += inbox
-            request["write"] += outbox
+        with worker_exchange(path, config) as exchange:  # the parent owns every cache
+            request = _request(path, exchange.config, limits, scratch)
+            request["read"] += exchange.read
+            request["write"] += exchange.write
             run, code, stderr = _run_worker(request, limits, scratch, progress)
+            exchange.keep = run.stopped is None and "draft" in (run.final or {})  # a clean report, nothing else
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     note = _jail_note(run.jail if isinstance(run.jail, dict) else None)
