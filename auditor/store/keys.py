@@ -6,6 +6,7 @@ import hashlib
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from auditor.errors import ConfigError
@@ -35,14 +36,8 @@ def load_key(root: Path | None = None) -> bytes:
     if root is not None and path.resolve().is_relative_to(root.resolve()):
         raise ConfigError(f"the cache key file {path} lies inside the cache dir {root}: a restored cache would "
                           "carry its own key (set XDG_CONFIG_HOME elsewhere or AUDITOR_CACHE_KEY)")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32) + "\n")
+    if not os.path.lexists(path):
+        _create(path)
     info = os.lstat(path)
     if not stat.S_ISREG(info.st_mode):
         raise ConfigError(f"the cache key file {path} is not a regular file")
@@ -55,3 +50,17 @@ def load_key(root: Path | None = None) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+def _create(path: Path) -> None:
+    """Make a key file whole, then link it into place: concurrent first scans agree on one key, none reads half."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cache.key.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+        os.chmod(tmp, 0o600)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another scan made it first: its key is the one
+    finally:
+        os.unlink(tmp)

@@ -68,10 +68,12 @@ def test_two_scans_at_once_share_one_cache_and_agree(tmp_path: Path) -> None:
     torch.save(nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(256, 3)), model)
     cache = tmp_path / "cache"
 
+    env = {**_env(), "XDG_CONFIG_HOME": str(tmp_path / "config")}  # both make the store's key at once
+
     def scan(name: str) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "auditor", "scan", str(model), "--input-shape", "1,8,8", "--cache-dir",
                 str(cache), "--json", str(tmp_path / f"{name}.json"), "--quiet"]
-        return subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     procs = [scan("a"), scan("b")]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -80,4 +82,5 @@ def test_two_scans_at_once_share_one_cache_and_agree(tmp_path: Path) -> None:
     runs = [{p["name"]: p for p in r["plugins"]} for r in reports]
     assert runs[0]["architecture-risk"]["status"] == runs[1]["architecture-risk"]["status"] == "ok"
     assert reports[0]["findings"] == reports[1]["findings"]
-    assert len(list(cache.rglob("*.json"))) == 1 and not list(cache.rglob("*.tmp"))
+    assert len(list(cache.rglob("runs/*.json"))) == len(list(cache.rglob("drafts/*.json"))) == 1  # one scope
+    assert not list(cache.rglob("*.tmp"))
