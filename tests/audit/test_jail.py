@@ -212,7 +212,7 @@ def test_the_cli_gates_from_the_workers_report_without_importing_torch(tmp_path:
 
 def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) -> None:
     """As a user types it: relative paths from the working directory, the installed code (an editable install maps
-    it outside sys.path), no PYTHONPATH; the second scan reuses the report the parent stored from the jailed worker's."""
+    it outside sys.path), no PYTHONPATH; the second scan reuses the report the parent stored."""
     import subprocess
 
     import torch
