@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,8 @@ if TYPE_CHECKING:  # torch and the plugin registry load only when a scan needs t
     from auditor.plugin.registry import PluginEntry
 
 DEFAULT_FAIL_ON = Severity.HIGH
+#: Scan keys naming a path the worker reads or the store writes: never from a repository's own config (issue 38).
+PATH_KEYS = ("cache_dir", "data_dir", "reference")
 DEFAULT_INPUT_SHAPE = (3, 224, 224)
 DEFAULT_SEED = 0
 
@@ -79,6 +82,29 @@ class ModelSettings(BaseModel):
                                                        "reference") if getattr(self, name) is not None}
 
 
+class CacheIO(BaseModel):
+    """The jailed worker's side of the parent's store: staged entries to read, a folder for the new ones.
+
+    Set by the jail runner only (a config file may not set it): the parent stages the job's verified entries
+    into ``inbox`` (read-only in the worker's view) and validates and signs what the worker left in ``outbox``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    inbox: Path
+    outbox: Path
+
+
+def covers_home(path: Path) -> bool:
+    """Return whether ``path`` is the root, a home directory or a folder holding one (``/``, ``/home``, ``~``)."""
+    try:
+        where, home = Path(path).expanduser().resolve(), Path.home().resolve()
+    except (OSError, RuntimeError):
+        return True
+    return where == Path(where.anchor) or home.is_relative_to(where) or (
+        where.parent == Path(where.anchor) and where.name in ("home", "Users", "root"))
+
+
 class ScanConfig(BaseModel):
     """Everything ``auditor scan`` needs besides the checkpoint path."""
 
@@ -103,8 +129,10 @@ class ScanConfig(BaseModel):
     plugin_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: Reuse whole plugin runs of unchanged weights, data and settings (auditor.plugin.results); false: compute all.
     cache: bool = True
-    #: Where reused runs are kept (default ~/.cache/auditor/runs); must be writable by the scan.
+    #: The parent's store of every cache (default ~/.cache/auditor/store); from the CLI or the user's own config only.
     cache_dir: Path | None = None
+    #: The jail runner's exchange with the store (never from a config file; see CacheIO).
+    cache_io: CacheIO | None = None
     # gate
     fail_on: Severity = DEFAULT_FAIL_ON
     strict: bool = False
@@ -153,6 +181,22 @@ class ScanConfig(BaseModel):
             raise ValueError("the plugin selection is empty: name at least one plugin, or 'all'")
         return value
 
+    @field_validator("cache_dir", "data_dir", "reference")
+    @classmethod
+    def _not_a_home(cls, value: Path | None) -> Path | None:
+        if value is not None and covers_home(value):
+            raise ValueError(f"{value} covers a home or the root directory; name a folder of its own")
+        return value
+
+    @field_validator("plugin_config")
+    @classmethod
+    def _no_plugin_dir_covers_a_home(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, settings in value.items():
+            for key, item in settings.items() if isinstance(settings, dict) else ():
+                if key.endswith("_dir") and isinstance(item, str) and item and covers_home(Path(item)):
+                    raise ValueError(f"[plugins.{name}] {key} = {item!r} covers a home or the root directory")
+        return value
+
     @field_validator("budget_s")
     @classmethod
     def _positive_budget(cls, value: float | None) -> float | None:
@@ -199,14 +243,16 @@ _TABLES = ("scan", "plugins", "suppress", "severity", "ignore", "supply", "gate"
 _GATE_KEYS = ("architecture",)
 
 
-def load_config_file(path: Path) -> dict[str, Any]:
+def load_config_file(path: Path, *, repository: bool = False) -> dict[str, Any]:
     """Read ``[scan]``, ``[gate]``, ``[[models]]``, ``[plugins.NAME]``, ``[[suppress]]``, ``[severity]``, ``[[ignore]]``
     and ``[supply]``.
 
-    A ``pyproject.toml`` is read from its ``[tool.auditor]`` table.
+    A ``pyproject.toml`` is read from its ``[tool.auditor]`` table. ``repository`` marks a file found in the
+    scanned tree or the working directory rather than named by the user: it may set policy, never a path the
+    worker reads or the store writes (:data:`PATH_KEYS`, a plugin's ``*_dir``).
 
     Raises:
-        ConfigError: when the file is missing, is not valid TOML or has unknown tables.
+        ConfigError: when the file is missing, is not valid TOML, has unknown tables, or (``repository``) sets a path.
     """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -226,11 +272,51 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {where}[gate] takes only {', '.join(_GATE_KEYS)}, got "
                           f"{sorted(gate) if isinstance(gate, dict) else gate!r}")
     merged = {**data.get("scan", {}), **gate}
+    if "cache_io" in merged:
+        raise ConfigError(f"config file {path}: {where}[scan] cache_io is set by the jail runner, not by a config")
+    if repository:
+        _refuse_paths(path, where, merged, data.get("plugins", {}), data.get("models", []))
     renamed = {"plugins": "plugin_config", "suppress": "suppress", "severity": "severity", "ignore": "ignore",
                "supply": "supply", "models": "models"}
     merged.update({key: data[table] for table, key in renamed.items() if table in data})
     merged["policy_source"] = model_identity(path) + (" [tool.auditor]" if where else "")
     return merged
+
+
+def _refuse_paths(path: Path, where: str, scan: Mapping[str, Any], plugins: Any, models: Any) -> None:
+    """Refuse a path key in a repository's config: a scanned tree must not widen the jail or move the store."""
+    keys = [f"[scan] {k}" for k in PATH_KEYS if k in scan]
+    if isinstance(models, list):  # [[models]] reference names a model the worker reads
+        keys += ["[[models]] reference" for m in models if isinstance(m, Mapping) and "reference" in m]
+    if isinstance(plugins, Mapping):
+        keys += [f"[plugins.{n}] {k}" for n, t in plugins.items() if isinstance(t, Mapping) for k in t
+                 if k.endswith("_dir")]
+    if keys:
+        raise ConfigError(f"{path}: {where}{keys[0]} sets a path, and a repository's own config may set policy only; "
+                          "pass it on the command line (--cache-dir, --data, --reference), in a file named with "
+                          f"--config, or in {user_config_file()}")
+
+
+def user_config_file() -> Path:
+    """Return the user's own config: ``$XDG_CONFIG_HOME/auditor/config.toml`` (``~/.config/auditor/config.toml``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "auditor" / "config.toml"
+
+
+def config_values(explicit: Path | None, cwd: Path) -> dict[str, Any]:
+    """Return the file values of a command: the user's own config, under ``explicit`` or the one found from ``cwd``.
+
+    A file found from ``cwd`` is the repository's (:func:`load_config_file` with ``repository=True``).
+
+    Raises:
+        ConfigError: as :func:`load_config_file`.
+    """
+    user = user_config_file()
+    values = load_config_file(user) if user.is_file() else {}
+    found = explicit or find_config_file(cwd)
+    if found is not None:
+        values = {**values, **load_config_file(found, repository=explicit is None)}
+    return values
 
 
 def find_config_file(start: Path) -> Path | None:
@@ -249,77 +335,6 @@ def find_config_file(start: Path) -> Path | None:
                 raise ConfigError(f"{candidate} is not valid TOML: {exc}") from exc
             return candidate if "auditor" in data.get("tool", {}) else None
     return None
-
-
-STARTER_CONFIG = """\
-# auditor configuration (found as ./auditor.toml, or as [tool.auditor] in pyproject.toml;
-# an explicit --config FILE wins). Command-line flags win over every value here.
-
-[scan]
-# Exit 1 on findings at or above this severity: info, low, medium, high, critical.
-fail_on = "high"
-# Example input C,H,W when the checkpoint does not say (default 3,224,224).
-# input_shape = [3, 224, 224]
-# Modules whose classes may be unpickled (your own nn.Module code).
-# imports = ["mypkg.models"]
-# Plugins to run ("all" for every one); default: every plugin not marked expensive.
-# plugins = ["architecture-risk"]
-# disable_plugins = []
-# device = "auto"
-# seed = 0
-# Seconds per plugin (default: each plugin's own budget).
-# budget_s = 600
-# Exit 2 when a plugin could not complete.
-# strict = false
-# Reuse plugin runs of unchanged weights, data and settings (--no-cache turns it off for one run).
-# cache = true
-# cache_dir = "~/.cache/auditor/runs"
-
-# What fails the gate. By default only evidence does: a refused or unsafe load, a failed signature, an
-# attack's measured leak. Static architecture rules (arch.*) are risk factors: listed in every report with
-# the attack that would measure each, not counted. The strict policy counts them too:
-# [gate]
-# architecture = "fail"
-
-# Load flags per checkpoint (first matching glob wins; a flag on the command line wins over these). A glob
-# without "/" matches the file name. The CI action and the pre-commit hook read them from here.
-# [[models]]
-# glob = "checkpoints/*.pt"          # state dicts: the architecture to build them into
-# arch = "resnet18"
-# input_shape = "3,224,224"
-# [[models]]
-# glob = "text/*"
-# input_spec = "tokens:1x16"
-# import = ["mypkg.models"]          # also: trust, reference
-
-# Settings of one plugin (`auditor plugins` lists them):
-# [plugins.architecture-risk]
-# max_evidence_nodes = 10
-
-# Accept a rule on some models, with a reason and an optional expiry; accepted findings stay in the
-# report, marked, and do not count toward the exit code. An expired entry counts again.
-# [[suppress]]
-# rule = "arch.last-stage-skip"
-# path = "models/legacy/*.pt"
-# reason = "legacy model, retired in Q3"
-# expires = 2026-12-31
-
-# Severity policy: set a rule's severity (an id, or a glob over ids; a key that names no known rule is a
-# configuration error, exit 4). Never silent: every report shows the rule's own severity beside the
-# applied one, and this file as the source.
-# [severity]
-# "arch.last-stage-skip" = "medium"
-
-# Files not to audit in directory scans (listed in the reports and the ML-BOM with the reason).
-# [[ignore]]
-# path = "tests/fixtures/*"
-# reason = "hostile test fixtures, never shipped"
-
-# Supply chain: refuse a model scanned without --verify-signature SIG (it is then not loaded).
-# [supply]
-# require_signature = true
-# public_key = "keys/model-signing.pub.pem"
-"""
 
 
 def build_config(file_values: Mapping[str, Any], cli_values: Mapping[str, Any]) -> ScanConfig:

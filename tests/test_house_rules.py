@@ -36,10 +36,10 @@ PLUGIN_FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
 #: The layers of the core, lowest first: a module imports only from its own top-level package or a lower layer.
 LAYERS = [
-    ["auditor._version", "auditor.errors"],
+    ["auditor._version", "auditor.errors", "auditor.starter"],
     ["auditor.report", "auditor.deps", "auditor.device", "auditor.data", "auditor.jail"],
     ["auditor.load", "auditor.supply", "auditor.graph", "auditor.baseline", "auditor.distributed", "auditor.diff",
-     "auditor.reparam"],
+     "auditor.reparam", "auditor.store"],
     ["auditor.gate", "auditor.onnx", "auditor.plugin", "auditor.rewrite"],
     ["auditor.config"],
     ["auditor.audit"],

@@ -154,7 +154,7 @@ def test_models_globs_give_state_dicts_their_arch(repo: Path) -> None:
 
 
 def test_init_writes_the_gate_policy_commented(tmp_path: Path) -> None:
-    from auditor.config import STARTER_CONFIG
+    from auditor.starter import STARTER_CONFIG
 
     assert '# [gate]\n# architecture = "fail"\n' in STARTER_CONFIG and '# [[models]]\n# glob = ' in STARTER_CONFIG
     path = tmp_path / "auditor.toml"

@@ -45,16 +45,17 @@ def run_settings(config: ScanConfig, device: torch.device, data: Any, *, graph_o
     """Return the plugin runner's settings for a scan with ``config``.
 
     ``identity`` (:func:`auditor.plugin.results.identity_hash` of what is audited) lets the runner
-    reuse stored runs when ``config.cache`` is on; without it every run is computed. ``progress``
+    reuse stored runs when ``config.cache`` is on and the job has an entry store (:func:`auditor.store.active`,
+    set by :func:`auditor.audit.cached.job_store`); without them every run is computed. ``progress``
     is told each stage a plugin reports (:func:`auditor.audit.progress.stage_reporter`).
     """
-    from auditor.plugin.results import DEFAULT_CACHE_DIR, RunCache, cache_disabled_by_env
+    from auditor.plugin.results import RunCache
     from auditor.plugin.runner import RunSettings
+    from auditor.store import active, cache_disabled_by_env
 
     selected = tuple(config.plugins) if config.plugins is not None else None
-    cache = None
-    if config.cache and identity is not None and not cache_disabled_by_env():
-        cache = RunCache(config.cache_dir if config.cache_dir is not None else DEFAULT_CACHE_DIR)
+    io = active() if config.cache and identity is not None and not cache_disabled_by_env() else None
+    cache = RunCache(io) if io is not None else None
     return RunSettings(device=device, seed=config.seed, selected=selected, budget_s=config.budget_s, data=data,
                        graph_only=graph_only, cache=cache, identity=identity if cache is not None else None,
                        on_progress=stage_reporter(progress) if progress is not None else None)

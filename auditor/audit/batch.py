@@ -105,14 +105,18 @@ def audit_one(
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
+    from auditor.audit.cached import draft_for, keep_draft
     from auditor.audit.jail import JailError, audit_in_jail, jail_enabled
     from auditor.load.offline import force_offline
 
     force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
     config = config.for_model(path)  # [[models]]: this checkpoint's load flags (h-gate)
     try:
-        draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
-                                                                                               progress)
+        draft = draft_for(path, config)  # an unchanged file's stored report: no worker, no torch
+        if draft is None:
+            draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
+                                                                                                   progress)
+            keep_draft(path, config, draft)
     except ConfigError:
         raise
     except JailError as exc:  # the worker's own error row, as it worded it

@@ -102,11 +102,17 @@ def audit_in_jail(path: Path, config: ScanConfig, *, progress: Callable[[str], N
         ConfigError: the configuration is unusable (the worker said so).
         JailError: the checkpoint or the flags cannot be used (the worker's error message).
     """
+    from auditor.audit.cached import worker_exchange
+
     limits = limits or JailLimits.from_env()
     scratch = tempfile.mkdtemp(prefix="auditor-jail-")
     try:
-        request = _request(path, config, limits, scratch)
-        run, code, stderr = _run_worker(request, limits, scratch, progress)
+        with worker_exchange(path, config) as exchange:  # the parent owns every cache
+            request = _request(path, exchange.config, limits, scratch)
+            request["read"] += exchange.read
+            request["write"] += exchange.write
+            run, code, stderr = _run_worker(request, limits, scratch, progress)
+            exchange.keep = run.stopped is None and "draft" in (run.final or {})  # a clean report, nothing else
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     note = _jail_note(run.jail if isinstance(run.jail, dict) else None)
@@ -167,10 +173,7 @@ def _request(path: Path, config: ScanConfig, limits: JailLimits, scratch: str) -
     if target.is_dir() and target.parent.name == "snapshots" and blobs.is_dir():
         read.append(str(blobs))  # a Hub cache snapshot's files are links into its repository's blobs
     read += [str(Path(p).resolve()) for p in (config.data_dir, config.reference) if p is not None]
-    write = []
-    for cache in _helper_caches(config):
-        cache.mkdir(parents=True, exist_ok=True)
-        write.append(str(cache.resolve()))
+    write: list[str] = []  # the worker writes only scratch and its cache outbox (see worker_exchange)
     gpu = config.device != "cpu" and any(os.path.exists(d) for d in _GPU_DEVICES)
     return {"path": str(path), "config": json.loads(config.model_dump_json()), "read": read, "write": write,
             "scratch": scratch, "gpu": gpu, "argv": list(sys.argv),
@@ -187,18 +190,6 @@ def _size(target: Path) -> int:
         return sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
     except OSError:
         return 0
-
-
-def _helper_caches(config: ScanConfig) -> list[Path]:
-    """The caches the worker may write: ``~/.cache/auditor``, the run cache's ``cache_dir`` and any plugin's."""
-    caches = [Path("~/.cache/auditor").expanduser()]
-    if config.cache and config.cache_dir is not None:
-        caches.append(Path(config.cache_dir).expanduser())
-    for settings in config.plugin_config.values():
-        value = settings.get("cache_dir") if isinstance(settings, dict) else None
-        if isinstance(value, str) and value:
-            caches.append(Path(value).expanduser())
-    return caches
 
 
 def _environment(scratch: str) -> dict[str, str]:

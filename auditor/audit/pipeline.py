@@ -75,7 +75,24 @@ def audit(
     ``checked`` is the passed static check of ``path`` with this ``config``'s import policy
     (:func:`auditor.audit.refused.check_before_loading`), when the caller already ran it;
     ``loaded`` is the checkpoint already opened with :func:`open_checkpoint` (``auditor harden``).
+    Plugin runs and helper models are cached in the job's entry store (:func:`auditor.audit.cached.job`).
     """
+    from auditor.audit.cached import job
+
+    with job(Path(path), config):
+        return _audit(path, config, entries=entries, progress=progress, checked=checked, loaded=loaded)
+
+
+def _audit(
+    path: str | Path,
+    config: ScanConfig,
+    *,
+    entries: list[PluginEntry] | None,
+    progress: Callable[[str], None] | None,
+    checked: StaticCheck | None,
+    loaded: LoadedModel | None,
+) -> DraftReport:
+    """:func:`audit`'s body, with the job's entry store active."""
     say = progress or (lambda _msg: None)
     entries = discover_plugins() if entries is None else entries
     plugin_configs = build_plugin_configs(entries, config)

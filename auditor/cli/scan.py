@@ -30,7 +30,7 @@ from auditor.cli.options import (
 from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
 from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
-from auditor.config import ScanConfig, build_config, find_config_file, load_config_file
+from auditor.config import ScanConfig, build_config, config_values
 from auditor.report.model import Acceptance
 
 if TYPE_CHECKING:
@@ -90,11 +90,11 @@ IdentityOption = Annotated[str | None, typer.Option(
 IdentityProviderOption = Annotated[str | None, typer.Option(
     "--identity-provider", help="--verify-signature: the OIDC issuer of --identity (Sigstore).")]
 NoCacheOption = Annotated[bool, typer.Option(
-    "--no-cache", help="Compute every plugin run; do not reuse (or store) runs of unchanged weights, data and "
-                       "settings (config key: cache = false).")]
+    "--no-cache", help="Compute everything (reports, plugin runs, references, controls, helper models); reuse "
+                       "and store nothing (config key: cache = false).")]
 CacheDirOption = Annotated[Path | None, typer.Option(
-    "--cache-dir", help="Where reused plugin runs are kept [default: ~/.cache/auditor/runs]; safe to share "
-                        "between concurrent jobs.")]
+    "--cache-dir", help="The signed store of reused results [default: ~/.cache/auditor/store]; safe to share "
+                        "between concurrent jobs (never from a repository's auditor.toml).")]
 ChangedSinceOption = Annotated[str | None, typer.Option(
     "--changed-since", metavar="REF", help="Audit only the checkpoints git reports changed since REF (git diff "
     "REF...HEAD, plus staged, unstaged and untracked files); the others are listed as unchanged, not audited.")]
@@ -155,8 +155,7 @@ def scan(
 
 def scan_config(config_file: Path | None, cli_values: dict[str, object]) -> ScanConfig:
     """Merge the flags over ``--config``, else the discovered config file, else the defaults."""
-    path = config_file or find_config_file(Path.cwd())
-    return build_config(load_config_file(path) if path is not None else {}, cli_values)
+    return build_config(config_values(config_file, Path.cwd()), cli_values)
 
 
 def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:

@@ -155,7 +155,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> int:
     """Write a commented starting config (auditor.toml), found by `auditor scan` in the working directory."""
-    from auditor.config import STARTER_CONFIG
+    from auditor.starter import STARTER_CONFIG
 
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to overwrite it")

@@ -53,6 +53,7 @@ from auditor.plugin.api import (
 from auditor.plugin.api import (
     RunContext as RunContext,
 )
+from auditor.plugin.cache import cached_json as cached_json
 from auditor.plugin.cache import content_hash as content_hash
 from auditor.plugin.cache import fit_cached as fit_cached
 from auditor.plugin.images import (
@@ -177,6 +178,7 @@ __all__ = [
     "against_floor",
     "chart",
     "cite",
+    "cached_json",
     "content_hash",
     "default_probe_images",
     "derive_seed",

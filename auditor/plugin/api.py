@@ -40,6 +40,7 @@ from auditor.report.model import (
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
+#: 8: cached_json (rows cached in the job's store, like fit_cached's helper models);
 #: 7: Recipe/fit_classifier/Batch/Fit (one training loop), derive_seed/numpy_rng/torch_rng, RunContext.seed_for/rng,
 #:    Requirements.image_input/splits/attributes, RunContext.graph and split_model(graph=...);
 #: 6: Finding.severity_override (set by the core's severity policy);

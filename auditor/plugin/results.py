@@ -6,96 +6,36 @@ the ``--data`` files), the plugin's resolved config, the seed, the device kind, 
 versions and source code of auditor, the plugin and torch. A hit is the stored :class:`PluginRun`
 with its findings, marked ``reused`` (every output says so).
 
-Entries are JSON only, validated by the report model on the way in: a hostile entry can at worst
-forge a result (the cache directory is as trusted as the auditor install), never run code. Writes go
-to a unique temporary name in the entry's folder and are renamed over the entry atomically, so
-concurrent CI jobs sharing a directory never see half an entry; an entry that cannot be read or
-validated is ignored and recomputed.
+Entries live in the parent's signed store (:mod:`auditor.store`), under the scope of the job that
+computed them: the :class:`RunCache` reads and writes through the job's :class:`~auditor.store.EntryIO`
+(the store itself in-process; the staged inbox and the outbox in the jailed worker, whose entries the
+parent validates with the report models and signs). Entries are JSON only, validated by the report
+model on the way in; an entry that cannot be read, verified or validated is ignored and recomputed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import json
 import logging
-import os
 import sys
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from auditor._version import __version__
 from auditor.report.model import Finding, PluginRun
 from auditor.report.reuse import Reuse
+from auditor.store import NO_CACHE_ENV as NO_CACHE_ENV
+from auditor.store import EntryIO, source_hash
+from auditor.store.scope import dist_version
 
 log = logging.getLogger(__name__)
 
 #: Bumped when the entry layout or the key's recipe changes: older entries then simply miss.
-ENTRY_FORMAT = 1
-#: Where entries go unless the scan config's ``cache_dir`` says otherwise.
-DEFAULT_CACHE_DIR = "~/.cache/auditor/runs"
-#: Set (to anything but "" or "0") to turn the cache off for every scan of the process (the test suite does).
-NO_CACHE_ENV = "AUDITOR_NO_CACHE"
-
-
-def cache_disabled_by_env() -> bool:
-    """Return whether ``AUDITOR_NO_CACHE`` turns the result cache off."""
-    return os.environ.get(NO_CACHE_ENV, "") not in ("", "0")
-
-
-def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write ``path`` through ``write(fh)`` on a unique temporary file in its folder, then rename it over ``path``.
-
-    Concurrent writers of the same path each write their own temporary file; the last rename wins
-    and a reader sees either no file or a whole one.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@functools.cache
-def source_hash(module_name: str) -> str:
-    """Return the sha256 of the Python sources of ``module_name``'s top-level package (or of the module itself).
-
-    Part of the key, so that an edited plugin or auditor checkout (same version number) never reuses
-    a run its old code computed.
-    """
-    top = module_name.split(".")[0]
-    module = sys.modules.get(top) or sys.modules.get(module_name)
-    file = getattr(module, "__file__", None)
-    h = hashlib.sha256()
-    if not file:
-        h.update(module_name.encode())
-        return h.hexdigest()
-    origin = Path(file)
-    files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
-    for f in files:
-        h.update(str(f.relative_to(origin.parent)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _dist_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "unknown"
-
+ENTRY_FORMAT = 2
 
 def versions(plugin_name: str, plugin_version: str | None) -> dict[str, str]:
     """Return the versions a reused run names: auditor, the plugin and torch."""
@@ -113,7 +53,7 @@ def run_key(
         "format": ENTRY_FORMAT, "identity": identity, "plugin": plugin_name,
         "versions": versions(plugin_name, plugin_version),
         "code": {"auditor": source_hash("auditor"), "plugin": source_hash(plugin_module)},
-        "libraries": {name: _dist_version(name) for name in ("numpy", "scipy", "scikit-learn", "scikit-image")},
+        "libraries": {name: dist_version(name) for name in ("numpy", "scipy", "scikit-learn", "scikit-image")},
         "python": sys.version.split()[0], "config": config.model_dump(mode="json"), "seed": seed,
         "device": device_kind, "budget_s": budget_s,
     }
@@ -121,28 +61,25 @@ def run_key(
 
 
 class RunCache:
-    """Whole plugin runs stored as JSON under ``directory/<key[:2]>/<key>.json``."""
+    """Whole plugin runs stored as JSON entries of kind ``runs`` in the job's entry store."""
 
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory).expanduser()
-
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
+    def __init__(self, io: EntryIO) -> None:
+        self.io = io
 
     def get(self, key: str) -> tuple[PluginRun, list[Finding]] | None:
         """Return the stored run (marked ``reused``) and its findings, or None on a miss or an unusable entry."""
-        path = self._path(key)
+        data = self.io.read("runs", key)
+        if data is None:
+            return None
         try:
-            entry = json.loads(path.read_bytes())
+            entry = json.loads(data)
             if entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
                 return None
             reuse = Reuse.model_validate(entry["reused"])
             run = PluginRun.model_validate(entry["run"])
             findings = [Finding.model_validate(f) for f in entry["findings"]]
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
-            log.warning("ignoring the unusable result-cache entry %s (%s); recomputing", path, type(exc).__name__)
+        except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
+            log.warning("ignoring the unusable result-cache entry %s (%s); recomputing", key[:16], type(exc).__name__)
             return None
         return run.model_copy(update={"reused": reuse}), findings
 
@@ -152,11 +89,7 @@ class RunCache:
                       versions=dict(versions), duration_s=run.duration_s)
         entry = {"format": ENTRY_FORMAT, "key": key, "reused": reuse.model_dump(mode="json"),
                  "run": run.model_dump(mode="json"), "findings": [f.model_dump(mode="json") for f in findings]}
-        data = json.dumps(entry).encode()  # keys in model order: a reused run serialises as the computed one did
-        try:
-            write_atomic(self._path(key), lambda fh: fh.write(data))
-        except OSError as exc:
-            log.warning("could not write the result-cache entry for %s: %s", run.name, exc)
+        self.io.write("runs", key, json.dumps(entry).encode())  # model order: a reused run serialises as computed
 
 
 def identity_hash(**parts: Any) -> str:

@@ -67,7 +67,8 @@ class MembershipInferenceConfig(BaseModel):
     )
     cache_dir: str | None = Field(
         default="~/.cache/auditor/mia-references",
-        description="Reference models are cached here by content hash; null disables the cache.",
+        description="Reference models, the recipe fit and the positive control are cached by content hash in the "
+        "scan's store (--cache-dir; this value is no location any more); null disables their cache.",
     )
     query_augmentations: list[Literal["none", "hflip", "shift"]] = Field(
         default_factory=lambda: ["none"],

@@ -6,12 +6,11 @@ an attacker who knows the recipe finds goes unseen. Without a user recipe, one p
 target's architecture re-initialised as reference 0 is) is trained on a seeded half of the members
 for each weight decay of the grid, and its accuracy on that half, on the other half and its loss gap
 are read after each epoch count of the grid. The candidate closest to the target's own numbers
-(accuracy on train/, on test/, loss gap) wins; the probe statistics are cached (JSON, no pickle).
+(accuracy on train/, on test/, loss gap) wins; the probe statistics are cached in the job's store (JSON, no pickle).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import content_hash
+from auditor.plugin import cached_json, content_hash
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 from auditor_membership_inference.references import fresh_copy, logits, train
 
@@ -77,17 +76,10 @@ def fit_recipe(
     half[np.random.default_rng(seed + 3).permutation(len(xm))[: len(xm) // 2]] = True
     epochs = sorted(set(cfg.fit_epochs))
     key = content_hash(fresh_copy(model, seed + 1000)[0], xm, ym, str(epochs), str(cfg.fit_weight_decay), seed)
-    path = cache_dir / f"recipe-fit-{key}.json" if cache_dir else None
-    cached = path is not None and path.is_file()
-    if cached:
-        rows = json.loads(path.read_text(encoding="utf-8"))  # type: ignore[union-attr]
-    else:
-        rows = [r for wd in cfg.fit_weight_decay for r in _probe(model, xm, ym, half, wd, epochs, seed, device, tick)]
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{np.random.default_rng().integers(1 << 30)}.tmp")
-            tmp.write_text(json.dumps(rows), encoding="utf-8")
-            tmp.replace(path)
+    rows, cached = cached_json(
+        f"recipe-fit-{key}",
+        lambda: [r for wd in cfg.fit_weight_decay for r in _probe(model, xm, ym, half, wd, epochs, seed, device, tick)],
+        enabled=cache_dir is not None)
     steps_per_epoch = -(-(pool_size // 2) // BASE.batch_size)
     allowed = [r for r in rows if r["epochs"] * steps_per_epoch * max(cfg.references, 1) <= cfg.work_budget_steps]
     pool = allowed or [min(rows, key=lambda r: r["epochs"])]

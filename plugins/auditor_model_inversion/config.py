@@ -55,7 +55,8 @@ class ModelInversionConfig(BaseModel):
     cache_dir: str | None = Field(
         default="~/.cache/auditor/mi-evaluators",
         description="The evaluation model, the positive control and the VAE prior depend only on the data, the "
-        "architecture and these settings, so they are cached here by content hash; null disables the cache.",
+        "architecture and these settings, so they are cached by content hash in the scan's store (--cache-dir; "
+        "this value is no location any more); null disables their cache.",
     )
     max_private: int = Field(
         default=5000, ge=10, description="Most train/ images used (evaluation model, KNN)."

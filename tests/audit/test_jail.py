@@ -212,7 +212,7 @@ def test_the_cli_gates_from_the_workers_report_without_importing_torch(tmp_path:
 
 def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) -> None:
     """As a user types it: relative paths from the working directory, the installed code (an editable install maps
-    it outside sys.path), no PYTHONPATH; the second scan's run comes from the cache the jailed worker wrote."""
+    it outside sys.path), no PYTHONPATH; the second scan reuses the report the parent stored."""
     import subprocess
 
     import torch
@@ -221,6 +221,7 @@ def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) ->
     torch.manual_seed(0)
     torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3)), tmp_path / "tiny.pt")
     env = {k: v for k, v in os.environ.items() if k not in (jail.NO_JAIL_ENV, "PYTHONPATH", "AUDITOR_NO_CACHE")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # the store's key file, not the user's
     reports = []
     for i in (1, 2):
         done = subprocess.run([sys.executable, "-I", "-c", "from auditor.cli import main; main()", "scan", "tiny.pt",
@@ -231,7 +232,9 @@ def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) ->
     assert all(any(n.startswith("jail: audited in a confined worker") for n in r["notes"]) for r in reports)
     first, second = ({p["name"]: p for p in r["plugins"]} for r in reports)
     assert first["architecture-risk"].get("reused") is None
-    assert second["architecture-risk"]["reused"]["key"] == next((tmp_path / "runs").rglob("*.json")).stem
+    scopes = {p.name for p in (tmp_path / "runs").glob("*/*")}  # the parent's store: <scope[:2]>/<scope>/...
+    assert second["architecture-risk"]["reused"]["key"] in scopes  # the whole stored report, no worker started
+    assert any(n.startswith("reused: the whole report") for n in reports[1]["notes"])
 
 
 def test_a_hub_cache_snapshot_reads_its_blobs_in_the_jail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

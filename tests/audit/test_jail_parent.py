@@ -67,7 +67,7 @@ def test_the_request_names_the_view_the_caches_and_no_more(tmp_path: Path, monke
     config = ScanConfig(data_dir=tmp_path / "data", plugin_config={"membership-inference": {"cache_dir": "~/mia"}})
     request = jail._request(tmp_path / "m.pt", config, LIMITS, str(tmp_path / "scratch"))
     assert request["read"] == [str((tmp_path / "m.pt").resolve()), str((tmp_path / "data").resolve())]
-    assert request["write"] == [str(tmp_path / "home" / ".cache" / "auditor"), str(tmp_path / "home" / "mia")]
+    assert request["write"] == []  # no cache: the parent owns every one (auditor.audit.cached.worker_exchange)
     assert request["limits"] == {"memory_bytes": jail.MEMORY_BASE, "cpu_s": 5, "file_bytes": 1 << 20}  # no file
     (tmp_path / "m.pt").write_bytes(b"x" * 1000)
     big = jail._request(tmp_path / "m.pt", config, jail.JailLimits(memory_bytes=1 << 30), str(tmp_path / "s"))

@@ -1,4 +1,7 @@
-"""The result cache of whole plugin runs: a hit reuses the stored run and says so; anything unusable is recomputed."""
+"""The result cache of whole plugin runs: a hit reuses the stored run and says so; anything unusable is recomputed.
+
+Entries live in the parent's signed store (auditor.store) under one scope; these tests use a store in tmp_path.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +22,16 @@ from auditor.plugin import PluginResult, RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.results import NO_CACHE_ENV, RunCache
 from auditor.plugin.runner import RunSettings, run_plugins
+from auditor.store import ParentStore, ScopedIO, activated
 from tests.plugin._fakes import FakePlugin
 
 _MODEL = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
 _PROFILE = profile_model(_MODEL, (3, 8, 8))
+_KEY, _SCOPE = b"k" * 32, "a" * 64
+
+
+def _cache(root: Path) -> RunCache:
+    return RunCache(ScopedIO(ParentStore(root, _KEY), _SCOPE))
 
 
 class CountingPlugin(FakePlugin):
@@ -47,11 +56,11 @@ def _run(plugin: FakePlugin, cache: RunCache | None, identity: str | None = "wei
 
 
 def _entries(cache: RunCache) -> list[Path]:
-    return sorted(cache.directory.rglob("*.json"))
+    return sorted(cache.io.store.root.rglob("*.json"))  # type: ignore[attr-defined]
 
 
 def test_a_second_run_of_the_same_inputs_is_reused_and_says_so(tmp_path: Path) -> None:
-    cache, plugin = RunCache(tmp_path), CountingPlugin("attack")
+    cache, plugin = _cache(tmp_path), CountingPlugin("attack")
     first, first_findings = _run(plugin, cache)
     second, second_findings = _run(plugin, cache)
     assert plugin.calls == 1 and first.reused is None and second.reused is not None
@@ -66,7 +75,7 @@ def test_a_second_run_of_the_same_inputs_is_reused_and_says_so(tmp_path: Path) -
 
 @pytest.mark.parametrize("change", ["identity", "seed", "config", "budget"])
 def test_anything_that_can_change_the_run_misses(tmp_path: Path, change: str) -> None:
-    cache, plugin = RunCache(tmp_path), CountingPlugin("attack")
+    cache, plugin = _cache(tmp_path), CountingPlugin("attack")
     _run(plugin, cache)
     if change == "identity":
         _run(plugin, cache, identity="weights-b")
@@ -84,43 +93,46 @@ def test_anything_that_can_change_the_run_misses(tmp_path: Path, change: str) ->
 
 def test_without_an_identity_or_a_cache_nothing_is_stored(tmp_path: Path) -> None:
     plugin = CountingPlugin("attack")
-    _run(plugin, RunCache(tmp_path), identity=None)
-    _run(plugin, RunCache(tmp_path), identity=None)
+    _run(plugin, _cache(tmp_path), identity=None)
+    _run(plugin, _cache(tmp_path), identity=None)
     _run(plugin, None)
-    assert plugin.calls == 3 and not _entries(RunCache(tmp_path))
+    assert plugin.calls == 3 and not _entries(_cache(tmp_path))
 
 
 @pytest.mark.parametrize("mode", ["raise", "cut-short", "skip-at-run"])
 def test_errors_skips_and_runs_the_clock_cut_short_are_not_stored(tmp_path: Path, mode: str) -> None:
     plugin = CountingPlugin("attack", mode)
-    _run(plugin, RunCache(tmp_path))
-    _run(plugin, RunCache(tmp_path))
-    assert plugin.calls == 2 and not _entries(RunCache(tmp_path))
+    _run(plugin, _cache(tmp_path))
+    _run(plugin, _cache(tmp_path))
+    assert plugin.calls == 2 and not _entries(_cache(tmp_path))
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-key", "bad-record", "pickle"])
-def test_an_unusable_entry_is_ignored_and_recomputed(tmp_path: Path, damage: str) -> None:
-    cache, plugin = RunCache(tmp_path), CountingPlugin("attack")
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-key", "bad-record", "pickle", "unsigned"])
+def test_an_unusable_or_tampered_entry_is_ignored_and_recomputed(tmp_path: Path, damage: str) -> None:
+    cache, plugin = _cache(tmp_path), CountingPlugin("attack")
     _run(plugin, cache)
     (path,) = _entries(cache)
-    entry = json.loads(path.read_text())
+    blob = path.read_bytes()
+    head, entry = blob[:48], json.loads(blob[48:])
     marker = tmp_path / "pwned"
     if damage == "garbage":
         path.write_bytes(b"\x00\xff not json")
     elif damage == "truncated":
-        path.write_bytes(path.read_bytes()[:100])
-    elif damage == "other-key":
+        path.write_bytes(blob[:100])
+    elif damage == "other-key":  # the payload edited, the signature kept
         entry["key"] = "0" * 64
-        path.write_text(json.dumps(entry))
+        path.write_bytes(head + json.dumps(entry).encode())
     elif damage == "bad-record":
         entry["run"]["status"] = "pwned"
         entry["run"]["__reduce__"] = "os.system"
-        path.write_text(json.dumps(entry))
+        path.write_bytes(head + json.dumps(entry).encode())
+    elif damage == "unsigned":  # a well-formed entry as the old cache wrote it: no signature
+        path.write_bytes(json.dumps(entry).encode())
     else:  # a pickle that would create the marker if anything unpickled it
         path.write_bytes(pickle.dumps(_Touch(str(marker))))
     run, _ = _run(plugin, cache)
     assert plugin.calls == 2 and run.reused is None and not marker.exists()
-    assert json.loads(path.read_text())["run"]["status"] == "ok"  # the recomputed run replaced the entry
+    assert json.loads(path.read_bytes()[48:])["run"]["status"] == "ok"  # the recomputed run replaced the entry
     assert _run(plugin, cache)[0].reused is not None
 
 
@@ -135,12 +147,14 @@ class _Touch:
 def test_the_config_key_the_flag_and_the_environment_turn_it_off(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(NO_CACHE_ENV, raising=False)
-    cpu = torch.device("cpu")
-    on = run_settings(ScanConfig(cache_dir=tmp_path), cpu, None, identity="x")
-    assert on.cache is not None and on.cache.directory == tmp_path and on.identity == "x"
-    assert run_settings(ScanConfig(cache=False, cache_dir=tmp_path), cpu, None, identity="x").cache is None
-    monkeypatch.setenv(NO_CACHE_ENV, "1")
-    assert run_settings(ScanConfig(cache_dir=tmp_path), cpu, None, identity="x").cache is None
+    cpu, io = torch.device("cpu"), ScopedIO(ParentStore(tmp_path, _KEY), _SCOPE)
+    assert run_settings(ScanConfig(), cpu, None, identity="x").cache is None  # no job store active
+    with activated(io):
+        on = run_settings(ScanConfig(), cpu, None, identity="x")
+        assert on.cache is not None and on.cache.io is io and on.identity == "x"
+        assert run_settings(ScanConfig(cache=False), cpu, None, identity="x").cache is None
+        monkeypatch.setenv(NO_CACHE_ENV, "1")
+        assert run_settings(ScanConfig(), cpu, None, identity="x").cache is None
 
 
 def test_the_data_fingerprint_follows_content_not_location(tmp_path: Path) -> None:

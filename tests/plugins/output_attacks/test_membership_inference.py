@@ -15,6 +15,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from auditor.plugin.runner import _judged
+from auditor.store import ParentStore, ScopedIO, activated
 from benchmarks.fixtures.digits import context, write_manifest
 from benchmarks.fixtures.models import fit, mlp
 
@@ -86,7 +87,9 @@ def test_reference_attacks_score_the_target_and_the_control_and_are_cached(tmp_p
     data = write_manifest(tmp_path, {"train": ORDER[:150], "test": ORDER[1500:1650]})
     torch.manual_seed(0)
     overfit = fit(mlp(), data, epochs=100)
-    res = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
+    store = ScopedIO(ParentStore(tmp_path / "cache", b"k" * 32), "a" * 64)  # the job's entry store
+    with activated(store):
+        res = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
     m = res.metrics
     assert {"loss", "modified-entropy-classwise", "shadow-mlp", "lira-offline"} <= set(m["attacks"])
     assert m["best_attack"] == "lira-offline"  # the fixed order, not a noisy pick
@@ -99,7 +102,8 @@ def test_reference_attacks_score_the_target_and_the_control_and_are_cached(tmp_p
     roc = res.artifacts[0]
     assert roc.media_type == "image/svg+xml" and "AUC" in (roc.text or "") and "@ 1.0% FPR" in (roc.text or "")
     # A second run loads every reference model, and the control, from the content-hash cache.
-    again = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
+    with activated(store):
+        again = plugin.run(context(overfit, data, _config(tmp_path, FAST)))
     assert again.provenance["references_from_cache"] == 4 and "(from the cache)" in again.power[0].how
     assert again.metrics["attacks"]["lira-offline"]["auc"] == m["attacks"]["lira-offline"]["auc"]
     assert again.metrics["positive_control"]["auc"] == m["positive_control"]["auc"]

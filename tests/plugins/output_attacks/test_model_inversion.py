@@ -22,6 +22,7 @@ from torch import nn
 from auditor.cli import run_cli
 from auditor.plugin import PluginSkipped
 from auditor.plugin.runner import _judged
+from auditor.store import ParentStore, ScopedIO, activated
 from benchmarks.fixtures.digits import context, write_manifest
 from benchmarks.fixtures.models import fit
 
@@ -103,14 +104,16 @@ def test_random_init_target_stays_quiet_with_shown_power(tmp_path: Path) -> None
     data = write_manifest(tmp_path, {"train": ORDER[:600], "test": ORDER[600:900]})
     torch.manual_seed(0)
     cfg = ModelInversionConfig(prior="pixel", **{**_FAST, "cache_dir": str(tmp_path / "cache")})
-    res = plugin.run(context(TinyResNet().eval(), data, cfg))
+    with activated(ScopedIO(ParentStore(tmp_path / "cache", b"k" * 32), "a" * 64)):  # the job's store
+        res = plugin.run(context(TinyResNet().eval(), data, cfg))
     m = res.metrics
     assert res.findings == [] and m["p_value_permutation"] >= 0.01
     assert res.headline[0].ci[0] <= 0
-    # The judge and the control depend on train/ only: a scan of other weights loads both from the cache.
+    # The judge and the control depend on train/ only: a second run of the job loads both from the cache.
     assert "loaded from the cache" not in res.provenance["evaluation_model"]
-    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 2
-    again = plugin.run(context(TinyResNet().eval(), data, cfg))
+    assert len(list((tmp_path / "cache").rglob("helpers/*.safetensors"))) == 2
+    with activated(ScopedIO(ParentStore(tmp_path / "cache", b"k" * 32), "a" * 64)):
+        again = plugin.run(context(TinyResNet().eval(), data, cfg))
     assert "loaded from the cache" in again.provenance["evaluation_model"]
     assert again.metrics["evaluation_model_accuracy"] == m["evaluation_model_accuracy"]
     assert again.metrics["positive_control"] == m["positive_control"]
