@@ -16,7 +16,7 @@ from typing import BinaryIO, Literal
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
 from auditor.load.hf import FORMAT_HF_DIR, directory_size, is_hf_dir
-from auditor.load.pickle_replay import SNIFF_BYTES, runs_as_pickle
+from auditor.load.pickle_sniff import SNIFF_BYTES, runs_as_pickle
 from auditor.load.wrapped import NPY_MAGIC, compression_of, decompressed_head, npy_holds_objects
 
 logger = logging.getLogger(__name__)

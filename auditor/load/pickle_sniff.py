@@ -1,0 +1,61 @@
+"""Tell a pickle without a protocol header from a file whose first bytes only happen to be opcodes.
+
+Protocol 0 and 1 pickles start with no magic bytes, and almost any byte is an opcode: ``G`` reads
+eight bytes as a float, so a README titled ``Git v2.31.7 Release Notes`` replays as a one-value
+pickle that stops at its ninth byte. A stream counts as a pickle only when a loader would read it
+as one: its pickles replay back to back up to the end of the file (``pickle.dump``, and torch's
+legacy layout of up to :data:`MAX_SNIFFED_PICKLES` pickles), or one of them imports, calls, builds
+or modifies something (the unpickler would run that much, whatever follows). A constant pickle
+followed by bytes that are no pickle (text) is not one: reading it runs nothing, and no loader
+takes a file whose first value is a stray float for a checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+from auditor.load.pickle_replay import _NeedMore, _Replay
+
+#: Bytes of a stream :func:`runs_as_pickle` replays; a stream still plausible past them counts as a pickle.
+SNIFF_BYTES = 1 << 20
+#: Pickles replayed back to back: torch's legacy layout holds five (magic number, protocol, system
+#: info, the object, its storage keys); the static check scans as many.
+MAX_SNIFFED_PICKLES = 5
+
+
+def runs_as_pickle(fh: BinaryIO) -> bool:
+    """Tell whether a loader handed the stream at ``fh`` would read it as pickles (``fh`` is left where it was).
+
+    True when the stream's pickles replay to its end, when one of them imports, calls, builds or
+    modifies something (even if the stream breaks after it), or when it is still well formed after
+    :data:`SNIFF_BYTES`. False for everything else, whatever its first bytes: a text file, JSON, a
+    ``requirements.txt`` whose letters happen to be opcodes, a stray constant followed by prose.
+    """
+    start = fh.tell()
+    data = fh.read(SNIFF_BYTES)
+    fh.seek(start)
+    final = len(data) < SNIFF_BYTES
+    offset = 0
+    for _ in range(MAX_SNIFFED_PICKLES):
+        replay = _Replay(data[offset:], "sniff", offset, final=final)
+        try:
+            end = replay.run()
+        except _NeedMore:
+            return True
+        verdict = _runs_code(replay)
+        if verdict is not None:
+            return verdict
+        offset += end
+        if offset >= len(data):
+            return True  # the whole stream is pickles (or its first SNIFF_BYTES are)
+    return True  # as many clean pickles as any loader reads: judged as the pickle stream it is
+
+
+def _runs_code(replay: _Replay) -> bool | None:
+    """True: the replayed pickle makes its unpickler run something; False: it is no pickle; None: a clean constant."""
+    scan = replay.scan
+    if scan.uses or any(p.opcode not in ("malformed", "resource") for p in scan.problems):
+        return True
+    if scan.problems or replay.stack or replay.marks:
+        return False  # broken (or not one value) before anything ran: no loader reads it as a pickle
+    return True if scan.imports else None
