@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
-from auditor.load.hf import FORMAT_HF_DIR, directory_size, is_hf_dir
+from auditor.load.hf import FORMAT_HF_DIR, directory_size, inside, is_hf_dir
 from auditor.load.layouts import (
     deepspeed_states,
     diffusers_components,
@@ -186,7 +186,8 @@ def _hf_with_weights(path: Path) -> bool:
 
 def _component_bytes(path: Path) -> int:
     """The bytes of the files in a diffusers pipeline's component subfolders."""
-    folders = [path / name for name in diffusers_components(path) if (path / name).is_dir()]
+    folders = [path / name for name in diffusers_components(path) if inside(path, path / name)]
+    folders = [folder for folder in folders if folder.is_dir()]
     return sum(f.stat().st_size for folder in folders for f in folder.iterdir() if f.is_file() and not f.is_symlink())
 
 

@@ -87,8 +87,18 @@ def deepspeed_problems(root: Path) -> Problems:
 
 
 def is_diffusers_dir(path: Path) -> bool:
-    """Tell whether ``path`` is a diffusers pipeline folder (``model_index.json`` at its root)."""
-    return path.is_dir() and (path / MODEL_INDEX).is_file()
+    """Tell whether ``path`` is a diffusers pipeline folder: ``model_index.json`` naming its class and components.
+
+    ``save_pretrained`` always writes ``_class_name`` and ``_diffusers_version``; a ``model_index.json``
+    resolving outside the folder counts (and is refused unread by :func:`diffusers_problems`).
+    """
+    index = path / MODEL_INDEX
+    if not path.is_dir() or not index.is_file():
+        return False
+    if not inside(path, index):
+        return True
+    found = _marker_json(path, MODEL_INDEX)
+    return isinstance(found, dict) and "_class_name" in found and bool(diffusers_components(path))
 
 
 def diffusers_components(path: Path) -> dict[str, tuple[str, str]]:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from collections import OrderedDict
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -281,3 +282,52 @@ def test_a_deepspeed_folder_passes_in_the_jail(tmp_path: Path) -> None:
     assert done.returncode == 0 and report["summary"]["verdict"] == "pass", done.stderr[-2000:]
     assert any(note.startswith("jail: ") for note in report["notes"])
     assert set(_files(report)) == _every_file(root)
+
+
+def _fp16_loss_scaler() -> tuple[ModuleType, object]:
+    """An object of the class DeepSpeed's fp16 ZeRO shards hold (``DynamicLossScaler``), pickled by its module path."""
+    module = ModuleType("deepspeed.runtime.fp16.loss_scaler")
+
+    class DynamicLossScaler:
+        def __init__(self) -> None:
+            self.cur_scale, self.cur_iter, self.scale_window, self.dynamic = 65536.0, 3, 1000, True
+
+    DynamicLossScaler.__module__ = module.__name__
+    DynamicLossScaler.__qualname__ = "DynamicLossScaler"
+    module.DynamicLossScaler = DynamicLossScaler  # type: ignore[attr-defined]
+    return module, DynamicLossScaler()
+
+
+def test_an_fp16_shards_loss_scaler_is_admitted_by_import_deepspeed(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed itself is not installed: its class is pickled by name, as DeepSpeed writes it, then forgotten."""
+    root = deepspeed_checkpoint(tmp_path / "ds", _model())
+    module, scaler = _fp16_loss_scaler()
+    with monkeypatch.context() as patch:
+        for parent in ("deepspeed", "deepspeed.runtime", "deepspeed.runtime.fp16"):
+            patch.setitem(sys.modules, parent, type(module)(parent))
+        patch.setitem(sys.modules, module.__name__, module)
+        torch.save({"optimizer_state_dict": {"zero_stage": 2, "loss_scaler": scaler}},
+                   root / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    code, report = _scan(root, tmp_path / "r.json", "--arch", ARCH)
+    issues = report["model"]["load_safety"]["issues"]
+    assert code == 1 and [i["name"] for i in issues] == ["DynamicLossScaler"] and "--import deepspeed" in issues[0][
+        "reason"]
+    code, report = _scan(root, tmp_path / "r.json", "--arch", ARCH, "--import", "deepspeed")
+    assert code == 0 and report["summary"]["verdict"] == "pass", report["summary"]["reasons"]
+
+
+def test_a_trainer_checkpoint_with_a_deepspeed_tag_is_built_from_its_config(tmp_path: Path) -> None:
+    """The HF Trainer under DeepSpeed writes both: the save_pretrained weights win, the ZeRO files are judged."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    root = tmp_path / "checkpoint-3"
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(root)
+    deepspeed_checkpoint(root, _model())
+    assert sniff(root).container is Container.HF_DIR
+    check = check_statically(root)
+    assert not check.refused, check.safety.issues
+    statuses = {f.file: f.status for f in check.safety.files}
+    assert statuses["global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt"] == "checked"
+    assert statuses["zero_to_fp32.py"] == "no-code"
