@@ -2,10 +2,11 @@
 
 The corpus is what any install has offline: the standard library's and site-packages' READMEs,
 licences, METADATA, ``*.txt``/``*.md``/``*.json``/``*.cfg`` files (and ``/usr/share/doc`` where it
-exists). Before the whole-stream rule (:mod:`auditor.load.pickle_sniff`), 153 of the 15,858 UTF-8
-files under this box's venv, standard library and ``/usr/share/doc`` sniffed as one-value pickles
-(a Git release note, pip's ``vendor.txt``); a directory scan then read their prose as a second,
-malformed pickle and failed the model beside them.
+exists). On this box that corpus is 14,115 files; before the whole-stream rule
+(:mod:`auditor.load.pickle_sniff`) 153 of them sniffed as one-value pickles (Git release notes,
+pip's ``vendor.txt``), and a directory scan then read their prose as a second, malformed pickle and
+failed the model beside them; now none does. The standard library's three protocol-0 test pickles
+(``test/randv*.pck``) still sniff as pickles.
 """
 
 from __future__ import annotations
@@ -154,3 +155,16 @@ def test_a_payload_after_constants_or_before_prose_is_still_a_refused_pickle(tmp
     assert check.refused and any(i.name == "system" for i in check.safety.issues), check.safety.issues
     code = run_cli(["scan", str(tmp_path), "--plugins", "architecture-risk", "--quiet"])
     assert code == 1 and not canary.exists()
+
+
+def test_torch_legacy_framing_keeps_a_broken_later_pickle_a_refused_pickle(tmp_path: Path) -> None:
+    """After torch's magic number, torch.load reads on: a later pickle the replay cannot read is refused, not text."""
+    magic = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=0)
+    path = tmp_path / "notes.txt"
+    path.write_bytes(magic + b"I1001\n." + b"Jno pickle after this\n")
+    assert sniff(path).container is Container.LEGACY_PICKLE
+    check = check_statically(path)
+    assert check.refused and any(issue.opcode == "malformed" for issue in check.safety.issues)
+    path.write_bytes(pickle.dumps(7, protocol=0) + b"I1001\n." + b"Jno pickle after this\n")
+    with pytest.raises(AuditorError):  # any other constant: pickle.load stops at it, torch.load refuses it
+        sniff(path)
