@@ -132,8 +132,9 @@ def test_every_real_pickle_still_sniffs_as_one(tmp_path: Path, protocol: int) ->
 
 
 def test_the_installed_pickles_still_sniff_as_pickles() -> None:
-    site = Path(sysconfig.get_paths()["purelib"])
-    found = [p for p in site.rglob("*.pkl") if p.is_file()]
+    paths = sysconfig.get_paths()
+    found = [p for p in Path(paths["purelib"]).rglob("*.pkl") if p.is_file()]
+    found += [p for p in (Path(paths["stdlib"]) / "test").glob("*.pck") if p.is_file()]  # protocol-0 pickles
     if not found:
         pytest.skip("no .pkl files installed")
     for path in found:
