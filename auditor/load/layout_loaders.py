@@ -77,11 +77,17 @@ def load_deepspeed_dir(sniffed: Sniffed, arch: str | None, allowed: Allowed, not
     root = sniffed.path
     states = deepspeed_states(root)
     label = states.relative_to(root).as_posix()
+    ranks = sorted(f.name for f in states.parent.glob("mp_rank_*_model_states.pt"))
+    if len(ranks) > 1:
+        raise LayoutError(root, "DeepSpeed", f"{len(ranks)} model-parallel ranks ({', '.join(ranks[:3])}): their "
+                                             "slices of each weight are not merged; scan a consolidated state_dict")
     obj, loader = torch_load(states, allowed)
     module = obj.get("module") if isinstance(obj, Mapping) else None
     if not is_state_dict(module):
         keys = ", ".join(map(repr, list(obj)[:6])) if isinstance(obj, Mapping) else type(obj).__name__
-        raise LayoutError(root, "DeepSpeed", f"{label} holds no state_dict under 'module' ({keys})")
+        layers = " (a pipeline-parallel run keeps them in layer_*-model_states.pt)" if any(
+            states.parent.glob("layer_*-model_states.pt")) else ""
+        raise LayoutError(root, "DeepSpeed", f"{label} holds no state_dict under 'module' ({keys}){layers}")
     if all(tensor.numel() == 0 for tensor in module.values()):
         raise LayoutError(root, "DeepSpeed", f"{label}'s 'module' holds only empty tensors: ZeRO-3 partitions the "
                                              "weights across the optimizer shards; consolidate them with "

@@ -331,3 +331,12 @@ def test_a_trainer_checkpoint_with_a_deepspeed_tag_is_built_from_its_config(tmp_
     statuses = {f.file: f.status for f in check.safety.files}
     assert statuses["global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt"] == "checked"
     assert statuses["zero_to_fp32.py"] == "no-code"
+
+
+def test_a_tensor_parallel_deepspeed_folder_is_not_taken_for_one_model(tmp_path: Path) -> None:
+    root = deepspeed_checkpoint(tmp_path / "ds", _model())
+    tag = root / "global_step3"
+    shutil.copy(tag / "mp_rank_00_model_states.pt", tag / "mp_rank_01_model_states.pt")
+    assert not check_statically(root).refused  # every file judged safe ...
+    with pytest.raises(LayoutError, match="2 model-parallel ranks"):  # ... but rank 0 alone is not the model
+        load_checkpoint(root, arch=ARCH)
