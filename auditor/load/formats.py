@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from auditor.load.layouts import (
     is_diffusers_dir,
     is_timm_dir,
 )
-from auditor.load.pickle_sniff import SNIFF_BYTES, runs_as_pickle
+from auditor.load.pickle_sniff import SNIFF_WINDOWS, pickle_verdict, runs_as_pickle
 from auditor.load.wrapped import NPY_MAGIC, compression_of, decompressed_head, npy_holds_objects
 
 logger = logging.getLogger(__name__)
@@ -235,8 +234,15 @@ def _sniff_wrapped(path: Path, head: bytes, size: int) -> Sniffed | None:
         return None
     if method == "lz4":
         return Sniffed(path, Container.COMPRESSED_PICKLE, size)  # judged when scanned (or found unjudgeable)
-    first = decompressed_head(path, method, SNIFF_BYTES)
-    if (len(first) >= 2 and first[0] == 0x80 and first[1] in PICKLE_PROTOCOLS) or runs_as_pickle(io.BytesIO(first)):
+    verdict: bool | None = None
+    for window in SNIFF_WINDOWS:  # a wider decompressed head only while the replay runs past the last
+        first = decompressed_head(path, method, window)
+        if len(first) >= 2 and first[0] == 0x80 and first[1] in PICKLE_PROTOCOLS:
+            return Sniffed(path, Container.COMPRESSED_PICKLE, size)
+        verdict = pickle_verdict(first, final=len(first) < window)
+        if verdict is not None:
+            break
+    if verdict is not False:  # a pickle, or still well formed past the last window
         return Sniffed(path, Container.COMPRESSED_PICKLE, size)
     raise UnknownFormat(path, f"{method}-compressed data that is no pickle")
 

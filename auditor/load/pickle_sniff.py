@@ -18,8 +18,9 @@ from typing import BinaryIO
 
 from auditor.load.pickle_replay import _NeedMore, _Replay
 
-#: Bytes of a stream :func:`runs_as_pickle` replays; a stream still plausible past them counts as a pickle.
-SNIFF_BYTES = 1 << 20
+#: The windows a stream is replayed in, smallest first: an opcode reaching past one widens it; a stream
+#: still well formed past the last counts as a pickle.
+SNIFF_WINDOWS = (1 << 20, 8 << 20, 64 << 20)
 #: Pickles replayed back to back: torch's legacy layout holds five (magic number, protocol, system
 #: info, the object, its storage keys); the static check scans as many.
 MAX_SNIFFED_PICKLES = 5
@@ -33,21 +34,33 @@ def runs_as_pickle(fh: BinaryIO) -> bool:
 
     True when the stream's pickles replay to its end, when it opens with torch's legacy magic
     number, when one of them imports, calls, builds or modifies something (even if the stream
-    breaks after it), or when it is still well formed after :data:`SNIFF_BYTES`. False for
-    everything else, whatever its first bytes: a text file, JSON, a ``requirements.txt`` whose
-    letters happen to be opcodes, a stray constant followed by prose.
+    breaks after it), or when it is still well formed past the last of :data:`SNIFF_WINDOWS`.
+    False for everything else, whatever its first bytes: a text file, JSON, a ``requirements.txt``
+    whose letters happen to be opcodes, a stray constant followed by prose, a text whose first
+    letters declare a string longer than the file (``This`` reads as a 544 MB ``BINSTRING``).
     """
     start = fh.tell()
-    data = fh.read(SNIFF_BYTES)
-    fh.seek(start)
-    final = len(data) < SNIFF_BYTES
+    for window in SNIFF_WINDOWS:
+        data = fh.read(window)
+        fh.seek(start)
+        verdict = pickle_verdict(data, final=len(data) < window)
+        if verdict is not None:
+            return verdict
+    return True  # still well formed where the last window ends
+
+
+def pickle_verdict(data: bytes, *, final: bool) -> bool | None:
+    """Judge the stream that starts with ``data`` (all of it when ``final``); None: it runs past ``data``.
+
+    Up to :data:`MAX_SNIFFED_PICKLES` pickles are replayed back to back.
+    """
     offset = 0
     for _ in range(MAX_SNIFFED_PICKLES):
         replay = _Replay(data[offset:], "sniff", offset, final=final)
         try:
             end = replay.run()
         except _NeedMore:
-            return True
+            return None
         verdict = _runs_code(replay)
         if verdict is not None:
             return verdict
@@ -55,7 +68,7 @@ def runs_as_pickle(fh: BinaryIO) -> bool:
             return True  # torch's legacy layout: torch.load reads every pickle after it
         offset += end
         if offset >= len(data):
-            return True  # the whole stream is pickles (or its first SNIFF_BYTES are)
+            return True if final else None  # the whole stream is pickles, or more may follow
     return True  # as many clean pickles as any loader reads: judged as the pickle stream it is
 
 

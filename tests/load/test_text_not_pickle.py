@@ -169,3 +169,21 @@ def test_torch_legacy_framing_keeps_a_broken_later_pickle_a_refused_pickle(tmp_p
     path.write_bytes(pickle.dumps(7, protocol=0) + b"I1001\n." + b"Jno pickle after this\n")
     with pytest.raises(AuditorError):  # any other constant: pickle.load stops at it, torch.load refuses it
         sniff(path)
+
+
+@pytest.mark.parametrize("wrap", ["plain", "gzip"])
+def test_a_large_text_whose_first_letters_declare_a_longer_string_is_no_pickle(tmp_path: Path, wrap: str,
+                                                                               canary: Path) -> None:
+    """``This`` reads as ``BINSTRING`` of 544 MB: past the first MiB the bytes at hand end, the file well before."""
+    import gzip
+
+    text = ("This is the status file for the fonts.\n" + "original = present, status = ok\n" * 48_000).encode()
+    assert len(text) > 1 << 20
+    path = tmp_path / ("status.txt" if wrap == "plain" else "status.txt.gz")
+    path.write_bytes(text if wrap == "plain" else gzip.compress(text))
+    with pytest.raises(AuditorError):
+        sniff(path)
+    payload = pickle.dumps([("x" * (2 << 20)), _Reduce(os.system, (f"touch {canary}",))], protocol=0)
+    path.write_bytes(payload if wrap == "plain" else gzip.compress(payload))  # a real pickle past the first MiB
+    assert sniff(path).container in _PICKLES
+    assert check_statically(path).refused
