@@ -12,6 +12,7 @@
     │   ├── ClassNotImportable
     │   ├── InvalidInputShape
     │   ├── HFDirectoryError
+    │   ├── LayoutError          a DeepSpeed, diffusers or timm folder cannot be built as its layout says
     │   ├── NotAPyTorchModel
     │   ├── MissingDependency
     │   ├── OnnxRuntimeFailed
@@ -186,6 +187,14 @@ class HFDirectoryError(InputError):
     def __init__(self, path: Path, detail: str) -> None:
         self.path = path
         super().__init__(f"Hugging Face directory {path}: {detail}")
+
+
+class LayoutError(InputError):
+    """A checkpoint folder of a known layout (DeepSpeed, diffusers, timm) cannot be built from what it holds."""
+
+    def __init__(self, path: Path, layout: str, detail: str) -> None:
+        self.path, self.layout, self.detail = path, layout, detail
+        super().__init__(f"{layout} folder {path}: {detail}")
 
 
 class ConfigError(AuditorError):

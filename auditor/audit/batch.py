@@ -52,23 +52,23 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
     A path named explicitly is kept even when it is no checkpoint (its row then says why), unless
     ``exclude`` matches it or ``include`` does not; inside directories every file is sniffed by its
     bytes, whatever its name (pickles of any protocol, zip and legacy tar archives, safetensors,
-    ONNX), and files that match no format are left out, as are version-control folders. A Hugging
-    Face ``save_pretrained`` directory is one checkpoint, whose scan also checks every other file
-    in it that torch could load. Globs match the POSIX path and the file name.
+    ONNX), and files that match no format are left out, as are version-control folders. A checkpoint
+    folder (Hugging Face ``save_pretrained``, timm ``save_for_hf``, DeepSpeed, diffusers pipeline) is
+    one checkpoint, whose scan also checks every other file in it that torch could load. Globs match
+    the POSIX path and the file name.
     """
-    from auditor.load.formats import sniff
-    from auditor.load.hf import is_hf_dir
+    from auditor.load.formats import is_checkpoint_dir, sniff
 
     found: list[Path] = []
     for root in paths:
-        if not root.is_dir() or is_hf_dir(root):
+        if not root.is_dir() or is_checkpoint_dir(root):
             found.append(root)
             continue
         for folder, dirs, files in os.walk(root):
             here = Path(folder)
             dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
             for d in list(dirs):
-                if is_hf_dir(here / d):
+                if is_checkpoint_dir(here / d):
                     found.append(here / d)
                     dirs.remove(d)
             for name in sorted(files):

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from auditor.errors import AuditorError, TruncatedArchive, UnknownFormat
 from auditor.load.digest import hash_into
-from auditor.load.formats import FORMATS, Container, Sniffed, sniff
+from auditor.load.formats import FORMATS, Container, Loader, Sniffed, sniff
 from auditor.load.hf import confinement_problems, inside, weight_files
+from auditor.load.layouts import Problems, deepspeed_problems, diffusers_problems, timm_problems
 from auditor.load.pickle_scan import scan_checkpoint
 from auditor.load.problems import PickleScan, ScanProblem
 from auditor.report.files import FileCoverage
@@ -26,22 +28,31 @@ from auditor.report.files import FileCoverage
 #: Folders no model loader reads: listed once, not walked (a clone's .git holds compressed copies of everything).
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__"})
 _TEXT_PROBE = 4096
+#: What would make loading each layout leave its folder (:mod:`auditor.load.layouts`): refused before any file is read.
+_CONFINEMENT: dict[Loader, Callable[[Path], Problems]] = {
+    "hf-dir": confinement_problems,
+    "timm-dir": timm_problems,
+    "deepspeed-dir": deepspeed_problems,
+    "diffusers-dir": diffusers_problems,
+}
+_SCRIPT = "a script: listed, never run (no loader imports or runs it)"
 
 
 def scan_directory(sniffed: Sniffed) -> tuple[list[PickleScan], list[FileCoverage]]:
     """Check every file of a directory; return the pickle scans and what was done with each file.
 
-    A ``save_pretrained`` directory (``config.json``) whose weights or config leave the directory
-    is refused before anything else is read.
+    A checkpoint folder (``save_pretrained``, timm, DeepSpeed, diffusers) whose weights, config or
+    markers leave the directory is refused before anything else is read.
     """
     root = sniffed.path
     scans: list[PickleScan] = []
     covered: list[FileCoverage] = []
     weights: set[Path] = set()
-    if sniffed.format.loader == "hf-dir":
-        escapes = confinement_problems(root)
-        if escapes:
-            return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes], []
+    confine = _CONFINEMENT.get(sniffed.format.loader) if sniffed.format.loader else None
+    escapes = confine(root) if confine is not None else []
+    if escapes:
+        return [PickleScan(name, problems=[ScanProblem("path", 0, reason)]) for name, reason in escapes], []
+    if sniffed.format.weights_first:
         files, pickled = weight_files(root)
         weights = set(files)
         for file in files:
@@ -107,8 +118,10 @@ def _scan_file(root: Path, file: Path, scans: list[PickleScan], covered: list[Fi
         covered.append(FileCoverage(file=label, kind="damaged archive", status="checked", reason=str(exc)))
         return
     except UnknownFormat as exc:
-        covered.append(FileCoverage(file=label, kind=_data_kind(file, exc.detail), status="no-code",
-                                    reason=f"no loader runs code from it: {exc.detail or 'no known format'}"))
+        kind = _data_kind(file, exc.detail)
+        detail = exc.detail or "no known format"
+        reason = _SCRIPT if kind == "python script" else f"no loader runs code from it: {detail}"
+        covered.append(FileCoverage(file=label, kind=kind, status="no-code", reason=reason))
         return
     except AuditorError as exc:  # empty file, not a regular file
         covered.append(FileCoverage(file=label, kind="other", status="no-code", reason=str(exc)))
@@ -148,7 +161,8 @@ def _data_kind(file: Path, detail: str) -> str:
             return "binary data"
     if b"\0" in head:
         return "binary data"
-    return "json" if file.suffix.lower() in (".json", ".jsonl") else "text"
+    suffix = file.suffix.lower()
+    return "json" if suffix in (".json", ".jsonl") else "python script" if suffix == ".py" else "text"
 
 
 def _label(root: Path, file: Path) -> str:

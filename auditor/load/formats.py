@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, TruncatedArchive, UnknownFormat
-from auditor.load.hf import FORMAT_HF_DIR, directory_size, is_hf_dir
-from auditor.load.pickle_replay import SNIFF_BYTES, runs_as_pickle
+from auditor.load.hf import FORMAT_HF_DIR, directory_size, inside, is_hf_dir
+from auditor.load.layouts import (
+    deepspeed_states,
+    diffusers_components,
+    has_hf_weights,
+    is_deepspeed_dir,
+    is_diffusers_dir,
+    is_timm_dir,
+)
+from auditor.load.pickle_sniff import SNIFF_WINDOWS, pickle_verdict, runs_as_pickle
 from auditor.load.wrapped import NPY_MAGIC, compression_of, decompressed_head, npy_holds_objects
 
 logger = logging.getLogger(__name__)
@@ -40,6 +48,9 @@ class Container(str, Enum):
     SAFETENSORS = "safetensors"
     ONNX = "onnx"
     HF_DIR = "hf-pretrained-dir"  # a save_pretrained directory: config.json + weights
+    TIMM_DIR = "timm-hf-dir"  # timm's save_for_hf: config.json with architecture (no model_type) + weights
+    DEEPSPEED_DIR = "deepspeed-dir"  # engine.save_checkpoint: latest -> <tag>/mp_rank_00_model_states.pt + ZeRO shards
+    DIFFUSERS_DIR = "diffusers-pipeline"  # pipeline.save_pretrained: model_index.json + one subfolder per component
     MODEL_DIR = "model-dir"  # any other directory: every file in it is checked, no model is built
     COMPRESSED_PICKLE = "compressed-pickle"  # gzip/bz2/xz/lzma/zlib-wrapped pickle (joblib's compressed files)
     NUMPY = "numpy"  # a .npy array of Python objects: its data is a pickle (numpy.load(allow_pickle=True))
@@ -59,7 +70,8 @@ Scan = Literal["graph", "directory", "none", "tar", "pickle", "compressed", "num
 #: What torch does with a zip's members besides unpickling ``*.pkl`` (``pickle_scan._member_kind``).
 Members = Literal["npy", "source", "code", "export"]
 #: Which loader materialises a model from it (``auditor.load.loaders.load``); None: checked only, never loaded.
-Loader = Literal["hf-dir", "safetensors", "torchscript", "torch-export", "torch-load"]
+Loader = Literal["hf-dir", "timm-dir", "deepspeed-dir", "diffusers-dir", "safetensors", "torchscript",
+                 "torch-export", "torch-load", "npz"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,7 @@ class Format:
     declares_input: bool = False  #: the archive declares its input signature (torch.export)
     legacy: bool = False  #: whatever torch.load returns from it is reported as this format's name
     hf_weights: bool = False  #: may be a weight file of a save_pretrained directory
+    weights_first: bool = False  #: a config.json folder whose weight files (``hf.weight_files``) are checked first
     no_code: str | None = None  #: why a directory scan lists it without checking it (no loader runs code from it)
 
 
@@ -95,11 +108,14 @@ FORMATS: dict[Container, Format] = {
     Container.ONNX: Format(Container.ONNX.value, "graph", is_graph=True,
                            no_code="an ONNX graph: onnxruntime runs its operators, no Python code (not loaded by "
                                    "this scan)"),
-    Container.HF_DIR: Format(FORMAT_HF_DIR, "directory", "hf-dir", digest="hf-dir"),
+    Container.HF_DIR: Format(FORMAT_HF_DIR, "directory", "hf-dir", digest="hf-dir", weights_first=True),
+    Container.TIMM_DIR: Format(Container.TIMM_DIR.value, "directory", "timm-dir", digest="hf-dir", weights_first=True),
+    Container.DEEPSPEED_DIR: Format(Container.DEEPSPEED_DIR.value, "directory", "deepspeed-dir", digest="tree"),
+    Container.DIFFUSERS_DIR: Format(Container.DIFFUSERS_DIR.value, "directory", "diffusers-dir", digest="tree"),
     Container.MODEL_DIR: Format(Container.MODEL_DIR.value, "directory", digest="tree"),
     Container.COMPRESSED_PICKLE: Format(Container.COMPRESSED_PICKLE.value, "compressed"),
     Container.NUMPY: Format(Container.NUMPY.value, "numpy"),
-    Container.NUMPY_ZIP: Format(Container.NUMPY_ZIP.value, "zip", members="npy"),
+    Container.NUMPY_ZIP: Format(Container.NUMPY_ZIP.value, "zip", "npz", members="npy"),
     Container.TORCH_PACKAGE: Format(Container.TORCH_PACKAGE.value, "zip", members="source"),
 }
 
@@ -131,10 +147,9 @@ def sniff(path: Path) -> Sniffed:
     """
     if not path.exists():
         raise CheckpointNotFound(path)
-    if is_hf_dir(path):
-        return Sniffed(path, Container.HF_DIR, directory_size(path))
     if path.is_dir():
-        return Sniffed(path, Container.MODEL_DIR, 0)
+        container = checkpoint_dir(path) or Container.MODEL_DIR
+        return Sniffed(path, container, _DIR_SIZES.get(container, lambda _: 0)(path))
     if not path.is_file():
         raise UnknownFormat(path, "not a regular file")
     size = path.stat().st_size
@@ -164,6 +179,45 @@ def sniff(path: Path) -> Sniffed:
     raise UnknownFormat(path, f"leading bytes {head[:8].hex(' ')}")
 
 
+def _hf_with_weights(path: Path) -> bool:
+    return is_hf_dir(path) and has_hf_weights(path)
+
+
+def _component_bytes(path: Path) -> int:
+    """The bytes of the files in a diffusers pipeline's component subfolders."""
+    folders = [path / name for name in diffusers_components(path) if inside(path, path / name)]
+    folders = [folder for folder in folders if folder.is_dir()]
+    return sum(f.stat().st_size for folder in folders for f in folder.iterdir() if f.is_file() and not f.is_symlink())
+
+
+#: The checkpoint folders one model is built from, in the order they are told apart: a timm folder
+#: before the ``save_pretrained`` layout it resembles, a Hugging Face folder with weights before a
+#: DeepSpeed tag beside it (the Trainer writes both), a ``config.json`` without weights last.
+_DIR_LAYOUTS: tuple[tuple[Callable[[Path], bool], Container], ...] = (
+    (is_timm_dir, Container.TIMM_DIR),
+    (_hf_with_weights, Container.HF_DIR),
+    (is_deepspeed_dir, Container.DEEPSPEED_DIR),
+    (is_diffusers_dir, Container.DIFFUSERS_DIR),
+    (is_hf_dir, Container.HF_DIR),
+)
+_DIR_SIZES: dict[Container, Callable[[Path], int]] = {
+    Container.HF_DIR: directory_size,
+    Container.TIMM_DIR: directory_size,
+    Container.DEEPSPEED_DIR: lambda path: deepspeed_states(path).stat().st_size,
+    Container.DIFFUSERS_DIR: _component_bytes,
+}
+
+
+def checkpoint_dir(path: Path) -> Container | None:
+    """The layout of a folder that is one checkpoint (:data:`_DIR_LAYOUTS`), or None for any other folder."""
+    return next((container for found, container in _DIR_LAYOUTS if found(path)), None)
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """Tell whether ``path`` is a folder that is one checkpoint (a batch scan does not split it into files)."""
+    return path.is_dir() and checkpoint_dir(path) is not None
+
+
 def _sniff_wrapped(path: Path, head: bytes, size: int) -> Sniffed | None:
     """A numpy array of objects, or a compressed stream that decompresses to a pickle (None: neither).
 
@@ -180,8 +234,15 @@ def _sniff_wrapped(path: Path, head: bytes, size: int) -> Sniffed | None:
         return None
     if method == "lz4":
         return Sniffed(path, Container.COMPRESSED_PICKLE, size)  # judged when scanned (or found unjudgeable)
-    first = decompressed_head(path, method, SNIFF_BYTES)
-    if (len(first) >= 2 and first[0] == 0x80 and first[1] in PICKLE_PROTOCOLS) or runs_as_pickle(io.BytesIO(first)):
+    verdict: bool | None = None
+    for window in SNIFF_WINDOWS:  # a wider decompressed head only while the replay runs past the last
+        first = decompressed_head(path, method, window)
+        if len(first) >= 2 and first[0] == 0x80 and first[1] in PICKLE_PROTOCOLS:
+            return Sniffed(path, Container.COMPRESSED_PICKLE, size)
+        verdict = pickle_verdict(first, final=len(first) < window)
+        if verdict is not None:
+            break
+    if verdict is not False:  # a pickle, or still well formed past the last window
         return Sniffed(path, Container.COMPRESSED_PICKLE, size)
     raise UnknownFormat(path, f"{method}-compressed data that is no pickle")
 

@@ -115,14 +115,14 @@ def confinement_problems(path: Path) -> list[tuple[str, str]]:
         return problems
     try:
         raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-        return list(_config_problems(raw, ""))
+        return list(config_field_problems(raw, ""))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return []  # reported as an input error when the config is read
     except RecursionError:
         return [(CONFIG_FILE, f"{CONFIG_FILE} nests too deeply to read")]
 
 
-def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
+def config_field_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
     """Config fields that open a path, name a hub id or URL, or ask for pretrained weights."""
     if isinstance(node, dict):
         for key, value in node.items():
@@ -132,10 +132,10 @@ def _config_problems(node: object, where: str) -> Iterator[tuple[str, str]]:
             elif key in _DOWNLOAD_FLAGS and value is True:
                 yield at, f"{CONFIG_FILE} field {at} asks for pretrained weights, which would be downloaded"
             elif key not in _PROVENANCE_KEYS:
-                yield from _config_problems(value, at)
+                yield from config_field_problems(value, at)
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _config_problems(value, f"{where}[{index}]")
+            yield from config_field_problems(value, f"{where}[{index}]")
     elif isinstance(node, str) and node.lower().startswith(_REMOTE_PREFIXES):
         yield where, f"{CONFIG_FILE} field {where} names a hub id or URL ({node[:80]!r})"
 

@@ -1,14 +1,14 @@
 """Load a checkpoint safely: sniff, statically check every pickle, and only then materialise it.
 
-This module is the one boundary where third-party loading errors become :class:`InputError`
-subclasses with a one-line message.
+This module and :mod:`auditor.load.readers` are the boundary where third-party loading errors
+become :class:`InputError` subclasses with a one-line message; checkpoint folders of other
+libraries are built by :mod:`auditor.load.layout_loaders`.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -16,24 +16,27 @@ from pathlib import Path
 
 import torch
 
-from auditor.errors import (
-    ClassNotImportable,
-    InputError,
-    MissingArchitecture,
-    TruncatedArchive,
-    UnknownFormat,
-    UnsafeCheckpoint,
-)
+from auditor.errors import MissingArchitecture, UnknownFormat, UnsafeCheckpoint
 from auditor.load.allowlist import ImportPolicy
 from auditor.load.arch import fit_state_dict
 from auditor.load.export_inputs import declared_input
 from auditor.load.export_scan import DEFAULT_MAX_TENSOR_BYTES
 from auditor.load.formats import Loader, Sniffed, sniff
 from auditor.load.hf import FORMAT_HF_DIR, load_pretrained_dir
+from auditor.load.layout_loaders import load_deepspeed_dir, load_diffusers_dir, load_npz, load_timm_dir
 from auditor.load.limits import address_space_limit, load_budget
 from auditor.load.model_facts import capped, class_name, declared_input_size, timm_architecture
 from auditor.load.names import unsafe_name
 from auditor.load.problems import RefusedWhileLoading
+from auditor.load.readers import (
+    Allowed,
+    Materialised,
+    is_state_dict,
+    read_safetensors,
+    read_weight_file,
+    torch_load,
+    translate,
+)
 from auditor.load.sandbox import probe, running_in_jail
 from auditor.load.static_check import (
     FORMAT_LEGACY_PICKLE,
@@ -44,8 +47,6 @@ from auditor.load.static_check import (
     StaticCheck,
     check,
 )
-from auditor.load.unpickler import LOADER_NAME as GATED_LOADER
-from auditor.load.unpickler import gated_pickle_module
 from auditor.report.model import LoadIssue, ModelInfo
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,6 @@ FORMAT_STATE_DICT = "state-dict"
 FORMAT_CHECKPOINT_DICT = "checkpoint-dict"
 CHECKPOINT_KEYS = ("state_dict", "model", "model_state_dict")
 _PROBE_SHAPE = (3, 224, 224)
-_Allowed = list[tuple[str, str]]  # the globals the static check allowed
 
 
 @dataclass
@@ -78,14 +78,6 @@ class LoadedModel:
         if self.model is None:
             raise UnsafeCheckpoint(self.info.path, self.info.load_safety.issues, label)
         return self.model
-
-
-@dataclass
-class _Materialised:
-    model: torch.nn.Module
-    format: str
-    loader: str
-    arch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +218,7 @@ def _probe(sniffed: Sniffed, shape: Sequence[int]) -> str:
 
 def _materialise(
     sniffed: Sniffed, arch: str | None, allowed: list[tuple[str, str]], notes: list[str]
-) -> _Materialised:
+) -> Materialised:
     """Run the loader :data:`FORMATS` names for the container; only called once the static check passed."""
     loader = sniffed.format.loader
     if loader is None:
@@ -236,22 +228,22 @@ def _materialise(
     return _LOADERS[loader](sniffed, arch, allowed, notes)
 
 
-def _load_hf_dir(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+def _load_hf_dir(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
     _ignored_arch(arch, notes)
-    model, hf_arch, hf_notes = load_pretrained_dir(sniffed.path, lambda file: _read_weight_file(file, allowed))
+    model, hf_arch, hf_notes = load_pretrained_dir(sniffed.path, lambda file: read_weight_file(file, allowed))
     notes.extend(hf_notes)
-    return _Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
+    return Materialised(model, FORMAT_HF_DIR, "transformers from_config + checked weights", hf_arch)
 
 
-def _load_safetensors(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+def _load_safetensors(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
     if arch is None:
         raise MissingArchitecture(sniffed.path, FORMAT_SAFETENSORS)
-    model, arch_notes = fit_state_dict(arch, _read_safetensors(sniffed.path))
+    model, arch_notes = fit_state_dict(arch, read_safetensors(sniffed.path))
     notes.extend(arch_notes)
-    return _Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
+    return Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
 
 
-def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
     path = sniffed.path
     try:
         with warnings.catch_warnings(), address_space_limit(load_budget(sniffed.size_bytes), path.name):
@@ -260,11 +252,11 @@ def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: _Allowed, not
     except RefusedWhileLoading:
         raise
     except Exception as exc:  # translated at this boundary
-        raise _translate(exc, path, "torch.jit.load") from exc
-    return _Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
+        raise translate(exc, path, "torch.jit.load") from exc
+    return Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
 
 
-def _load_torch_export(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+def _load_torch_export(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
     path = sniffed.path
     try:
         with address_space_limit(load_budget(sniffed.size_bytes), path.name):
@@ -272,19 +264,23 @@ def _load_torch_export(sniffed: Sniffed, arch: str | None, allowed: _Allowed, no
     except RefusedWhileLoading:
         raise
     except Exception as exc:  # translated at this boundary
-        raise _translate(exc, path, "torch.export.load") from exc
-    return _Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
+        raise translate(exc, path, "torch.export.load") from exc
+    return Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
 
 
-def _load_torch_load(sniffed: Sniffed, arch: str | None, allowed: _Allowed, notes: list[str]) -> _Materialised:
+def _load_torch_load(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
     fmt = sniffed.format
-    obj, loader = _torch_load(sniffed.path, allowed, mmap=fmt.mmap_when_stored and sniffed.stored)
+    obj, loader = torch_load(sniffed.path, allowed, mmap=fmt.mmap_when_stored and sniffed.stored)
     return _interpret(obj, sniffed.path, arch, fmt.legacy, loader, notes)
 
 
 #: Each :data:`FORMATS` loader: one signature, one result.
-_LOADERS: dict[Loader, Callable[[Sniffed, str | None, _Allowed, list[str]], _Materialised]] = {
+_LOADERS: dict[Loader, Callable[[Sniffed, str | None, Allowed, list[str]], Materialised]] = {
     "hf-dir": _load_hf_dir,
+    "timm-dir": load_timm_dir,
+    "deepspeed-dir": load_deepspeed_dir,
+    "diffusers-dir": load_diffusers_dir,
+    "npz": load_npz,
     "safetensors": _load_safetensors,
     "torchscript": _load_torchscript,
     "torch-export": _load_torch_export,
@@ -292,65 +288,32 @@ _LOADERS: dict[Loader, Callable[[Sniffed, str | None, _Allowed, list[str]], _Mat
 }
 
 
-def _read_weight_file(path: Path, allowed: list[tuple[str, str]]) -> Mapping[str, torch.Tensor]:
-    """Read one weight file of a Hugging Face directory: safetensors, or a statically checked pickle."""
-    sniffed = sniff(path)
-    fmt = sniffed.format
-    if fmt.hf_weights and fmt.loader == "safetensors":
-        return _read_safetensors(path)
-    if fmt.hf_weights and fmt.loader == "torch-load":
-        obj, _ = _torch_load(path, allowed)
-        if _is_state_dict(obj):
-            return obj  # type: ignore[return-value]
-        raise UnknownFormat(path, "a Hugging Face weight file that holds no state_dict")
-    raise UnknownFormat(path, f"a Hugging Face weight file in the {sniffed.container.value} format")
-
-
-def _torch_load(
-    path: Path, allowed: list[tuple[str, str]], *, mmap: bool = False
-) -> tuple[object, str]:
-    """Run ``torch.load`` through the gated C unpickler that resolves only the statically allowed globals.
-
-    ``mmap`` (zip archives only) maps the tensor data copy-on-write instead of copying it into memory.
-    The load runs under an address-space limit (:mod:`auditor.load.limits`) that grows with the file.
-    """
-    try:
-        with address_space_limit(load_budget(path.stat().st_size), path.name):
-            obj = torch.load(path, map_location="cpu", pickle_module=gated_pickle_module(allowed),
-                             weights_only=False, mmap=mmap)
-    except (InputError, RefusedWhileLoading):
-        raise
-    except Exception as exc:  # translated at this boundary
-        raise _translate(exc, path, "torch.load") from exc
-    return obj, GATED_LOADER
-
-
 def _interpret(
     obj: object, path: Path, arch: str | None, legacy: bool, loader: str, notes: list[str]
-) -> _Materialised:
+) -> Materialised:
     """Turn what torch.load returned into a model: a module, a state_dict or a checkpoint dict."""
     if isinstance(obj, torch.nn.Module):
         _ignored_arch(arch, notes)
-        return _Materialised(obj, FORMAT_LEGACY_PICKLE if legacy else FORMAT_PICKLED_MODULE, loader)
-    if _is_state_dict(obj):
+        return Materialised(obj, FORMAT_LEGACY_PICKLE if legacy else FORMAT_PICKLED_MODULE, loader)
+    if is_state_dict(obj):
         if arch is None:
             raise MissingArchitecture(path, FORMAT_LEGACY_PICKLE if legacy else FORMAT_STATE_DICT)
         model, arch_notes = fit_state_dict(arch, obj)  # type: ignore[arg-type]
         notes.extend(arch_notes)
-        return _Materialised(model, FORMAT_LEGACY_PICKLE if legacy else FORMAT_STATE_DICT, loader, arch)
+        return Materialised(model, FORMAT_LEGACY_PICKLE if legacy else FORMAT_STATE_DICT, loader, arch)
     if isinstance(obj, Mapping):
         key = next((k for k in CHECKPOINT_KEYS if k in obj), None)
-        if key is not None and (isinstance(obj[key], torch.nn.Module) or _is_state_dict(obj[key])):
+        if key is not None and (isinstance(obj[key], torch.nn.Module) or is_state_dict(obj[key])):
             fmt = FORMAT_LEGACY_PICKLE if legacy else FORMAT_CHECKPOINT_DICT
             notes.append(f"the model was taken from the checkpoint's {key!r} entry")
             if isinstance(obj[key], torch.nn.Module):
                 _ignored_arch(arch, notes)
-                return _Materialised(obj[key], fmt, loader)
+                return Materialised(obj[key], fmt, loader)
             if arch is None:
                 raise MissingArchitecture(path, f"{fmt}, {key!r} entry")
             model, arch_notes = fit_state_dict(arch, obj[key])
             notes.extend(arch_notes)
-            return _Materialised(model, fmt, loader, arch)
+            return Materialised(model, fmt, loader, arch)
         keys = ", ".join(map(repr, list(obj)[:5]))
         raise UnknownFormat(
             path, f"a dict without a module or state_dict under {CHECKPOINT_KEYS}; keys: {keys}"
@@ -358,38 +321,9 @@ def _interpret(
     raise UnknownFormat(path, f"torch.load returned a {type(obj).__name__}, not a module or a state_dict")
 
 
-def _is_state_dict(obj: object) -> bool:
-    return (
-        isinstance(obj, Mapping)
-        and len(obj) > 0
-        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
-    )
-
-
 def _ignored_arch(arch: str | None, notes: list[str]) -> None:
     if arch is not None:
         notes.append(f"--arch {arch} was ignored: the checkpoint holds a full module")
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Read every tensor of a safetensors file onto the CPU."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise TruncatedArchive(path, _one_line(exc)) from exc
-
-
-def _translate(exc: Exception, path: Path, what: str) -> InputError:
-    """Return the InputError that a third-party loader's exception means."""
-    detail = f"{what} failed: {_one_line(exc)}"
-    if isinstance(exc, (ImportError, AttributeError)):
-        return ClassNotImportable("a class named in the checkpoint", detail)
-    if isinstance(exc, (EOFError, zipfile.BadZipFile)) or "zip archive" in str(exc):
-        return TruncatedArchive(path, detail)
-    return UnknownFormat(path, detail)
 
 
 def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
@@ -399,9 +333,3 @@ def _to_eval(model: torch.nn.Module, fmt: str, notes: list[str]) -> None:
             vars(model).pop(override, None)
         notes.append("torch.export graph: train()/eval() do not change it; it runs as it was exported")
     model.eval()
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -421,32 +421,3 @@ class _Replay:
         mark = self.marks.pop()
         items, self.stack[mark:] = self.stack[mark:], []
         return items
-
-
-
-
-#: Bytes of a stream :func:`runs_as_pickle` replays; a stream still plausible past them counts as a pickle.
-SNIFF_BYTES = 1 << 20
-
-
-def runs_as_pickle(fh: BinaryIO) -> bool:
-    """Tell whether an unpickler handed the stream at ``fh`` would run it (``fh`` is left where it was).
-
-    True for a plausible pickle: its opcodes replay to ``STOP`` on a well-formed stack (one value,
-    no open mark), or are still well formed after :data:`SNIFF_BYTES`. True as well for a broken
-    stream that calls, builds or modifies something before it breaks (the unpickler would have run
-    that much). False for everything else, whatever its first bytes: a text file, JSON, a
-    ``requirements.txt`` whose letters happen to be opcodes.
-    """
-    start = fh.tell()
-    data = fh.read(SNIFF_BYTES)
-    fh.seek(start)
-    replay = _Replay(data, "sniff", 0, final=len(data) < SNIFF_BYTES)
-    try:
-        replay.run()
-    except _NeedMore:
-        return True
-    problems = replay.scan.problems
-    if not problems:
-        return not replay.stack and not replay.marks
-    return bool(replay.scan.uses) or any(p.opcode not in ("malformed", "resource") for p in problems)

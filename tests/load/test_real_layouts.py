@@ -73,7 +73,7 @@ def test_peft_and_diffusers_folders_check_as_safe(tmp_path: Path) -> None:
     assert not peft.refused and _statuses(peft) == {"README.md": "no-code", "adapter_config.json": "no-code",
                                                    "adapter_model.safetensors": "no-code"}
     diffusers = check_statically(tmp_path / "pipeline")
-    assert not diffusers.refused and sniff(tmp_path / "pipeline").container is Container.MODEL_DIR
+    assert not diffusers.refused and sniff(tmp_path / "pipeline").container is Container.DIFFUSERS_DIR
     assert _statuses(diffusers)["unet/diffusion_pytorch_model.safetensors"] == "no-code"
     assert len(diffusers.safety.files) == 9
 

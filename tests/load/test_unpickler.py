@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import auditor.load.loaders as loaders
+import auditor.load.readers as readers
 from auditor.load.allowlist import ImportPolicy
 from auditor.load.formats import sniff
 from auditor.load.pickle_scan import scan_checkpoint
@@ -71,5 +71,5 @@ def test_a_file_swapped_after_the_static_check_is_still_gated(tmp_path: Path, ca
     assert safety.verdict == "safe"
     torch.save({"x": Reduce(_touch, (str(canary),))}, path)
     with pytest.raises(Exception, match="not approved"):
-        loaders._torch_load(path, allowed)
+        readers.torch_load(path, allowed)
     assert not canary.exists()
