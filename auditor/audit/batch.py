@@ -7,6 +7,7 @@ a row with ``verdict == "error"``, not an exception), so an executor other than 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
@@ -14,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +26,9 @@ from auditor.errors import AuditorError, ConfigError, TruncatedArchive
 from auditor.gate import ExitCode
 from auditor.report.fingerprints import model_identity
 from auditor.report.model import Report
+
+if TYPE_CHECKING:
+    from auditor.audit.jail import ScanJail
 
 #: How bad an exit code is when several models are combined: error > fail > any other code > pass.
 _EXIT_RANK = {int(ExitCode.PASS): 0, int(ExitCode.FAIL): 2, int(ExitCode.ERROR): 3}
@@ -95,28 +100,32 @@ def audit_one(
     recording: Baseline | None = None,
     today: date | None = None,
     progress: Progress | None = None,
+    jail: ScanJail | None = None,
 ) -> ScanRow:
     """Audit one checkpoint, mark what the baseline and ``[[suppress]]`` rules accept, gate; errors become a row.
 
     ``recording`` is set under ``--write-baseline``: the file's entries before this run. Every finding
     of this checkpoint is then accepted as the written baseline will record it (reasons and expiries
-    kept from ``recording``), instead of by ``baseline``.
+    kept from ``recording``), instead of by ``baseline``. ``jail`` is the scan's jail (a fresh child of its
+    template audits the file); without one, and unless the jail is turned off, the file gets a jail of its own.
 
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
-    from auditor.audit.jail import JailError, audit_in_jail, jail_enabled
+    from auditor.audit.jail import audit_in_jail, jail_enabled
     from auditor.load.offline import force_offline
 
     force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
     try:
-        draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
-                                                                                               progress)
+        if jail is not None:
+            draft = jail.audit(path, progress)
+        elif jail_enabled():
+            draft = audit_in_jail(path, config, progress=progress)
+        else:
+            draft = draft_of(path, config, progress)
     except ConfigError:
         raise
-    except JailError as exc:  # the worker's own error row, as it worded it
-        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
-    except AuditorError as exc:
+    except AuditorError as exc:  # the worker's own error row (JailError), an environment failure, a bad input
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
     except Exception as exc:  # a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
@@ -168,12 +177,16 @@ def audit_many(
     if executor is not None:
         return executor(functools.partial(audit_one, config=config, baseline=baseline, recording=recording,
                                           today=today), targets)
+    from auditor.audit.jail import ScanJail, jail_enabled
+
     rows: list[ScanRow] = []
-    for i, p in enumerate(targets):
-        rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
-                              progress=progress(i, len(targets), p) if progress else None))
-        if on_row is not None:
-            on_row(rows[-1])
+    with contextlib.ExitStack() as stack:
+        jail = stack.enter_context(ScanJail(targets, config)) if jail_enabled() and targets else None
+        for i, p in enumerate(targets):
+            rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
+                                  progress=progress(i, len(targets), p) if progress else None, jail=jail))
+            if on_row is not None:
+                on_row(rows[-1])
     return rows
 
 
