@@ -59,7 +59,8 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
     bytes, whatever its name (pickles of any protocol, zip and legacy tar archives, safetensors,
     ONNX), and files that match no format are left out, as are version-control folders. A Hugging
     Face ``save_pretrained`` directory is one checkpoint, whose scan also checks every other file
-    in it that torch could load. Globs match the POSIX path and the file name.
+    in it that torch could load. A file that links out of the folder is kept unread (its own audit has a view
+    of what it links to). Globs match the POSIX path and the file name.
     """
     from auditor.load.formats import sniff
     from auditor.load.hf import is_hf_dir
@@ -69,6 +70,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
         if not root.is_dir() or is_hf_dir(root):
             found.append(root)
             continue
+        real_root = root.resolve()
         for folder, dirs, files in os.walk(root):
             here = Path(folder)
             dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
@@ -80,6 +82,9 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                 candidate = here / name
                 if not _selected(candidate, include, exclude):
                     continue
+                if not candidate.resolve().is_relative_to(real_root):
+                    found.append(candidate)  # a link out of the folder: audited on its own, never sniffed here
+                    continue
                 try:
                     sniff(candidate)
                 except TruncatedArchive:
@@ -87,7 +92,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                 except AuditorError:
                     continue
                 except PermissionError:
-                    pass  # unreadable here (in the jail: a link out of the scanned folder): audited on its own
+                    pass  # unreadable here: audited on its own, and its row says why
                 found.append(candidate)
     return list(dict.fromkeys(p for p in found if _selected(p, include, exclude)))
 

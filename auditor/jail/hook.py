@@ -72,6 +72,8 @@ def _check_open(args: tuple[Any, ...]) -> None:
     if write:
         _deny("file write outside the jail's scratch", real)
     if not _inside(real, _state["read"]):
+        if not os.path.lexists(real):  # nothing to read (an absent compiled module): no attempt to name
+            raise FileNotFoundError(2, "No such file or directory", path)
         _deny("file read outside the jail's view", real, record=not _inside(real, _SYSTEM))
 
 

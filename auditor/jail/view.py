@@ -71,6 +71,8 @@ def module_dirs(modules: Iterable[str]) -> list[str]:
             out += [os.path.realpath(p) for p in spec.submodule_search_locations]
         elif spec.origin and os.path.isfile(spec.origin):
             out.append(os.path.realpath(spec.origin))
+            if spec.origin.endswith(".py"):  # its compiled copy, when there is one
+                out.append(os.path.realpath(util.cache_from_source(spec.origin)))
     return out
 
 
