@@ -160,12 +160,13 @@ class ScanJail:
         self.config = config
         self.override = limits if limits is not None else JailLimits.from_env()
         self.work = work_of(config)
-        inputs = sorted({r for t in targets for r in job_reads(t, config)})
+        for t in targets:
+            job_reads(t, config)  # a --data covering home refuses the scan before any worker starts
         biggest = bounds(max((_size(t.resolve()) for t in targets), default=0), self.work, self.override)
         top = biggest.limits
         template = Limits(memory_bytes=(8 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
         preload = [m for m in (*_PRELOAD, *_plugin_modules(config)) if _findable(m)]
-        self.template = Template(libraries=library_view(config.imports, gpu=_gpu(config)), inputs=inputs,
+        self.template = Template(libraries=library_view(config.imports, gpu=_gpu(config)),
                                  list_only=site_dirs(), limits=template, preload=preload, gpu=_gpu(config))
         self._jobs = 0
 
@@ -285,7 +286,7 @@ def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude:
     job = Job(job=0, read=reads, limits=sized.limits, wall_s=sized.wall_s, handler="auditor.audit.worker:collect_task",
               task={"paths": [str(p) for p in paths], "include": list(include), "exclude": list(exclude)})
     try:
-        with Template(libraries=library_view(), inputs=reads, list_only=site_dirs(), limits=top,
+        with Template(libraries=library_view(), list_only=site_dirs(), limits=top,
                       preload=["auditor.audit.worker", "auditor.audit.batch"]) as template:
             out = template.run(job)
     except JailEnvironmentError as exc:

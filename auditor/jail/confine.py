@@ -248,12 +248,13 @@ def _try(done: Enforced, name: str, step: Callable[[], str]) -> None:
         done.missing[name] = f"{_MISSING[name]} ({type(exc).__name__}: {exc})"
 
 
-def confine(view: View, limits: Limits, *, filter_syscalls: bool = True) -> Enforced:
+def confine(view: View, limits: Limits, *, template: bool = False) -> Enforced:
     """Confine this process; return what was enforced and what is missing (never raises for a missing layer).
 
     A layer the system does not offer (another OS, an old kernel, a sysctl) is recorded as missing with the
-    reason, and the others still apply. ``filter_syscalls=False`` leaves the seccomp filter to the children of
-    a template (the filter forbids the ``fork`` that starts them): the template's note says so.
+    reason, and the others still apply. ``template=True`` leaves the seccomp filter and the Landlock view to
+    the children of a template (:func:`narrow`): the filter forbids the ``fork`` that starts them, and a view
+    that holds the template's ``/proc/self`` would not hold each child's. The template's note says so.
     """
     done = Enforced()
     try:
@@ -263,22 +264,25 @@ def confine(view: View, limits: Limits, *, filter_syscalls: bool = True) -> Enfo
             if name not in done.layers:
                 done.missing[name] = f"{_MISSING[name]} ({type(exc).__name__}: {exc})"
     _try(done, "no_new_privs", _no_new_privs)
-    _try(done, "landlock", lambda: _landlock(view))
+    if template:
+        done.missing["landlock"] = "not in the template (each child applies its own view)"
+    else:
+        _try(done, "landlock", lambda: _landlock(view))
     _limits(limits, done, gpu=view.gpu, own_userns="namespaces" in done.layers)
     if "namespaces" in done.layers:
         _try(done, "capabilities", _drop_capabilities)
     else:
         done.missing["capabilities"] = ("no namespace: the capabilities this user has (none, unless it is root) "
                                         "are kept")
-    if filter_syscalls:
-        _try(done, "seccomp", _seccomp)
-    else:
+    if template:
         done.missing["seccomp"] = "not in the template (it forks the children, which each install it)"
+    else:
+        _try(done, "seccomp", _seccomp)
     return done
 
 
 def narrow(view: View, limits: Limits, *, own_userns: bool) -> Enforced:
-    """In a template's child: stack a narrower Landlock view, lower the limits, install the syscall filter.
+    """In a template's child: apply its own Landlock view, lower the limits, install the syscall filter.
 
     What the template enforced (namespaces, capabilities, ``no_new_privs``) is inherited; the child's note lists
     its own layers over the template's.

@@ -42,12 +42,11 @@ class Limits(_Message):
 
 
 class Start(_Message):
-    """The template's start: its import path, the union of every job's view, its limits, what to import."""
+    """The template's start: its import path, the libraries every child may read, its limits, what to import."""
 
     type: Literal["start"] = "start"
     sys_path: list[str]
     libraries: list[str] = Field(description="Read-only, resolved: what every job may read (never its input).")
-    inputs: list[str] = Field(description="Read-only, resolved: every job's inputs (each child keeps its own).")
     list_only: list[str] = Field(default_factory=list, description="Folders whose names may be listed.")
     jobs_root: str = Field(description="Parent-owned folder under which each job's inbox and outbox are made.")
     scratch: str

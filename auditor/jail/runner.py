@@ -196,10 +196,9 @@ def _keep_tail(stream: IO[bytes], tail: list[bytes]) -> None:
 class Template:
     """A jailed template worker: started on the first job, reused for the next, replaced after a kill."""
 
-    def __init__(self, *, libraries: Sequence[str], inputs: Sequence[str], list_only: Sequence[str],
-                 limits: Limits, preload: Sequence[str] = (), gpu: bool = False) -> None:
-        self._start_args = (list(libraries), list(inputs), list(list_only), limits, list(preload), gpu)
-        self.libraries = list(libraries)
+    def __init__(self, *, libraries: Sequence[str], list_only: Sequence[str], limits: Limits,
+                 preload: Sequence[str] = (), gpu: bool = False) -> None:
+        self._start_args = (list(libraries), list(list_only), limits, list(preload), gpu)
         self._root = tempfile.mkdtemp(prefix="auditor-jail-")
         self.jobs_root = os.path.join(self._root, "jobs")
         self._scratch = os.path.join(self._root, "scratch")
@@ -218,8 +217,8 @@ class Template:
 
     def _start(self) -> str | None:
         """Start the template and wait for its Ready; the reason it failed, else None."""
-        libraries, inputs, list_only, limits, preload, gpu = self._start_args
-        start = Start(sys_path=[p for p in sys.path if p and os.path.isdir(p)], libraries=libraries, inputs=inputs,
+        libraries, list_only, limits, preload, gpu = self._start_args
+        start = Start(sys_path=[p for p in sys.path if p and os.path.isdir(p)], libraries=libraries,
                       list_only=list_only, jobs_root=self.jobs_root, scratch=self._scratch, limits=limits, gpu=gpu,
                       preload=preload, argv=list(sys.argv))
         self.starts += 1

@@ -2,10 +2,11 @@
 
 Started by :class:`auditor.jail.runner.Template` as ``python -I -c BOOT`` with the :class:`Start` request on
 its first stdin line. Its protocol channel is the stdout it was started with (fd 1 is then pointed at stderr,
-so a stray print cannot corrupt it). It confines itself (every layer but the syscall filter, which would forbid
-the ``fork`` its children come from), imports ``preload`` and says :class:`Ready`; it never opens an input.
+so a stray print cannot corrupt it). It confines itself (namespaces, ``no_new_privs``, limits, capabilities; not
+the syscall filter, which would forbid the ``fork`` its children come from, nor a Landlock view, which could not
+hold each child's own ``/proc/self``), imports ``preload`` and says :class:`Ready`; it never opens an input.
 
-For each :class:`Job` it forks a child that closes the template's channel and stdin, narrows its view to
+For each :class:`Job` it forks a child that closes the template's channel and stdin, restricts its view to
 the libraries, its own input and the job's inbox (read-only) and its own scratch and outbox (writable), lowers
 its limits to the job's, installs the syscall filter and the audit hook, says :class:`Confined`, and runs
 ``handler(task, say)`` on its own pipe. The template reads that pipe (each line parsed as a child message,
@@ -226,9 +227,8 @@ def main(first: bytes) -> None:
         channel.write(encode(Error(kind="environment", message=f"the template's request: {exc}")))
         os._exit(2)
     sys.argv = list(start.argv) or [""]  # the report records the command the user ran
-    view = View(read=(*start.libraries, *start.inputs), write=(start.jobs_root,), scratch=start.scratch,
-                gpu=start.gpu, list_only=tuple(start.list_only))
-    done = confine(view, start.limits, filter_syscalls=False)
+    view = View(read=tuple(start.libraries), write=(start.jobs_root,), scratch=start.scratch, gpu=start.gpu)
+    done = confine(view, start.limits, template=True)
     _warm(start.preload)
     channel.write(encode(Ready(enforced=done.layers, missing=done.missing)))
     for line in iter(sys.stdin.buffer.readline, b""):

@@ -78,7 +78,7 @@ def probe(
               task={"kind": kind, "path": target, "shape": [int(n) for n in input_shape]})
     top = Limits(memory_bytes=(8 << 30) + budget, cpu_s=cpu_s + 120, file_bytes=0)
     try:
-        with Template(libraries=library_view(), inputs=[target], list_only=site_dirs(), limits=top,
+        with Template(libraries=library_view(), list_only=site_dirs(), limits=top,
                       preload=["torch", "auditor.load.sandbox"]) as template:
             out = template.run(job)
     except JailEnvironmentError as exc:

@@ -20,7 +20,14 @@ from auditor.audit.batch import audit_one
 from auditor.config import ScanConfig
 from auditor.jail import runner
 from auditor.jail.protocol import (
-    Ended, Job, Limits, ProtocolError, Result, parse_child_message, parse_message, parse_request,
+    Ended,
+    Job,
+    Limits,
+    ProtocolError,
+    Result,
+    parse_child_message,
+    parse_message,
+    parse_request,
 )
 from auditor.jail.view import library_view, site_dirs
 
@@ -97,7 +104,7 @@ def template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
     (root / "in" / "a.txt").write_text("file a")
     (root / "in" / "b.txt").write_text("file b")
     sys.path.insert(0, str(root / "mods"))
-    t = runner.Template(libraries=[*library_view(["standins"])], inputs=[str(root / "in")], list_only=site_dirs(),
+    t = runner.Template(libraries=[*library_view(["standins"])], list_only=site_dirs(),
                         limits=Limits(memory_bytes=(8 << 30) + (1 << 30), cpu_s=600, file_bytes=1 << 20))
     try:
         yield t, root
