@@ -38,7 +38,7 @@ from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 __all__ = ["JailEnvironmentError", "JailError", "JailLimits", "ScanJail", "audit_in_jail", "bounds",
-           "collect_in_jail", "jail_enabled"]
+           "check_in_jail", "collect_in_jail", "jail_enabled"]
 
 _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 _STATIC_PLUGINS = frozenset({"architecture-risk"})
@@ -269,6 +269,28 @@ def audit_in_jail(path: Path, config: ScanConfig, *, progress: Callable[[str], N
     """Audit one checkpoint in a jail of its own (a Ray task, ``diff``); see :meth:`ScanJail.audit`."""
     with ScanJail([path], config, limits) as jail:
         return jail.audit(path, progress)
+
+
+def check_in_jail(path: Path, config: ScanConfig) -> None:
+    """Load and trace ``path`` in the jail first (a command that then loads it in its own process: ``harden``,
+    ``split``, ``reparam-check``): what the jail refuses is never loaded outside it. Off with the jail.
+
+    Raises:
+        InputError: the jail refused the file (the reason names the limit or the attempt), or could not audit it.
+    """
+    if not jail_enabled():
+        return
+    static = config.model_copy(update={"plugins": sorted(_STATIC_PLUGINS), "data_dir": None, "reference": None})
+    try:
+        draft = audit_in_jail(path, static)
+    except ConfigError:
+        raise
+    except AuditorError as exc:
+        raise InputError(f"{path}: the jailed load failed: {exc}") from None
+    safety = draft.model.load_safety
+    if safety.verdict == "unsafe":
+        why = "; ".join(i.reason for i in safety.issues[:3]) or "refused"
+        raise InputError(f"{path}: refused in the jail, so it is not loaded here: {why}")
 
 
 def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = (), *,

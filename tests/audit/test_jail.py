@@ -306,3 +306,24 @@ def test_a_hub_cache_snapshot_reads_its_blobs_in_the_jail(tmp_path: Path, monkey
     after = audit_one(snapshot, config)
     assert (after.verdict, after.exit_code, after.error) == (before.verdict, before.exit_code, before.error)
     assert after.error is not None and "model_type" in after.error  # a timm config: no transformers class to build
+
+
+@pytest.mark.parametrize("command", ["split", "reparam-check"])
+def test_a_command_that_loads_in_process_first_loads_in_the_jail_and_stops_there(
+        world: dict, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``split`` and ``reparam-check`` (``harden`` likewise) load the file in the jail first: a file the jail
+    refuses never reaches their own process (its 64 GiB ask or its secret read happens in a child, or not at all)."""
+    from auditor.commands.model import ModelOptions
+    from auditor.commands.reparam import ReparamOptions, run_reparam_check
+    from auditor.commands.split import SplitOptions, run_split
+    from auditor.errors import InputError
+
+    monkeypatch.delenv(runner.NO_JAIL_ENV, raising=False)
+    monkeypatch.setenv("AUDITOR_JAIL_CPU_S", "8")
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for name in ("alloc-tensor", "read-git"):
+        opts = ModelOptions(world["paths"][name], imports=[payloads.MODULE], input_shape=(3, 8, 8))
+        with pytest.raises(InputError, match="refused in the jail") as caught:
+            run_split(SplitOptions(model=opts)) if command == "split" else run_reparam_check(ReparamOptions(opts))
+        assert "GIT-SECRET-TOKEN" not in str(caught.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 512 * 1024
