@@ -60,13 +60,13 @@ def measure(cmd: list[str], *, jail: bool = True, cwd: str | None = None) -> dic
             "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": os.waitstatus_to_exitcode(status)}
 
 
-def commands(folder: Path, out: Path, peers: Path | None) -> dict[str, tuple[list[str], bool]]:
+def commands(folder: Path, peers: Path | None) -> dict[str, tuple[list[str], bool]]:
     """Side -> (command, jailed)."""
     py = sys.executable
     sides = {
         "floor": ([py, "-c", FLOOR, str(folder)], True),
-        "auditor": ([py, *SCAN, str(folder), "--no-cache", "-q", "--out-dir", str(out / "jailed")], True),
-        "auditor_in_process": ([py, *SCAN, str(folder), "--no-cache", "-q", "--out-dir", str(out / "plain")], False),
+        "auditor": ([py, *SCAN, str(folder), "--no-cache", "-q", "-f", "json"], True),
+        "auditor_in_process": ([py, *SCAN, str(folder), "--no-cache", "-q", "-f", "json"], False),
     }
     for tool in ("picklescan", "modelscan"):
         exe = peers / "bin" / tool if peers is not None else None
@@ -77,7 +77,7 @@ def commands(folder: Path, out: Path, peers: Path | None) -> dict[str, tuple[lis
 
 def warm(folder: Path, out: Path) -> dict[str, Any]:
     """The same scan twice with one cache dir; the second run's cost (a re-scan of an unchanged folder)."""
-    cmd = [sys.executable, *SCAN, str(folder), "-q", "--cache-dir", str(out / "cache"), "--out-dir", str(out / "w")]
+    cmd = [sys.executable, *SCAN, str(folder), "-q", "--cache-dir", str(out / "cache"), "-f", "json"]
     first = measure(cmd)
     second = measure(cmd)
     return {"first": first, "second": second}
@@ -97,7 +97,7 @@ def main() -> None:
         folder.mkdir()
         subprocess.run([sys.executable, "-c", MAKE, str(folder)], check=True, env={**os.environ,
                                                                                    "OMP_NUM_THREADS": "1"})
-        sides = commands(folder, out, args.peers_venv)
+        sides = commands(folder, args.peers_venv)
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
         for _ in range(args.repeat):
             for name, (cmd, jailed) in sides.items():
