@@ -44,7 +44,8 @@ _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 _STATIC_PLUGINS = frozenset({"architecture-risk"})
 _MIB = 1 << 20
 #: Imported once by the template, before any job (what each child would otherwise import on its own).
-_PRELOAD = ("torch", "torchvision", "torch.fx", "auditor.audit.worker", "auditor.audit.batch", "auditor.audit.pipeline",
+_PRELOAD = ("torch", "torchvision", "torch.fx", "torch.utils.serialization", "multiprocessing.synchronize",
+            "threadpoolctl", "auditor.audit.worker", "auditor.audit.batch", "auditor.audit.pipeline",
             "auditor.plugin.runner", "auditor.plugin.registry")
 Work = Literal["static", "attacks"]
 
