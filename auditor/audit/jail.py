@@ -47,6 +47,8 @@ _MIB = 1 << 20
 _PRELOAD = ("torch", "torchvision", "torch.fx", "torch.utils.serialization", "multiprocessing.synchronize",
             "threadpoolctl", "auditor.audit.worker", "auditor.audit.batch", "auditor.audit.pipeline",
             "auditor.plugin.runner", "auditor.plugin.registry")
+#: A one-file scan's template imports only what every child needs before the static check (no torch).
+_PRELOAD_ONE = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
 Work = Literal["static", "attacks"]
 
 
@@ -166,7 +168,9 @@ class ScanJail:
         biggest = bounds(max((_size(t.resolve()) for t in targets), default=0), self.work, self.override)
         top = biggest.limits
         template = Limits(memory_bytes=(8 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
-        preload = [m for m in (*_PRELOAD, *_plugin_modules(config)) if _findable(m)]
+        # One file: nothing is shared, and a file the static check refuses never needs torch (as in-process).
+        wanted = (*_PRELOAD, *_plugin_modules(config)) if len(targets) > 1 else _PRELOAD_ONE
+        preload = [m for m in wanted if _findable(m)]
         self.template = Template(libraries=library_view(config.imports, gpu=_gpu(config)),
                                  list_only=site_dirs(), limits=template, preload=preload, gpu=_gpu(config))
         self._jobs = 0
