@@ -49,6 +49,8 @@ _PRELOAD = ("torch", "torchvision", "torch.fx", "torch.utils.serialization", "mu
             "auditor.plugin.runner", "auditor.plugin.registry")
 #: A one-file scan's template imports only what every child needs before the static check (no torch).
 _PRELOAD_ONE = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
+#: What importing the torch stack maps, added to a child whose template did not import it.
+_IMPORT_ROOM = 4 << 30
 Work = Literal["static", "attacks"]
 
 
@@ -167,10 +169,11 @@ class ScanJail:
             job_reads(t, config)  # a --data covering home refuses the scan before any worker starts
         biggest = bounds(max((_size(t.resolve()) for t in targets), default=0), self.work, self.override)
         top = biggest.limits
-        template = Limits(memory_bytes=(8 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
+        template = Limits(memory_bytes=(12 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
         # One file: nothing is shared, and a file the static check refuses never needs torch (as in-process).
         wanted = (*_PRELOAD, *_plugin_modules(config)) if len(targets) > 1 else _PRELOAD_ONE
         preload = [m for m in wanted if _findable(m)]
+        self._imports_room = 0 if len(targets) > 1 else _IMPORT_ROOM  # each child then imports torch itself
         self.template = Template(libraries=library_view(config.imports, gpu=_gpu(config)),
                                  list_only=site_dirs(), limits=template, preload=preload, gpu=_gpu(config))
         self._jobs = 0
@@ -190,6 +193,9 @@ class ScanJail:
             JailEnvironmentError: the worker failed before it read the file.
         """
         sized = bounds(_size(path.resolve()), self.work, self.override)
+        if self._imports_room and self.override.memory_mb is None:
+            room = sized.limits.memory_bytes + self._imports_room
+            sized = Bounds(sized.limits.model_copy(update={"memory_bytes": room}), sized.wall_s, sized.work)
         job_dir = Path(self.template.jobs_root) / str(self._jobs)
         job_dir.mkdir()
         try:
