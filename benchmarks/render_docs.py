@@ -217,6 +217,31 @@ def cli_startup() -> str:
     return text
 
 
+def folder_speed() -> str:
+    """A 20-file folder: auditor scan DIR beside its floor and the peers (benchmarks/folder_speed.py)."""
+    runs = results.load("folder_speed")
+    if "default" not in runs:
+        return _missing("python benchmarks/folder_speed.py --repeat 3 --warm")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    labels = {"floor": "floor: import torch + torch.load + fx trace of every file, one process",
+              "auditor": "`auditor scan DIR --no-cache` (jailed: one template, a child per file)",
+              "auditor_in_process": "the same with `AUDITOR_UNSAFE_NO_JAIL=1`", "picklescan": "picklescan",
+              "modelscan": "modelscan"}
+    rows = [[labels.get(name, name), ", ".join(f"{r['cpu_s']:.2f}" for r in got["runs"][name]),
+             f"{m['cpu_s']:.2f}", f"**{got['cpu_over_floor'][name]:.2f}×**", f"{m['wall_s']:.1f}",
+             f"{m['max_rss_mb']:.0f}", ", ".join(map(str, got["exits"][name]))] for name, m in got["medians"].items()]
+    text = (f"{run_facts(run)}; {got['files']} files, {got['folder_mb']} MB, medians of {got['repeat']} cold runs "
+            "(CPU: user + system of the process and every process it waited for).\n\n"
+            + table(["command", "CPU s (each run)", "CPU s", "÷ floor CPU", "wall s", "peak RSS MB", "exit"], rows))
+    if got["peers_missing"]:
+        text += f"\nNot run here (not installed in `--peers-venv`): {', '.join(got['peers_missing'])}.\n"
+    if "warm" in got:
+        w = got["warm"]
+        text += (f"\nWarm (`--warm`: the same scan twice with one `--cache-dir`): first {w['first']['cpu_s']:.2f} "
+                 f"CPU s, second {w['second']['cpu_s']:.2f} CPU s = **{w['cpu_over_floor']:.2f}× the floor**.\n")
+    return text
+
+
 def shape_passes() -> str:
     """The meta shape pass against a real forward pass."""
     runs = results.load("shape_passes")
@@ -455,7 +480,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
     "full-audit": full_audit, "full-audit-sides": full_audit_sides, "speed-ratio": speed_ratio,
     "speed-breakdown": speed_breakdown,
-    "cli-startup": cli_startup, "shape-passes": shape_passes, "speed-targets": targets, "ray": ray,
+    "cli-startup": cli_startup, "shape-passes": shape_passes, "folder-speed": folder_speed,
+    "speed-targets": targets, "ray": ray,
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
     "readme-rewrites": readme_rewrites, "mi-power": mi_power,
     "mia-validity": mia_validity,

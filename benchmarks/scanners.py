@@ -212,12 +212,18 @@ _COVERAGE = [
     "runs code from it (text, JSON, tokenizer files, safetensors, WebDataset tar shards, numeric arrays). A file a "
     "loader would run that the check cannot judge (a joblib array's bytes inside its pickle, lz4 data without the "
     "lz4 module) makes the run INCONCLUSIVE (exit 3), never PASS; a file or folder linking out of the directory is "
-    "not read and refuses it. Pickles are recognised by replaying their opcodes to `STOP` on a well-formed stack "
-    "(or to a call before the stream breaks), never by their first bytes; torch's legacy tar by its `storages` "
-    "member. The scan keeps at most 64 MiB of strings and 4M stack, mark and memo slots per pickle, and refuses more "
-    "than 32 distinct integers sharing one hash (a dict of them fills quadratically). PEFT adapter, diffusers and "
-    "timm Hub-cache folders are checked statically (tests/load/test_real_layouts.py) but hold no model auditor "
-    "builds, so they are not rows here.", ""]
+    "not read and refuses it. Pickles are recognised by replaying their opcodes, never by their first bytes: a "
+    "stream without a protocol header is one only when its pickles replay back to back to the end of the file, it "
+    "opens with torch's legacy magic number, or one of them imports, calls or builds something before it breaks. A "
+    "README whose first bytes replay to a one-value pickle is text (tests/load/test_text_not_pickle.py checks the "
+    "installed documentation and licence text files); a payload after such a constant is still refused. Torch's "
+    "legacy tar is recognised by its `storages` member. The scan keeps at most 64 MiB of strings and 4M stack, mark "
+    "and memo slots per pickle, and refuses more than 32 distinct integers sharing one hash (a dict of them fills "
+    "quadratically). PEFT adapter and timm Hub-cache folders are checked statically (tests/load/test_real_layouts.py) "
+    "but hold no model auditor builds. DeepSpeed checkpoint folders (the `module` state_dict; ZeRO shards checked as "
+    "pickles; `zero_to_fp32.py` listed, never run), diffusers pipelines (every component judged; a transformers "
+    "component profiled), timm `save_for_hf` folders and float `.npz` weights load (tests/load/test_layouts.py); a "
+    "marker or component resolving outside the folder refuses it unread.", ""]
 
 
 def _carried_note(rows: list[dict[str, Any]]) -> list[str]:

@@ -77,7 +77,7 @@ def test_the_key_comes_from_the_environment_and_never_from_the_cache_dir(cache_o
 
 
 def test_the_key_never_reaches_the_worker_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from auditor.audit.jail import _environment
+    from auditor.jail.runner import environment as _environment
 
     monkeypatch.setenv(KEY_ENV, "a CI secret of some length")
     env = _environment(str(tmp_path / "scratch"))

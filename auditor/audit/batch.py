@@ -7,6 +7,7 @@ a row with ``verdict == "error"``, not an exception), so an executor other than 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
@@ -14,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +26,9 @@ from auditor.errors import AuditorError, ConfigError, TruncatedArchive
 from auditor.gate import ExitCode
 from auditor.report.fingerprints import model_identity
 from auditor.report.model import Report
+
+if TYPE_CHECKING:
+    from auditor.audit.jail import ScanJail
 
 #: How bad an exit code is when several models are combined: error > fail > any other code > pass.
 _EXIT_RANK = {int(ExitCode.PASS): 0, int(ExitCode.FAIL): 2, int(ExitCode.ERROR): 3}
@@ -54,8 +59,9 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
     bytes, whatever its name (pickles of any protocol, zip and legacy tar archives, safetensors,
     ONNX), and files that match no format are left out, as are version-control folders. A checkpoint
     folder (Hugging Face ``save_pretrained``, timm ``save_for_hf``, DeepSpeed, diffusers pipeline) is
-    one checkpoint, whose scan also checks every other file in it that torch could load. Globs match
-    the POSIX path and the file name.
+    one checkpoint, whose scan also checks every other file in it that torch could load. A file that links
+    out of the folder is kept unread (its own audit has a view of what it links to). Globs match the POSIX
+    path and the file name.
     """
     from auditor.load.formats import is_checkpoint_dir, sniff
 
@@ -64,6 +70,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
         if not root.is_dir() or is_checkpoint_dir(root):
             found.append(root)
             continue
+        real_root = root.resolve()
         for folder, dirs, files in os.walk(root):
             here = Path(folder)
             dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
@@ -75,6 +82,9 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                 candidate = here / name
                 if not _selected(candidate, include, exclude):
                     continue
+                if not candidate.resolve().is_relative_to(real_root):
+                    found.append(candidate)  # a link out of the folder: audited on its own, never sniffed here
+                    continue
                 try:
                     sniff(candidate)
                 except TruncatedArchive:
@@ -82,7 +92,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
                 except AuditorError:
                     continue
                 except PermissionError:
-                    pass  # unreadable here (in the jail: a link out of the scanned folder): audited on its own
+                    pass  # unreadable here: audited on its own, and its row says why
                 found.append(candidate)
     return list(dict.fromkeys(p for p in found if _selected(p, include, exclude)))
 
@@ -95,18 +105,20 @@ def audit_one(
     recording: Baseline | None = None,
     today: date | None = None,
     progress: Progress | None = None,
+    jail: ScanJail | None = None,
 ) -> ScanRow:
     """Audit one checkpoint, mark what the baseline and ``[[suppress]]`` rules accept, gate; errors become a row.
 
     ``recording`` is set under ``--write-baseline``: the file's entries before this run. Every finding
     of this checkpoint is then accepted as the written baseline will record it (reasons and expiries
-    kept from ``recording``), instead of by ``baseline``.
+    kept from ``recording``), instead of by ``baseline``. ``jail`` is the scan's jail (a fresh child of its
+    template audits the file); without one, and unless the jail is turned off, the file gets a jail of its own.
 
     Raises:
         ConfigError: the configuration is unusable (a usage error for the whole run, not for this file).
     """
     from auditor.audit.cached import draft_for, keep_draft
-    from auditor.audit.jail import JailError, audit_in_jail, jail_enabled
+    from auditor.audit.jail import audit_in_jail, jail_enabled
     from auditor.load.offline import force_offline
 
     force_offline()  # the unit of work of a Ray worker, too: Hugging Face libraries stay offline there
@@ -114,14 +126,16 @@ def audit_one(
     try:
         draft = draft_for(path, config)  # an unchanged file's stored report: no worker, no torch
         if draft is None:
-            draft = audit_in_jail(path, config, progress=progress) if jail_enabled() else draft_of(path, config,
-                                                                                                   progress)
+            if jail is not None:
+                draft = jail.audit(path, config, progress)
+            elif jail_enabled():
+                draft = audit_in_jail(path, config, progress=progress)
+            else:
+                draft = draft_of(path, config, progress)
             keep_draft(path, config, draft)
     except ConfigError:
         raise
-    except JailError as exc:  # the worker's own error row, as it worded it
-        return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
-    except AuditorError as exc:
+    except AuditorError as exc:  # the worker's own error row (JailError), an environment failure, a bad input
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR), error=str(exc))
     except Exception as exc:  # a bug in one model's audit must not lose the others
         return ScanRow(path=str(path), verdict="error", exit_code=int(ExitCode.ERROR),
@@ -173,12 +187,16 @@ def audit_many(
     if executor is not None:
         return executor(functools.partial(audit_one, config=config, baseline=baseline, recording=recording,
                                           today=today), targets)
+    from auditor.audit.jail import ScanJail, jail_enabled
+
     rows: list[ScanRow] = []
-    for i, p in enumerate(targets):
-        rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
-                              progress=progress(i, len(targets), p) if progress else None))
-        if on_row is not None:
-            on_row(rows[-1])
+    with contextlib.ExitStack() as stack:
+        jail = stack.enter_context(ScanJail(targets, config)) if jail_enabled() and targets else None
+        for i, p in enumerate(targets):
+            rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
+                                  progress=progress(i, len(targets), p) if progress else None, jail=jail))
+            if on_row is not None:
+                on_row(rows[-1])
     return rows
 
 

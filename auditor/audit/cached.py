@@ -153,23 +153,39 @@ class Exchange:
     #: only then is its outbox absorbed.
     keep: bool = False
 
+    @property
+    def inbox(self) -> str | None:
+        """The read-only folder of staged entries (None with the cache off)."""
+        return self.read[0] if self.read else None
+
+    @property
+    def outbox(self) -> str | None:
+        """The folder the worker may write new entries to (None with the cache off)."""
+        return self.write[0] if self.write else None
+
 
 @contextmanager
-def worker_exchange(path: Path, config: ScanConfig) -> Iterator[Exchange]:
+def worker_exchange(path: Path, config: ScanConfig, folder: Path | None = None) -> Iterator[Exchange]:
     """Wrap one jailed worker's audit of ``path``: its config and the folders of its view, then what it handed back.
 
     With the cache on, the scope's verified entries are staged into a read-only inbox and the worker's
     config carries ``cache_io`` (inbox, outbox); when the block ends with ``keep`` set (the runner saw a
     clean report), the outbox is validated and signed into the scope (:meth:`ParentStore.absorb`); a worker
     that broke a limit or tried something the jail refused hands back nothing. Both folders are removed.
-    With the cache off, the worker's config has ``cache = false`` and it may write nothing.
+    With the cache off, the worker's config has ``cache = false`` and it may write nothing. ``folder`` (the jail's job
+    folder) holds both; else each is a fresh temporary folder.
     """
     store = parent_store(config)
     scope = scope_of(path, config) if store is not None else None
     if store is None or scope is None:
         yield Exchange(config.model_copy(update={"cache": False, "cache_io": None}))
         return
-    inbox, outbox = Path(tempfile.mkdtemp(prefix="auditor-in-")), Path(tempfile.mkdtemp(prefix="auditor-out-"))
+    if folder is None:
+        inbox, outbox = Path(tempfile.mkdtemp(prefix="auditor-in-")), Path(tempfile.mkdtemp(prefix="auditor-out-"))
+    else:  # the jail's job folder (parent-owned, removed with the job)
+        inbox, outbox = folder / "inbox", folder / "outbox"
+        inbox.mkdir()
+        outbox.mkdir()
     try:
         staged = store.stage(scope, inbox)
         log.debug("staged %d cache entries for %s", staged, path)

@@ -216,10 +216,12 @@ def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = No
             rewritten graph that cannot be saved as a :class:`RewrittenModel`.
     """
     from auditor.audit.assemble import judge
+    from auditor.audit.jail import check_in_jail
     from auditor.audit.pipeline import audit, open_checkpoint
 
     say = progress or (lambda *_: None)
     rewrite = get_rewrite(opts.rewrite)
+    check_in_jail(model_path, opts.scan)  # what the jail refuses is never loaded here
     loaded = open_checkpoint(model_path, opts.scan)  # opened once: rewritten and audited as loaded
     user_model = loaded.require_model()
     shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))

@@ -24,14 +24,18 @@ class ModelOptions:
 
 
 def load_model(opts: ModelOptions, *, tokens: bool = True) -> tuple[nn.Module, ExampleInput]:
-    """Load ``opts.path`` through the safe loader and resolve its example input.
+    """Load ``opts.path`` through the safe loader (after the same load in the jail) and resolve its example input.
 
     Raises:
         InputError: the checkpoint cannot be loaded or was refused by the static pickle check.
     """
     from auditor.audit.inputs import resolve_example_input
+    from auditor.audit.jail import check_in_jail
+    from auditor.config import ScanConfig
     from auditor.load.loaders import load_checkpoint
 
+    check_in_jail(opts.path, ScanConfig(arch=opts.arch, imports=list(opts.imports), input_shape=opts.input_shape,
+                                        device="cpu"))
     loaded = load_checkpoint(opts.path, arch=opts.arch, imports=list(opts.imports))
     model = loaded.require_model()
     return model, resolve_example_input(loaded, input_shape=opts.input_shape, tokens=tokens)

@@ -26,10 +26,11 @@ import os
 import resource
 import signal
 import stat
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from auditor.jail import seccomp
+from auditor.jail.protocol import Limits
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 1 << 18
@@ -45,89 +46,27 @@ _READ = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
 
 
 @dataclass(frozen=True)
-class Limits:
-    """The worker's resource limits."""
-
-    memory_bytes: int
-    cpu_s: int
-    file_bytes: int
-    threads: int = 512
-    scratch_bytes: int = 512 << 20
-
-
-@dataclass(frozen=True)
 class View:
-    """What the worker may open: read-only paths, writable paths, and whether GPU devices stay reachable."""
+    """What a process may open: read-only paths, writable paths, its scratch, and whether GPU devices stay reachable."""
 
     read: tuple[str, ...]
     write: tuple[str, ...]
     scratch: str
     gpu: bool = False
+    list_only: tuple[str, ...] = ()  # folders whose names may be listed, none of their files read (site-packages)
+
+
+#: Every layer the jail tries, in the order of its note (each is either enforced or missing, with why).
+LAYERS = ("namespaces", "network", "scratch", "no_new_privs", "landlock", "memory", "cpu", "file_size", "core",
+          "threads", "capabilities", "seccomp", "audit_hook")
 
 
 @dataclass
 class Enforced:
-    """What :func:`confine` put in place, one entry per layer (``None``: the layer is missing, see ``missing``)."""
+    """What :func:`confine` put in place, one entry per layer (what is missing is in ``missing``, with why)."""
 
     layers: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, dict[str, str]]:
-        """Both maps, for the worker's JSON."""
-        return {"enforced": dict(self.layers), "missing": dict(self.missing)}
-
-
-#: What the interpreter and torch read besides the Python installation (``/proc/self`` is this process only).
-_SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64", "/usr/share/zoneinfo",
-                "/etc/ld.so.cache", "/etc/localtime", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
-                "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/urandom", "/dev/random")
-_GPU_READ = ("/sys", "/proc/driver", "/proc/devices", "/usr/share/nvidia", "/etc/nvidia")
-
-
-def runtime_paths(gpu: bool) -> list[str]:
-    """The paths this interpreter needs to read: its installation, ``sys.path``, system libraries (resolved)."""
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p), *_SYSTEM_READ,
-             *_code_paths()]
-    if gpu:
-        paths += _GPU_READ
-    paths += _linked_entries([p for p in sys.path if p])
-    home = os.path.realpath(os.path.expanduser("~"))
-    out = []
-    for p in paths:
-        real = os.path.realpath(p)
-        if real not in ("/", home) and os.path.exists(real) and real not in out:
-            out.append(real)
-    return out
-
-
-def _linked_entries(folders: list[str]) -> list[str]:
-    """Where the links directly inside import folders point (a site-packages of symlinks: nix, a shared stack)."""
-    out: list[str] = []
-    for folder in folders:
-        try:
-            with os.scandir(folder) as entries:
-                out += [os.path.realpath(e.path) for e in entries if e.is_symlink()]
-        except OSError:  # not a folder (a zip on sys.path) or unreadable: nothing to add
-            continue
-    return out
-
-
-def _code_paths() -> list[str]:
-    """Where auditor's and its plugins' code lives: an editable install maps it outside ``sys.path``."""
-    from importlib import metadata, util
-
-    names = {"auditor", "auditor.templates"}
-    names |= {ep.value.split(":")[0].split(".")[0] for ep in metadata.entry_points(group="auditor.plugins")}
-    out: list[str] = []
-    for name in sorted(names):
-        try:
-            spec = util.find_spec(name)
-        except (ImportError, ValueError):  # a broken plugin is reported by the registry, not here
-            continue
-        if spec is not None:
-            out += list(spec.submodule_search_locations or ())
-            out += [os.path.dirname(spec.origin)] if spec.origin and not spec.submodule_search_locations else []
-    return out
 
 
 def _libc() -> ctypes.CDLL:
@@ -148,11 +87,11 @@ def landlock_abi() -> int:
     return max(0, int(version))
 
 
-def _namespaces(view: View, limits: Limits) -> str:
+def _namespaces(view: View, limits: Limits, done: Enforced) -> None:
     """Enter a new user, network and mount namespace and put a capped tmpfs on the scratch directory.
 
     Raises:
-        OSError: the kernel refused the namespaces (the caller records the layer as missing).
+        OSError: the kernel refused the namespaces (the caller records the layers as missing).
     """
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
@@ -161,12 +100,14 @@ def _namespaces(view: View, limits: Limits) -> str:
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w", encoding="ascii") as fh:
             fh.write(text)
+    done.layers["namespaces"] = "user, network and mount namespaces"
+    done.layers["network"] = "an empty network namespace (no interface but a down loopback)"
     if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise _fail("making the mounts private")
     options = f"size={limits.scratch_bytes},mode=0700,uid={uid},gid={gid}".encode()
     if libc.mount(b"tmpfs", view.scratch.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         raise _fail("mounting the scratch tmpfs")
-    return f"user, network and mount namespaces; scratch on a {limits.scratch_bytes >> 20} MiB tmpfs"
+    done.layers["scratch"] = f"scratch on a {limits.scratch_bytes >> 20} MiB tmpfs, gone with the worker"
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -207,7 +148,7 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, allowed: int) -> bool:
 
 
 def _landlock(view: View) -> str:
-    """Restrict every later open to the view (read-only) and the writable paths.
+    """Restrict every later open to the view (read-only) and the writable paths (stacks on an earlier ruleset).
 
     Raises:
         OSError: Landlock is unavailable or refused the ruleset.
@@ -225,6 +166,8 @@ def _landlock(view: View) -> str:
         raise _fail("Landlock ruleset")
     try:
         write = handled & ~_LL_REFER
+        for path in view.list_only:
+            _add_rule(libc, ruleset, path, _LL_READ_DIR)
         for path in view.read:
             _add_rule(libc, ruleset, path, _READ)
         for path in (*view.write, view.scratch):
@@ -237,25 +180,37 @@ def _landlock(view: View) -> str:
             raise _fail("Landlock restrict_self")
     finally:
         os.close(ruleset)
-    extra = ("; TCP bind/connect refused" if abi >= 4 else "") + ("; signals out of the jail refused" if abi >= 6
-                                                                 else "")
-    return f"Landlock ABI {abi}: read-only view of {len(view.read)} path(s), writable scratch and caches{extra}"
+    extra = ("; TCP bind/connect refused" if abi >= 4 else "; TCP not covered (ABI < 4)") + (
+        "; signals out of the jail refused" if abi >= 6 else "; signals not scoped (ABI < 6)")
+    return (f"Landlock ABI {abi}: read-only view of {len(view.read)} path(s), writable: scratch"
+            f"{f' and {len(view.write)} more' if view.write else ''}{extra}")
 
 
-def _limits(limits: Limits, *, gpu: bool, own_userns: bool) -> str:
-    """Set the resource limits (hard = soft, so the worker cannot raise them back)."""
+def _limits(limits: Limits, done: Enforced, *, gpu: bool, own_userns: bool) -> None:
+    """Set the resource limits (hard = soft, so the worker cannot raise them back); lowering is always allowed."""
     memory = resource.RLIMIT_DATA if gpu else resource.RLIMIT_AS
-    resource.setrlimit(memory, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: a write past the limit now ends the worker
-    text = (f"{'data segment' if gpu else 'address space'} {limits.memory_bytes >> 20} MiB, CPU {limits.cpu_s} s, "
-            f"file size {limits.file_bytes >> 20} MiB")
+    steps = [("memory", memory, limits.memory_bytes, f"{'data segment' if gpu else 'address space'} "
+              f"{limits.memory_bytes >> 20} MiB"),
+             ("cpu", resource.RLIMIT_CPU, limits.cpu_s, f"CPU {limits.cpu_s} s"),
+             ("file_size", resource.RLIMIT_FSIZE, limits.file_bytes, f"file size {limits.file_bytes >> 20} MiB"),
+             ("core", resource.RLIMIT_CORE, 0, "no core dumps")]
     if own_userns:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.threads, limits.threads))
-        text += f", {limits.threads} threads"
-    return text
+        steps.append(("threads", resource.RLIMIT_NPROC, limits.threads, f"{limits.threads} threads"))
+    else:
+        done.missing["threads"] = ("no thread limit (outside a user namespace of its own it would count every "
+                                   "process of the user)")
+    for name, which, value, text in steps:
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        soft_hard = (value, value + 5 if name == "cpu" and (hard == resource.RLIM_INFINITY or hard > value + 5)
+                     else value)
+        try:
+            resource.setrlimit(which, soft_hard)
+        except (OSError, ValueError) as exc:
+            done.missing[name] = f"{text} not set ({type(exc).__name__}: {exc})"
+            continue
+        done.layers[name] = text
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: a write past the limit now ends the worker
 
 
 def _drop_capabilities() -> str:
@@ -280,27 +235,60 @@ def _seccomp() -> str:
     return "syscall filter: network sockets, new programs, tracing, kernel interfaces refused"
 
 
-def confine(view: View, limits: Limits) -> Enforced:
+_MISSING = {"namespaces": "no user, network or mount namespace", "network": "no network namespace",
+            "scratch": "scratch is a plain folder, not a capped tmpfs", "no_new_privs": "privileges not frozen",
+            "landlock": "no file-system view", "capabilities": "capabilities not dropped",
+            "seccomp": "no syscall filter"}
+
+
+def _try(done: Enforced, name: str, step: Callable[[], str]) -> None:
+    try:
+        done.layers[name] = step()
+    except Exception as exc:  # AttributeError off Linux (no such libc call), OSError, ValueError
+        done.missing[name] = f"{_MISSING[name]} ({type(exc).__name__}: {exc})"
+
+
+def confine(view: View, limits: Limits, *, template: bool = False) -> Enforced:
     """Confine this process; return what was enforced and what is missing (never raises for a missing layer).
 
     A layer the system does not offer (another OS, an old kernel, a sysctl) is recorded as missing with the
-    reason, and the others still apply.
+    reason, and the others still apply. ``template=True`` leaves the seccomp filter and the Landlock view to
+    the children of a template (:func:`narrow`): the filter forbids the ``fork`` that starts them, and a view
+    that holds the template's ``/proc/self`` would not hold each child's. The template's note says so.
     """
     done = Enforced()
-    steps = [("namespaces", lambda: _namespaces(view, limits), "no network or mount isolation by namespaces"),
-             ("no_new_privs", _no_new_privs, "privileges not frozen"),
-             ("landlock", lambda: _landlock(view), "no file-system view"),
-             ("limits", lambda: _limits(limits, gpu=view.gpu, own_userns="namespaces" in done.layers),
-              "resource limits incomplete"),
-             ("capabilities", lambda: _drop_capabilities() if "namespaces" in done.layers else None,
-              "namespace capabilities kept"),
-             ("seccomp", _seccomp, "no syscall filter")]
-    for name, step, missing in steps:
-        try:
-            text = step()
-        except Exception as exc:  # AttributeError off Linux (no such libc call), OSError, ValueError from rlimits
-            done.missing[name] = f"{missing} ({type(exc).__name__}: {exc})"
-            continue
-        if text:
-            done.layers[name] = text
+    try:
+        _namespaces(view, limits, done)
+    except Exception as exc:  # the layers it had not reached are missing, each named
+        for name in ("namespaces", "network", "scratch"):
+            if name not in done.layers:
+                done.missing[name] = f"{_MISSING[name]} ({type(exc).__name__}: {exc})"
+    _try(done, "no_new_privs", _no_new_privs)
+    if template:
+        done.missing["landlock"] = "not in the template (each child applies its own view)"
+    else:
+        _try(done, "landlock", lambda: _landlock(view))
+    _limits(limits, done, gpu=view.gpu, own_userns="namespaces" in done.layers)
+    if "namespaces" in done.layers:
+        _try(done, "capabilities", _drop_capabilities)
+    else:
+        done.missing["capabilities"] = ("no namespace: the capabilities this user has (none, unless it is root) "
+                                        "are kept")
+    if template:
+        done.missing["seccomp"] = "not in the template (it forks the children, which each install it)"
+    else:
+        _try(done, "seccomp", _seccomp)
+    return done
+
+
+def narrow(view: View, limits: Limits, *, own_userns: bool) -> Enforced:
+    """In a template's child: apply its own Landlock view, lower the limits, install the syscall filter.
+
+    What the template enforced (namespaces, capabilities, ``no_new_privs``) is inherited; the child's note lists
+    its own layers over the template's.
+    """
+    done = Enforced()
+    _try(done, "landlock", lambda: _landlock(view))
+    _limits(limits, done, gpu=view.gpu, own_userns=own_userns)
+    _try(done, "seccomp", _seccomp)
     return done

@@ -5,9 +5,10 @@ give would leave no trace. This hook sees the attempt first: a socket, a new pro
 scratch or a read outside the view is recorded (the worker then reports a refusal naming it) and refused
 with ``PermissionError``. Two kinds of attempt are refused without being recorded, because libraries make
 them on their own and cope: a probe program (``ldconfig``, ``gcc``, ``fc-list``...: :data:`_PROBES`), and
-reads of system files (``/proc``, ``/sys``, ``/etc``...) outside the view. Where Landlock or seccomp are
-missing, it is the only guard left, and only for code that goes through Python (not ``ctypes`` calls into
-libc), which the report says.
+reads of system files (``/proc``, ``/sys``, ``/etc``...) outside the view, and opens of a folder outside it
+(``importlib.metadata`` probes each ``sys.path`` folder as a zip; a folder's names are not its files).
+Where Landlock or seccomp are missing, it is the only guard left, and only for code that goes through
+Python (not ``ctypes`` calls into libc), which the report says.
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ def _check_open(args: tuple[Any, ...]) -> None:
     if write:
         _deny("file write outside the jail's scratch", real)
     if not _inside(real, _state["read"]):
-        _deny("file read outside the jail's view", real, record=not _inside(real, _SYSTEM))
+        if not os.path.lexists(real):  # nothing to read (an absent compiled module): no attempt to name
+            raise FileNotFoundError(2, "No such file or directory", path)
+        quiet = _inside(real, _SYSTEM) or os.path.isdir(real)  # a folder on sys.path, probed as a zip: no bytes
+        _deny("file read outside the jail's view", real, record=not quiet)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:

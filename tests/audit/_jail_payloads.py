@@ -112,6 +112,13 @@ class AllocNumpy(Base):
         self.held = numpy.ones(int(self.arg) // 8)
 
 
+class Poison(Base):
+    def act(self):  # rewrites the audit's own code in this process: a later file's verdict would be forged
+        import auditor.audit.batch as batch
+        batch.draft_of = lambda *a, **k: None
+        self.stolen = "patched"
+
+
 class Backtrack(Base):
     def act(self):  # catastrophic backtracking: the loop runs in the C regex engine
         import re
@@ -151,10 +158,19 @@ print(json.dumps(out))
 
 
 def write_module(folder: Path) -> Path:
-    """Write the payload module into ``folder`` (a directory of its own, put on ``sys.path`` by the test)."""
+    """Write the payload module into ``folder`` (put on ``sys.path`` by the test, as CI puts a checkout)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{MODULE}.py").write_text(SOURCE)
     return folder
+
+
+def write_checkout(folder: Path) -> dict[str, Path]:
+    """A repository checkout holding the payload module beside a CI token in ``.git/config`` and ``.env``."""
+    write_module(folder)
+    (folder / ".git").mkdir(parents=True, exist_ok=True)
+    (folder / ".git" / "config").write_text('[http]\n\textraheader = AUTHORIZATION: basic GIT-SECRET-TOKEN\n')
+    (folder / ".env").write_text("API_KEY=ENV-SECRET-TOKEN\n")
+    return {"git": folder / ".git" / "config", "env": folder / ".env"}
 
 
 def save(folder: Path, name: str, cls: str, arg: object = "") -> Path:

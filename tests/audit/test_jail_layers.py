@@ -26,11 +26,13 @@ pytestmark = pytest.mark.skipif(not LINUX, reason="the jail's kernel layers are 
 
 CHILD = r'''
 import ctypes, json, os, struct, sys
-from auditor.jail.confine import Limits, View, confine, runtime_paths
+from auditor.jail.confine import View, confine
+from auditor.jail.protocol import Limits
+from auditor.jail.view import library_view
 req = json.loads(sys.argv[1])
-view = View(read=tuple(req["read"] + runtime_paths(False)), write=(), scratch=req["scratch"])
+view = View(read=tuple(req["read"] + library_view()), write=(), scratch=req["scratch"])
 done = confine(view, Limits(memory_bytes=1 << 30, cpu_s=5, file_bytes=1 << 20))
-print(json.dumps({"confined": done.as_dict()}), flush=True)
+print(json.dumps({"confined": {"enforced": done.layers, "missing": done.missing}}), flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
 def result(rc):
     return "ok" if rc >= 0 else os.strerror(ctypes.get_errno())
@@ -162,24 +164,35 @@ def test_library_probes_are_refused_without_naming_them() -> None:
 DEGRADED = r'''
 import json, resource, sys
 from auditor.jail import confine as c, seccomp
+from auditor.jail.protocol import Limits
 def unavailable(*a, **k):
     raise OSError("unshare(user, net, mount): Operation not permitted")
 c._namespaces = unavailable
 c.landlock_abi = lambda: 0
 seccomp.supported = lambda: False
-done = c.confine(c.View(read=(), write=(), scratch=sys.argv[1]), c.Limits(memory_bytes=1 << 30, cpu_s=5,
-                                                                          file_bytes=1 << 20))
-print(json.dumps({**done.as_dict(), "as": resource.getrlimit(resource.RLIMIT_AS)[0]}))
+done = c.confine(c.View(read=(), write=(), scratch=sys.argv[1]), Limits(memory_bytes=1 << 30, cpu_s=5,
+                                                                        file_bytes=1 << 20))
+print(json.dumps({"enforced": done.layers, "missing": done.missing, "as": resource.getrlimit(resource.RLIMIT_AS)[0]}))
 '''
 
 
 def test_missing_layers_are_recorded_and_the_rest_still_applies(tmp_path: Path) -> None:
-    from auditor.audit.jail import _jail_note
+    """Every layer is named, enforced or missing; without a user namespace the thread limit, the capability drop,
+    the network namespace and the scratch tmpfs are missing too, and the note says so."""
+    from auditor.jail.confine import LAYERS
+    from auditor.jail.protocol import Confined, Ready
+    from auditor.jail.runner import note
 
     done = subprocess.run([sys.executable, "-c", DEGRADED, str(tmp_path)], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=True)
     got = json.loads(done.stdout)
-    assert set(got["missing"]) == {"namespaces", "landlock", "seccomp"} and got["as"] == 1 << 30
-    assert "limits" in got["enforced"] and "threads" not in got["enforced"]["limits"]  # no own user namespace
-    note = _jail_note(got)
-    assert "NOT enforced here: no network or mount isolation" in note and "no syscall filter" in note
+    assert set(got["missing"]) == {"namespaces", "network", "scratch", "landlock", "seccomp", "threads",
+                                   "capabilities"} and got["as"] == 1 << 30
+    assert {"memory", "cpu", "file_size", "core", "no_new_privs"} <= set(got["enforced"])
+    assert set(got["enforced"]) | set(got["missing"]) == set(LAYERS) - {"audit_hook"}
+    text = note(Ready(enforced=got["enforced"], missing=got["missing"]),
+                Confined(enforced={"audit_hook": "an audit hook"}, missing={}))
+    lacking = text.split("NOT enforced here: ")[1]
+    for what in ("no user, network or mount namespace", "no network namespace", "not a capped tmpfs",
+                 "no file-system view", "no syscall filter", "no thread limit", "capabilities"):
+        assert what in lacking, what

@@ -1,78 +1,207 @@
-"""The parent's side of the jail, with stand-in workers (no torch): every way a worker can fail is a refusal."""
+"""The parent's side of the jail, with stand-in handlers (no torch): every way a child can fail is a refusal of its
+file only, a worker that fails before it reads the file is an error row, and the protocol refuses what it does not
+know.
+
+One template (session-scoped: one interpreter start for every case here) serves all the jobs; each case is a handler
+in a small module admitted into the view, run in a fresh child exactly as a scan's file would be.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from auditor.audit import jail
+from auditor.audit.batch import audit_one
 from auditor.config import ScanConfig
+from auditor.jail import runner
+from auditor.jail.protocol import (
+    Ended,
+    Job,
+    Limits,
+    ProtocolError,
+    Result,
+    parse_child_message,
+    parse_message,
+    parse_request,
+)
+from auditor.jail.view import library_view, site_dirs
 
-LIMITS = jail.JailLimits(memory_bytes=1 << 30, cpu_s=5, wall_s=3.0, file_bytes=1 << 20)
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux jail")
+
+HANDLERS = '''
+import os, signal, time
+
+def _pipe(say):
+    """The child's own pipe, found through the progress callback's closures (what a payload could do)."""
+    todo = [say]
+    while todo:
+        fn = todo.pop()
+        for cell in fn.__closure__ or ():
+            value = cell.cell_contents
+            if hasattr(value, "write"):
+                return value
+            if callable(value) and getattr(value, "__closure__", None):
+                todo.append(value)
+    raise LookupError("no pipe")
+
+def exit7(task, say):
+    os._exit(7)
+
+def segv(task, say):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def spin(task, say):
+    say("spinning")
+    while True:
+        pass
+
+def sleep(task, say):
+    say("step 2")
+    time.sleep(600)
+
+def alloc(task, say):
+    return {"held": len(bytearray(8 << 30))}
+
+def ok(task, say):
+    say("reading")
+    with open(task["path"]) as fh:
+        return {"text": fh.read()}
+
+def other(task, say):
+    with open(task["other"]) as fh:
+        return {"text": fh.read()}
+
+def forge(task, say):
+    say("forging")
+    out = _pipe(say)
+    out.write(b'{"type": "ended", "job": 0, "status": 0}\\n')
+    return {"never": True}
+
+def wrong_job(task, say):
+    out = _pipe(say)
+    out.write(b'{"type": "progress", "job": 99, "step": "for another file"}\\n')
+    return {"done": True}
+
+def garbage(task, say):
+    out = _pipe(say)
+    out.write(b"not json\\n")
+    return {"never": True}
+'''
+LIMITS = Limits(memory_bytes=1 << 30, cpu_s=2, file_bytes=1 << 20)
 
 
-def _audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("parent")
+    (root / "mods").mkdir()
+    (root / "mods" / "standins.py").write_text(HANDLERS)
+    (root / "in").mkdir()
+    (root / "in" / "a.txt").write_text("file a")
+    (root / "in" / "b.txt").write_text("file b")
+    sys.path.insert(0, str(root / "mods"))
+    t = runner.Template(libraries=[*library_view(["standins"])], list_only=site_dirs(),
+                        limits=Limits(memory_bytes=(8 << 30) + (1 << 30), cpu_s=600, file_bytes=1 << 20))
+    try:
+        yield t, root
+    finally:
+        t.close()
+        sys.path.remove(str(root / "mods"))
+
+
+def _job(name: str, n: int, read: list[str], wall_s: float = 20.0, **task: str) -> Job:
+    return Job(job=n, read=read, limits=LIMITS, wall_s=wall_s, handler=f"standins:{name}", task=task)
+
+
+@pytest.mark.parametrize(("name", "wall", "named"), [
+    ("exit7", 20.0, "status 7"),
+    ("segv", 20.0, "SIGSEGV"),
+    ("spin", 60.0, "CPU-time limit (2 s; AUDITOR_JAIL_CPU_S raises it)"),
+    ("sleep", 2.0, "while step 2: the wall-time limit (2 s; AUDITOR_JAIL_WALL_S raises it)"),
+    ("alloc", 20.0, "memory limit"),
+    ("forge", 20.0, "a broken report"),
+    ("garbage", 20.0, "a broken report"),
+])
+def test_every_way_a_child_fails_is_a_refusal_naming_it_and_the_next_child_is_fresh(template, name: str, wall: float,
+                                                                                   named: str) -> None:
+    t, root = template
+    started = time.monotonic()
+    out = t.run(_job(name, 0, [str(root / "in" / "a.txt")], wall_s=wall))
+    assert out.confined is not None and out.environment() is None
+    if name == "forge":  # the forged "ended" came through the child's pipe: the template refused it as a child line
+        assert out.ended is not None and out.ended.broken and "ended" in out.ended.broken
+    reason = out.refusal()
+    assert reason.startswith("the jail stopped the worker while ") and named in reason, reason
+    assert time.monotonic() - started < 60
+    after = t.run(_job("ok", 1, [str(root / "in" / "b.txt")], path=str(root / "in" / "b.txt")))
+    assert isinstance(after.final, Result) and after.final.value == {"text": "file b"}
+    assert t.starts == 1  # one template served every case: a child's failure is its file's only
+
+
+def test_a_child_reads_only_its_own_file_and_speaks_only_for_its_job(template) -> None:
+    t, root = template
+    a, b = str(root / "in" / "a.txt"), str(root / "in" / "b.txt")
+    out = t.run(_job("other", 5, [a], other=b))  # b is in the template's view, not in this job's
+    assert not isinstance(out.final, Result)
+    assert "file read outside the jail's view" in out.refusal() and "file b" not in out.refusal()
+    stamped = t.run(_job("wrong_job", 6, [a]))
+    assert isinstance(stamped.final, Result) and stamped.last_step == "for another file"  # stamped with job 6
+
+
+def test_a_worker_killed_at_start_up_is_an_error_row_not_a_refusal(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.pt"
     path.write_bytes(b"\x80\x04K\x01.")
-    monkeypatch.setattr(jail, "BOOT", boot)
-    return jail.audit_in_jail(path, ScanConfig(), limits=LIMITS)
+    monkeypatch.setattr(runner, "BOOT", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    monkeypatch.delenv(runner.NO_JAIL_ENV, raising=False)
+    row = audit_one(path, ScanConfig())
+    assert (row.verdict, row.exit_code, row.report) == ("error", 2, None)
+    assert "failed before it read the input" in (row.error or "")
+    monkeypatch.setattr(runner, "BOOT", "import sys; sys.stdin.readline(); print('not json', flush=True)")
+    row = audit_one(path, ScanConfig())
+    assert row.exit_code == 2 and "broken report" in (row.error or "")
 
 
-def _reason(draft) -> str:  # type: ignore[no-untyped-def]
-    assert draft.model.load_safety.verdict == "unsafe"
-    (issue,) = draft.model.load_safety.issues
-    assert issue.opcode == "sandbox" and all(run.status == "skipped" for run in draft.plugins)
-    return issue.reason
+def test_the_protocol_refuses_unknown_and_malformed_messages() -> None:
+    good = {"type": "ended", "job": 1, "status": -9}
+    assert parse_message(json.dumps(good)) == Ended(job=1, status=-9)
+    for bad in ("not json", "[1]", json.dumps({"type": "hello"}), json.dumps({**good, "extra": 1}),
+                json.dumps({"type": "ended", "job": "one", "status": 0}), json.dumps({"type": "ended", "job": 1}),
+                json.dumps({"draft": {}}), json.dumps({"type": "error", "job": 1, "kind": "other", "message": ""})):
+        with pytest.raises(ProtocolError):
+            parse_message(bad)
+    with pytest.raises(ProtocolError):  # a child may not say what only the template says
+        parse_child_message(json.dumps(good))
+    with pytest.raises(ProtocolError):
+        parse_request(json.dumps({"type": "job", "job": 0}))
+    with pytest.raises(ValueError):  # frozen
+        Ended(job=1, status=0).status = 1  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("boot", "named"), [
-    ("import os; os._exit(7)", "status 7"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGXCPU)", "CPU-time limit (5 s)"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGSYS)", "syscall filter"),
-    ("import sys; sys.stdin.readline(); print('not json'); sys.stdout.flush()", "broken report"),
-    ("import sys, json; sys.stdin.readline(); print(json.dumps({'draft': {'verdict': 'pass'}}))", "broken report"),
-    ("import sys, json; sys.stdin.readline(); print(json.dumps({'violation': 'it tried X'}))", "it tried X"),
-    ("import sys, json; sys.stdin.readline(); print(json.dumps({'progress': 'step 2'})); sys.stdout.flush(); "
-     "import time; time.sleep(60)", "while step 2: the wall-time limit (3 s)"),
-    ("import sys; sys.stdin.readline(); sys.stdout.write('x' * 5000); sys.stdout.flush()", "output limit"),
-])
-def test_every_way_a_worker_fails_is_a_refusal_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str,
-                                                         named: str) -> None:
-    monkeypatch.setattr(jail, "MAX_OUTPUT_BYTES", 4096)
-    started = time.monotonic()
-    reason = _reason(_audit(tmp_path, monkeypatch, boot))
-    assert reason.startswith("the jail stopped the worker while ") and named in reason, reason
-    assert time.monotonic() - started < 20
+def test_bounds_fit_the_file_and_the_work() -> None:
+    small = jail.bounds(5_000, "static")
+    assert small.limits.memory_bytes == (2 << 30) + 20_000 and small.limits.cpu_s == 120 and small.wall_s == 120
+    big = jail.bounds(90 << 20, "static")
+    assert big.limits.memory_bytes == (2 << 30) + 4 * (90 << 20) and big.wall_s == 138
+    attacks = jail.bounds(5_000, "attacks")
+    assert attacks.limits.cpu_s == 3600 and attacks.limits.memory_bytes > small.limits.memory_bytes
+    assert jail.work_of(ScanConfig()) == "static"
+    assert jail.work_of(ScanConfig(plugins=["architecture-risk"])) == "static"
+    assert jail.work_of(ScanConfig(plugins=["membership-inference"])) == "attacks"
+    o = jail.bounds(5_000, "static", jail.JailLimits(memory_mb=512, cpu_s=3, wall_s=4.0, file_mb=1))
+    assert (o.limits.memory_bytes, o.limits.cpu_s, o.wall_s, o.limits.file_bytes) == (512 << 20, 3, 4.0, 1 << 20)
 
 
-def test_the_workers_error_is_its_row_and_a_config_error_stops_the_run(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_data_folder_covering_home_or_root_is_refused(tmp_path: Path) -> None:
     from auditor.errors import ConfigError
 
-    said = json.dumps({"error": {"kind": "input", "message": "not a checkpoint"}})
-    with pytest.raises(jail.JailError, match="not a checkpoint"):
-        _audit(tmp_path, monkeypatch, f"import sys; sys.stdin.readline(); print({said!r})")
-    said = json.dumps({"error": {"kind": "config", "message": "unknown plugin"}})
-    with pytest.raises(ConfigError, match="unknown plugin"):
-        _audit(tmp_path, monkeypatch, f"import sys; sys.stdin.readline(); print({said!r})")
-
-
-def test_the_request_names_the_view_the_caches_and_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / "data").mkdir()
-    config = ScanConfig(data_dir=tmp_path / "data", plugin_config={"membership-inference": {"cache_dir": "~/mia"}})
-    request = jail._request(tmp_path / "m.pt", config, LIMITS, str(tmp_path / "scratch"))
-    assert request["read"] == [str((tmp_path / "m.pt").resolve()), str((tmp_path / "data").resolve())]
-    assert request["write"] == []  # no cache: the parent owns every one (auditor.audit.cached.worker_exchange)
-    assert request["limits"] == {"memory_bytes": jail.MEMORY_BASE, "cpu_s": 5, "file_bytes": 1 << 20}  # no file
-    (tmp_path / "m.pt").write_bytes(b"x" * 1000)
-    big = jail._request(tmp_path / "m.pt", config, jail.JailLimits(memory_bytes=1 << 30), str(tmp_path / "s"))
-    assert big["limits"]["memory_bytes"] == jail.MEMORY_BASE + 3000  # grows with the checkpoint
-    assert not request["gpu"] or Path("/dev/nvidiactl").exists()
+    for where in (Path("/"), Path.home()):  # refused by the config itself, or by the job's view
+        with pytest.raises((ConfigError, ValueError), match="home or the root"):
+            jail.job_reads(tmp_path / "m.pt", ScanConfig(data_dir=where))
 
 
 def test_a_directory_is_sniffed_in_the_jail_with_the_same_result(tmp_path: Path) -> None:
@@ -85,19 +214,6 @@ def test_a_directory_is_sniffed_in_the_jail_with_the_same_result(tmp_path: Path)
     (tmp_path / "tree" / "notes.txt").write_text("not a checkpoint")
     (tmp_path / "outside.pt").write_bytes(pickle.dumps({"w": 1}, protocol=4))
     (tmp_path / "tree" / "sub" / "link.pt").symlink_to(tmp_path / "outside.pt")  # unreadable in the jail: kept
-    jailed = jail.collect_in_jail([tmp_path / "tree"], limits=LIMITS)
+    jailed = jail.collect_in_jail([tmp_path / "tree"])
     assert jailed == collect([tmp_path / "tree"])
     assert [p.name for p in jailed] == ["a.pt", "link.pt"]
-
-
-def test_a_worker_naming_paths_outside_the_scan_is_not_believed(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from auditor.errors import InputError
-
-    said = json.dumps({"targets": ["/etc/passwd"]})
-    monkeypatch.setattr(jail, "BOOT", f"import sys; sys.stdin.readline(); print({said!r})")
-    with pytest.raises(InputError, match="outside the scan"):
-        jail.collect_in_jail([tmp_path], limits=LIMITS)
-    monkeypatch.setattr(jail, "BOOT", "import os; os._exit(9)")
-    with pytest.raises(InputError, match="status 9"):
-        jail.collect_in_jail([tmp_path], limits=LIMITS)

@@ -1,0 +1,137 @@
+"""What a worker may read besides its input: the standard library, the system libraries, and package folders.
+
+Never a whole ``sys.path`` root: a checkout on the path (``PYTHONPATH=.``, an editable install) holds
+``.git/``, ``.env`` and dotfiles beside its code. So the view holds
+
+- the interpreter's standard library (and ``lib-dynload``, the zipped stdlib) and ``libpython``'s folder;
+- in each ``site-packages``/``dist-packages`` folder on the path, every installed entry by name (package
+  folders, single modules, ``*.dist-info``, ``*.libs``), never a dotfile, and the right to list the folder's
+  names (``importlib.metadata`` lists it to find entry points); of any other ``sys.path`` entry, only its
+  ``*.egg-info``/``*.dist-info`` folders (an editable install's metadata);
+- the folder of every module named in ``modules`` (auditor, the plugins' packages, each ``--import``), found
+  with ``importlib.util.find_spec`` wherever it lives (an editable install maps it outside ``sys.path``);
+- the system libraries torch and the interpreter read (``/usr/lib``, ``/proc/self``, CPU topology...).
+
+A home directory, the root and any version-control folder are never in it, even when a path resolves there.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+from collections.abc import Iterable
+
+#: What the interpreter and torch read besides Python's own files (``/proc/self`` is this process only).
+SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64", "/usr/share/zoneinfo",
+               "/etc/ld.so.cache", "/etc/localtime", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
+               "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/urandom", "/dev/random")
+GPU_READ = ("/sys", "/proc/driver", "/proc/devices", "/usr/share/nvidia", "/etc/nvidia")
+_SITE_NAMES = ("site-packages", "dist-packages")
+_VCS = (".git", ".hg", ".svn")
+
+
+def site_dirs(path: Iterable[str] | None = None) -> list[str]:
+    """The ``site-packages`` folders on the import path (resolved): listed by name, never read whole."""
+    out: list[str] = []
+    for entry in sys.path if path is None else path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.basename(real) in _SITE_NAMES and os.path.isdir(real) and real not in out:
+            out.append(real)
+    return out
+
+
+@functools.cache
+def _site_entries(folder: str) -> tuple[str, ...]:
+    """Every entry of one ``site-packages`` folder but dotfiles and ``.pth`` files, resolved."""
+    out: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if not e.name.startswith(".") and not e.name.endswith(".pth"):
+                    out.append(os.path.realpath(e.path))
+    except OSError:
+        return ()
+    return tuple(out)
+
+
+def metadata_dirs(path: Iterable[str] | None = None) -> list[str]:
+    """The ``*.egg-info``/``*.dist-info`` folders directly in a ``sys.path`` entry outside site-packages (a
+    checkout on the path: its editable install's metadata, read by ``importlib.metadata``), nothing else of it."""
+    out: list[str] = []
+    for entry in sys.path if path is None else path:
+        real = os.path.realpath(entry) if entry else ""
+        if not real or os.path.basename(real) in _SITE_NAMES or not os.path.isdir(real):
+            continue
+        try:
+            with os.scandir(real) as entries:
+                out += [e.path for e in entries if e.name.endswith((".egg-info", ".dist-info")) and e.is_dir()]
+        except OSError:
+            continue
+    return out
+
+
+def module_dirs(modules: Iterable[str]) -> list[str]:
+    """Each module's package folder (or a lone module's file), found without importing it."""
+    from importlib import util
+
+    out: list[str] = []
+    for name in sorted(set(modules)):
+        try:
+            spec = util.find_spec(name)
+        except (ImportError, ValueError):  # a broken plugin or a missing --import is reported by its user
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            out += [os.path.realpath(p) for p in spec.submodule_search_locations]
+        elif spec.origin and os.path.isfile(spec.origin):
+            out.append(os.path.realpath(spec.origin))
+            if spec.origin.endswith(".py"):  # its compiled copy, when there is one
+                out.append(os.path.realpath(util.cache_from_source(spec.origin)))
+    return out
+
+
+def stdlib_dirs() -> list[str]:
+    """The standard library, its compiled modules, its zip, and the folder of ``libpython``."""
+    paths = sysconfig.get_paths()
+    out = [paths["stdlib"], paths["platstdlib"], os.path.join(paths["stdlib"], "lib-dynload")]
+    out += [p for p in sys.path if p.endswith(".zip")]
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        out += [os.path.join(libdir, name) for name in os.listdir(libdir) if name.startswith("libpython")] \
+            if os.path.isdir(libdir) else []
+    return out
+
+
+def plugin_modules() -> list[str]:
+    """The top-level modules of auditor and of every installed plugin (entry points, not imported)."""
+    from importlib import metadata
+
+    names = {"auditor"}
+    names |= {ep.value.split(":")[0].split(".")[0] for ep in metadata.entry_points(group="auditor.plugins")}
+    return sorted(names)
+
+
+def library_view(modules: Iterable[str] = (), *, gpu: bool = False) -> list[str]:
+    """The read-only library part of a worker's view (resolved, de-duplicated, no home, root nor VCS folder)."""
+    paths = [*stdlib_dirs(), *SYSTEM_READ, *(GPU_READ if gpu else ())]
+    for folder in site_dirs():
+        paths += _site_entries(folder)
+    paths += metadata_dirs()
+    paths += module_dirs([*plugin_modules(), *modules])
+    return clean(paths)
+
+
+def clean(paths: Iterable[str]) -> list[str]:
+    """Resolved, existing, de-duplicated; never the root, a home directory or inside a VCS folder."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    out: list[str] = []
+    for p in paths:
+        real = p if p.startswith("/proc/self") else os.path.realpath(p)  # resolved, it would name this process
+        parts = real.split(os.sep)
+        if real in ("/", home) or any(v in parts for v in _VCS) or not os.path.exists(real) or real in out:
+            continue
+        out.append(real)
+    return out
