@@ -28,7 +28,7 @@ from torch import nn
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
 from benchmarks import results
-from benchmarks.fixtures.digits import write_manifest
+from fixtures.digits import write_manifest
 
 CONFIG = {"restarts": 5, "candidates": 4, "steps": 100, "eval_epochs": 20, "eval_width": 16, "control_epochs": 60,
           "prior_epochs": 30}

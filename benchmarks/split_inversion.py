@@ -4,7 +4,7 @@ Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [en
 [--probes N] [--budget S]``
 (default: digits, ensembler and resnet18, 16 digits probes; CPU, one thread; the ResNet-18 part
 takes the longest). ``plugin`` runs the whole plugin through the runner on the digits TinyCNN of
-``benchmarks/fixtures/models.py`` with ``--data`` and prints its wall and CPU time,
+``fixtures/models.py`` with ``--data`` and prints its wall and CPU time,
 status, per-split verdicts, power check and headline. ``--probes``
 sets the number of held-out digits reconstructed in the digits part (at most 397, the whole
 held-out split), to measure the amortised regime instead of extrapolating it. Targets, all
@@ -256,7 +256,7 @@ def ensembler_table() -> None:
 
 
 def plugin_run(budget_s: float) -> None:
-    """Run the whole plugin through the runner on TinyCNN (benchmarks/fixtures/models.py) with ``--data``."""
+    """Run the whole plugin through the runner on TinyCNN (fixtures/models.py) with ``--data``."""
     import tempfile
     from pathlib import Path
 
@@ -264,8 +264,8 @@ def plugin_run(budget_s: float) -> None:
 
     from auditor.plugin.registry import PluginEntry
     from auditor.plugin.runner import RunSettings, run_plugins
-    from benchmarks.fixtures.digits import write_manifest
-    from benchmarks.fixtures.models import TinyCNN, fit
+    from fixtures.digits import write_manifest
+    from fixtures.models import TinyCNN, fit
 
     order = np.random.default_rng(0).permutation(1797)
     with tempfile.TemporaryDirectory() as tmp:

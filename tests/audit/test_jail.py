@@ -237,7 +237,7 @@ def test_a_cli_scan_with_relative_paths_reuses_its_cached_run(tmp_path: Path) ->
 def test_a_hub_cache_snapshot_reads_its_blobs_in_the_jail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Hub cache snapshot's files are links into ``../../blobs``: the jail's view holds them, so the worker
     reaches the same outcome as an in-process audit (before: the unreadable links read as a refused pickle)."""
-    from benchmarks.fixtures import layouts
+    from fixtures import layouts
 
     snapshot = layouts.timm_hub_cache(tmp_path / "hub")
     config = ScanConfig(plugins=["architecture-risk"], device="cpu")

@@ -22,8 +22,8 @@ from torch import nn
 from auditor.cli import run_cli
 from auditor.plugin import PluginSkipped
 from auditor.plugin.runner import _judged
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit
 
 ORDER = np.random.default_rng(2).permutation(1797)
 
