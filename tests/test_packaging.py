@@ -38,8 +38,8 @@ def test_wheel_contains_package_data_and_plugins(wheel: Path) -> None:
 
 def test_installed_wheel_scans_outside_the_source_tree(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", str(target),
+                    str(wheel)], check=True)
     script = (
         "import sys, torch, torchvision; torch.set_num_threads(1);"
         "import auditor; assert auditor.__file__.startswith(sys.argv[1]), auditor.__file__;"
@@ -82,8 +82,10 @@ def test_fresh_venv_plain_install_writes_every_report(wheel: Path, tmp_path: Pat
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     (Path(purelib) / "_torch_stack.pth").write_text(f"{_torch_stack_dir(tmp_path / 'torch-stack')}\n")
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
-                   check=True, timeout=900)
+    # --no-compile: byte-compiling every installed dependency (scipy, sklearn, matplotlib, ...) is most of the
+    # install's CPU time and none of what is checked; the scan compiles what it imports.
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check",
+                    str(wheel)], check=True, timeout=900)
     model = tmp_path / "m.pt"
     subprocess.run([str(python), "-c", "import torch, torchvision; torch.manual_seed(0); "
                     f"torch.save(torchvision.models.resnet18(), {str(model)!r})"], check=True)
