@@ -154,10 +154,10 @@ def rmle_curve(res: SplitAuditResult, grid: tuple[int, ...]) -> list[list[tuple[
 def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
     """Print the per-split table, the cost at matched PSNR and the amortisation of one target."""
     fl, rec = res.floor, res.records
-    syn, dci = rec["synthesis"], rec["dci"]
+    syn, dci = rec.synthesis or {}, rec.dci["dci"]
     dci_fixed = syn["cpu_seconds"] + dci["cpu_seconds"]
     dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res.probes)
-    rmle_full = rec["rmle"]["cpu_seconds_all_splits"]
+    rmle_full = rec.rmle.cpu_seconds_all_splits if rec.rmle else 0.0
     print(f"\n### {name}\n\n{extra}\n")
     print(f"Floor ({fl.kind}): PSNR {fl.psnr_mean:.2f} dB, SSIM {fl.ssim_mean:.3f} (mean image alone: "
           f"{fl.mean_image_only['psnr_mean']:.2f} dB, {fl.mean_image_only['ssim_mean']:.3f}); rMLE settings per "
@@ -186,13 +186,13 @@ def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, 
           f"(phase (i) {dci['phase_i_steps_all_blocks']} steps for all blocks at once + phase (ii) "
           f"{dci['phase_ii_steps_per_split']} steps per split, batch {dci['batch']}, features cached: "
           f"{dci['feature_cache']}) + inference {n * dci_per_probe:.3f} s for {n} probes. "
-          f"rMLE, {k} runs × {rec['rmle']['steps_planned']} steps: {rmle_full:.1f} s for {n} probes.")
+          f"rMLE, {k} runs × {rec.rmle.steps_per_run if rec.rmle else 0} steps: {rmle_full:.1f} s for {n} probes.")
     print(f"\nAt matched PSNR (per split, the fewest rMLE steps of {[p[0] for p in curves[0]]} that reach DCI's PSNR; "
           f"where none does, the largest run's cost is counted, a lower bound on rMLE's cost there: "
           f"{unmatched or 'none'}): rMLE {matched:.2f} s for {n} probes; ratio DCI / rMLE = "
           f"{(dci_fixed + n * dci_per_probe) / matched:.2f}. At the full rMLE budget: ratio "
           f"{(dci_fixed + n * dci_per_probe) / rmle_full:.2f}.")
-    planned = f"{rec['rmle']['steps_planned']} rMLE steps"
+    planned = f"{rec.rmle.steps_per_run if rec.rmle else 0} rMLE steps"
     for label, per_probe in (("matched PSNR", matched / n), (planned, rmle_full / n)):
         gain = per_probe - dci_per_probe
         print(f"- Break-even ({label}): rMLE costs {per_probe:.3f} s per probe image for all {k} splits, DCI "
