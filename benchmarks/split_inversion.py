@@ -40,11 +40,11 @@ from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audi
 from auditor_split_inversion.ensembler import cut, evaluate
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
-from sklearn.datasets import load_digits
 from torch import nn
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import default_probe_images
+from fixtures.digits import digits_split
 
 TRAIN_PHOTOS = ("brick", "grass", "gravel", "clock", "immunohistochemistry", "hubble_deep_field", "retina", "horse")
 
@@ -69,11 +69,7 @@ class Basic(nn.Module):
 def digits_target(n_probes: int = 16) -> tuple[nn.Module, torch.Tensor, torch.Tensor, float]:
     """Train the small CNN on load_digits; return it, ``n_probes`` held-out probes, their labels and test accuracy."""
     torch.manual_seed(0)
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     net = nn.Sequential(cbr(1, 8, 1), cbr(8, 16, 2), Basic(16), cbr(16, 16, 2), nn.AdaptiveAvgPool2d(1),
                         nn.Flatten(), nn.Linear(16, 10))
     opt = torch.optim.Adam(net.parameters(), 3e-3)
@@ -216,11 +212,7 @@ def noise_table(res: SplitAuditResult, labels: torch.Tensor) -> None:
 def ensembler_table() -> None:
     """Retrain the digits CNN as Ensembler with the default settings (N=5, P=2, σ=0.1 fixed, |CS|, λ=1, 20 epochs)."""
     net, _, _, _ = digits_target()
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     data = {"client": x[tr[:700]], "client_y": y[tr[:700]], "aux": x[tr[700:]], "aux_y": y[tr[700:]],
             "eval": x[te[16:]], "eval_y": y[te[16:]], "probes": x[te[:16]]}
     cfg = EnsemblerConfig()

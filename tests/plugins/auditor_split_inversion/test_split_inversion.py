@@ -42,7 +42,6 @@ from auditor_split_inversion.plugin import _ensembler_csv
 from auditor_split_inversion.verdict import SplitFloor, floor_scores, judge_defence, leaks, margins, wilson_low
 from PIL import Image
 from pydantic import ValidationError
-from sklearn.datasets import load_digits
 from torch import nn
 
 from auditor.data import load_data_dir
@@ -51,6 +50,7 @@ from auditor.plugin import RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.render_html import render_html
+from fixtures.digits import digits_split
 from tests.plugins._busy import busy_cpu
 from tests.report.conftest import make_full_report
 
@@ -82,11 +82,7 @@ class DigitsNet(nn.Module):
 @pytest.fixture(scope="module")
 def digits() -> dict:
     torch.manual_seed(0)
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     net = DigitsNet()
     opt = torch.optim.Adam(net.parameters(), 3e-3)
     for _ in range(8):
