@@ -1,4 +1,5 @@
-# Two entry points: `make demo` (build example checkpoints, audit one) and `make test` (ruff, then pytest).
+# Two entry points: `make demo` (build example checkpoints, audit one) and `make test` (ruff, then pytest on both
+# cores of the 2-core CI box: pytest-xdist, -n 2).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -22,4 +23,4 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2

@@ -9,7 +9,7 @@ from auditor.errors import MissingDependency
 
 #: The ``auditor[EXTRA]`` that installs each optional package.
 EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "ray": "ray", "transformers": "transformers",
-          "model_signing": "supply", "cyclonedx": "supply"}
+          "model_signing": "supply", "cyclonedx": "supply", "lpips": "lpips"}
 
 
 def require(package: str, purpose: str) -> ModuleType:

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from benchmarks.fixtures import models as M
-from benchmarks.fixtures.protocol import protocol_attack
+from fixtures import models as M
+from fixtures.protocol import protocol_attack
 
 
 def main() -> None:

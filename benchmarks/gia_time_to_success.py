@@ -73,7 +73,7 @@ def _seed004_cnn() -> nn.Module:
 
 
 def _tiny_cnn() -> nn.Module:
-    from benchmarks.fixtures.models import TinyCNN
+    from fixtures.models import TinyCNN
 
     return TinyCNN()
 

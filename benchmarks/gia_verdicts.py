@@ -19,7 +19,7 @@ from torch import nn
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
-from benchmarks.fixtures import models as M
+from fixtures import models as M
 
 MODELS = {
     "baseline": M.seed004_sequential,

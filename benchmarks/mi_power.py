@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from auditor_model_inversion import plugin
 from auditor_model_inversion.config import ModelInversionConfig
 from sklearn.datasets import load_digits
@@ -28,7 +27,8 @@ from torch import nn
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
 from benchmarks import results
-from benchmarks.fixtures.digits import write_manifest
+from fixtures.digits import write_manifest
+from fixtures.models import train_epochs
 
 CONFIG = {"restarts": 5, "candidates": 4, "steps": 100, "eval_epochs": 20, "eval_width": 16, "control_epochs": 60,
           "prior_epochs": 30}
@@ -49,15 +49,7 @@ def row(shape: tuple[int, ...], trained: bool, bundle: object, cache: Path) -> d
     model = cnn(shape[0])
     if trained:
         x, y = bundle.splits["train"].tensors(shape)
-        opt = torch.optim.Adam(model.parameters(), 3e-3)
-        for _ in range(30):
-            order = torch.randperm(len(x))
-            for s in range(0, len(x), 32):
-                idx = order[s : s + 32]
-                loss = F.cross_entropy(model(x[idx]), y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        train_epochs(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), epochs=30)
     cfg = ModelInversionConfig(**CONFIG, cache_dir=str(cache))
     ctx = RunContext(model=model.eval(), profile=profile_model(model, shape), config=cfg,
                      device=torch.device("cpu"), seed=0, budget_s=None, data=bundle)

@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from auditor.cli import run_cli
-from benchmarks.fixtures.mia import ORDER, noisy_digits, train, write_folders
-from benchmarks.fixtures.models import NoisyMLP
+from fixtures.mia import ORDER, noisy_digits, train, write_folders
+from fixtures.models import NoisyMLP
 
-IMPORT = ["--import", "benchmarks.fixtures.models", "--input-shape", "1,8,8"]
+IMPORT = ["--import", "fixtures.models", "--input-shape", "1,8,8"]
 
 
 def _scan(root: Path, model: str, data: str) -> dict:
@@ -49,8 +49,8 @@ def _dp(root: Path, imgs: object, labels: object, members: object) -> dict:
     from opacus.accountants.utils import get_noise_multiplier
 
     from auditor.data import load_data_dir
-    from benchmarks.fixtures.digits import context
-    from benchmarks.fixtures.mia import train_dp
+    from fixtures.digits import context
+    from fixtures.mia import train_dp
 
     recipe = {"epochs": 60, "batch": 50, "lr": 1.0, "clip": 10.0}
     sigma = get_noise_multiplier(target_epsilon=1.0, target_delta=1e-5, sample_rate=50 / 300, epochs=60,

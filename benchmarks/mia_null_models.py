@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from auditor_membership_inference import plugin
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit, mlp
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit, mlp
 
 
 def _ci(values: list[float]) -> str:

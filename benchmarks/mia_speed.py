@@ -25,8 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import TinyCNN, fit
+from fixtures.digits import context, write_manifest
+from fixtures.models import TinyCNN, fit
 
 
 def _load(root: str | None) -> tuple[object, type, type]:

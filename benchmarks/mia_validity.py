@@ -3,11 +3,11 @@
     PYTHONPATH=. python benchmarks/mia_validity.py [--quick] [--seed 0] [--only NAME,...] [--work DIR]
                                                    [--allow-missing-fields]
 
-Every scenario of ``benchmarks/fixtures/mia_scenarios.py`` is written to disk and scanned with the default
+Every scenario of ``fixtures/mia_scenarios.py`` is written to disk and scanned with the default
 command, ``auditor scan model.pt --plugins membership-inference --data data/ [--config auditor.toml]`` (the config
 only holds ``claimed_epsilon``; every other setting is at its default, the reference cache cold). Beside the verdict:
 
-* the leak-strength sweep and the DP rows: an independent LiRA (``benchmarks/fixtures/lira.py``, Carlini et al.
+* the leak-strength sweep and the DP rows: an independent LiRA (``fixtures/lira.py``, Carlini et al.
   2022) with 16 shadow models trained with the target's own recipe (DP-SGD included), online and offline, AUC and
   TPR at FPR <= 1 % and <= 0.1 %;
 * the DP rows: the accountant's epsilon, the plugin's epsilon lower bound and which side of the DP inequality
@@ -42,8 +42,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results
-from benchmarks.fixtures.lira import run_lira
-from benchmarks.fixtures.mia_scenarios import N_TARGETS, SCENARIOS, Scenario, build, shadow_trainer
+from fixtures.lira import run_lira
+from fixtures.mia_scenarios import N_TARGETS, SCENARIOS, Scenario, build, shadow_trainer
 
 VERDICT = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}
 #: Rows that get the independent LiRA (the shifted rows are judged by the blind baseline instead).

@@ -21,8 +21,8 @@ from auditor_membership_inference.config import MembershipInferenceConfig, Recip
 
 from auditor.distributed import ray_session
 from benchmarks import results
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit, mlp
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit, mlp
 
 
 def main() -> None:

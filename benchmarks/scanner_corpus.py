@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.fixtures import layouts  # noqa: E402
-from benchmarks.fixtures.hostile import (  # noqa: E402
+from fixtures import layouts  # noqa: E402
+from fixtures.hostile import (  # noqa: E402
     Reduce,
     pt2_with_pickled_weight,
     raw_getattr_import,
@@ -39,8 +39,8 @@ from benchmarks.fixtures.hostile import (  # noqa: E402
     torch_save_bytes,
     torchscript_with_setstate,
 )
-from benchmarks.fixtures.sidecars import SIDECARS  # noqa: E402
-from benchmarks.fixtures.zips import comment_hides_a_second_end, zip64_two_views  # noqa: E402
+from fixtures.sidecars import SIDECARS  # noqa: E402
+from fixtures.zips import comment_hides_a_second_end, zip64_two_views  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Case:
     hostile: bool
     path: Path
     loader: str  # torch.load | jit.load | export.load | dir (torch.load of the sidecar) | hang | alloc | a
-    # key of benchmarks.fixtures.sidecars.LOADERS (joblib, numpy, package, gzip ...) | onnx-hang (an onnxruntime run)
+    # key of fixtures.sidecars.LOADERS (joblib, numpy, package, gzip ...) | onnx-hang (an onnxruntime run)
     canary: Path | None = None
     arch: str | None = None
     target: Path | None = None  # the file the plain loader opens, when ``path`` is a directory
@@ -275,7 +275,7 @@ def _legit_cases(root: Path) -> list[Case]:
     return cases
 
 
-#: Technique class of each beside-the-weights sidecar (benchmarks.fixtures.sidecars), by its plain loader.
+#: Technique class of each beside-the-weights sidecar (fixtures.sidecars), by its plain loader.
 _BESIDE_CLASS = {"joblib": "joblib (plain, compressed)", "numpy": "numpy object arrays", "npz": "numpy object arrays",
                  "package": "torch.package", "gzip": "compressed pickle", "bz2": "compressed pickle",
                  "xz": "compressed pickle", "zlib": "compressed pickle", "pickle": "cloudpickle stream"}

@@ -47,7 +47,7 @@ _LOADERS = {
 
 def plain_load(case: Any) -> str:
     """Load the file the plain way in a child; return runs / hangs / exceeds-4GiB / no."""
-    from benchmarks.fixtures.sidecars import LOADERS
+    from fixtures.sidecars import LOADERS
 
     target = case.target or case.path
     load = _LOADERS.get(case.loader) or LOADERS[case.loader]

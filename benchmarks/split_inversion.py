@@ -4,7 +4,7 @@ Run: ``PYTHONPATH=. python benchmarks/split_inversion.py [digits] [resnet18] [en
 [--probes N] [--budget S]``
 (default: digits, ensembler and resnet18, 16 digits probes; CPU, one thread; the ResNet-18 part
 takes the longest). ``plugin`` runs the whole plugin through the runner on the digits TinyCNN of
-``benchmarks/fixtures/models.py`` with ``--data`` and prints its wall and CPU time,
+``fixtures/models.py`` with ``--data`` and prints its wall and CPU time,
 status, per-split verdicts, power check and headline. ``--probes``
 sets the number of held-out digits reconstructed in the digits part (at most 397, the whole
 held-out split), to measure the amortised regime instead of extrapolating it. Targets, all
@@ -40,11 +40,11 @@ from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audi
 from auditor_split_inversion.ensembler import cut, evaluate
 from auditor_split_inversion.metrics import per_image, summarise
 from auditor_split_inversion.rmle import rmle
-from sklearn.datasets import load_digits
 from torch import nn
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import default_probe_images
+from fixtures.digits import digits_split
 
 TRAIN_PHOTOS = ("brick", "grass", "gravel", "clock", "immunohistochemistry", "hubble_deep_field", "retina", "horse")
 
@@ -69,11 +69,7 @@ class Basic(nn.Module):
 def digits_target(n_probes: int = 16) -> tuple[nn.Module, torch.Tensor, torch.Tensor, float]:
     """Train the small CNN on load_digits; return it, ``n_probes`` held-out probes, their labels and test accuracy."""
     torch.manual_seed(0)
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     net = nn.Sequential(cbr(1, 8, 1), cbr(8, 16, 2), Basic(16), cbr(16, 16, 2), nn.AdaptiveAvgPool2d(1),
                         nn.Flatten(), nn.Linear(16, 10))
     opt = torch.optim.Adam(net.parameters(), 3e-3)
@@ -154,10 +150,10 @@ def rmle_curve(res: SplitAuditResult, grid: tuple[int, ...]) -> list[list[tuple[
 def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
     """Print the per-split table, the cost at matched PSNR and the amortisation of one target."""
     fl, rec = res.floor, res.records
-    syn, dci = rec["synthesis"], rec["dci"]
+    syn, dci = rec.synthesis or {}, rec.dci["dci"]
     dci_fixed = syn["cpu_seconds"] + dci["cpu_seconds"]
     dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res.probes)
-    rmle_full = rec["rmle"]["cpu_seconds_all_splits"]
+    rmle_full = rec.rmle.cpu_seconds_all_splits if rec.rmle else 0.0
     print(f"\n### {name}\n\n{extra}\n")
     print(f"Floor ({fl.kind}): PSNR {fl.psnr_mean:.2f} dB, SSIM {fl.ssim_mean:.3f} (mean image alone: "
           f"{fl.mean_image_only['psnr_mean']:.2f} dB, {fl.mean_image_only['ssim_mean']:.3f}); rMLE settings per "
@@ -186,13 +182,13 @@ def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, 
           f"(phase (i) {dci['phase_i_steps_all_blocks']} steps for all blocks at once + phase (ii) "
           f"{dci['phase_ii_steps_per_split']} steps per split, batch {dci['batch']}, features cached: "
           f"{dci['feature_cache']}) + inference {n * dci_per_probe:.3f} s for {n} probes. "
-          f"rMLE, {k} runs × {rec['rmle']['steps_planned']} steps: {rmle_full:.1f} s for {n} probes.")
+          f"rMLE, {k} runs × {rec.rmle.steps_per_run if rec.rmle else 0} steps: {rmle_full:.1f} s for {n} probes.")
     print(f"\nAt matched PSNR (per split, the fewest rMLE steps of {[p[0] for p in curves[0]]} that reach DCI's PSNR; "
           f"where none does, the largest run's cost is counted, a lower bound on rMLE's cost there: "
           f"{unmatched or 'none'}): rMLE {matched:.2f} s for {n} probes; ratio DCI / rMLE = "
           f"{(dci_fixed + n * dci_per_probe) / matched:.2f}. At the full rMLE budget: ratio "
           f"{(dci_fixed + n * dci_per_probe) / rmle_full:.2f}.")
-    planned = f"{rec['rmle']['steps_planned']} rMLE steps"
+    planned = f"{rec.rmle.steps_per_run if rec.rmle else 0} rMLE steps"
     for label, per_probe in (("matched PSNR", matched / n), (planned, rmle_full / n)):
         gain = per_probe - dci_per_probe
         print(f"- Break-even ({label}): rMLE costs {per_probe:.3f} s per probe image for all {k} splits, DCI "
@@ -216,11 +212,7 @@ def noise_table(res: SplitAuditResult, labels: torch.Tensor) -> None:
 def ensembler_table() -> None:
     """Retrain the digits CNN as Ensembler with the default settings (N=5, P=2, σ=0.1 fixed, |CS|, λ=1, 20 epochs)."""
     net, _, _, _ = digits_target()
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     data = {"client": x[tr[:700]], "client_y": y[tr[:700]], "aux": x[tr[700:]], "aux_y": y[tr[700:]],
             "eval": x[te[16:]], "eval_y": y[te[16:]], "probes": x[te[:16]]}
     cfg = EnsemblerConfig()
@@ -256,7 +248,7 @@ def ensembler_table() -> None:
 
 
 def plugin_run(budget_s: float) -> None:
-    """Run the whole plugin through the runner on TinyCNN (benchmarks/fixtures/models.py) with ``--data``."""
+    """Run the whole plugin through the runner on TinyCNN (fixtures/models.py) with ``--data``."""
     import tempfile
     from pathlib import Path
 
@@ -264,8 +256,8 @@ def plugin_run(budget_s: float) -> None:
 
     from auditor.plugin.registry import PluginEntry
     from auditor.plugin.runner import RunSettings, run_plugins
-    from benchmarks.fixtures.digits import write_manifest
-    from benchmarks.fixtures.models import TinyCNN, fit
+    from fixtures.digits import write_manifest
+    from fixtures.models import TinyCNN, fit
 
     order = np.random.default_rng(0).permutation(1797)
     with tempfile.TemporaryDirectory() as tmp:

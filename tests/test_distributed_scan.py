@@ -12,7 +12,7 @@ from torch import nn
 
 from auditor.cli import run_cli
 from auditor.gate import ExitCode
-from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
+from fixtures.hostile import Reduce, torch_save_bytes
 
 pytest.importorskip("ray")
 

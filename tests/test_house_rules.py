@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "auditor"
 PLUGINS = REPO / "plugins"
 BENCHMARKS = REPO / "benchmarks"
+FIXTURES = REPO / "fixtures"
+TESTS = REPO / "tests"
 MAX_MODULE_LINES = 500
 #: A module at this size or more is named in a "split now" notice (a warning in pytest's summary, not a failure).
 SPLIT_NOW_LINES = 450
@@ -139,7 +141,7 @@ def _private(name: str) -> bool:
 
 def _first_party(module: str) -> bool:
     top = module.split(".")[0]
-    return top in ("auditor", "benchmarks", "tests") or top.startswith("auditor_")
+    return top in ("auditor", "benchmarks", "tests", "fixtures") or top.startswith("auditor_")
 
 
 def benchmark_breaches(source: str, where: str = "") -> list[str]:
@@ -172,14 +174,50 @@ def benchmark_breaches(source: str, where: str = "") -> list[str]:
 def test_no_benchmark_imports_a_test_or_touches_a_private_name() -> None:
     found = [b for path in sorted(BENCHMARKS.rglob("*.py"))
              for b in benchmark_breaches(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())]
-    assert found == [], "benchmarks use public seams only (shared models: benchmarks/fixtures/)"
+    assert found == [], "benchmarks use public seams only (shared models: fixtures/)"
 
 
 def test_the_benchmark_check_would_catch_a_breach() -> None:
     bad = ("from tests.plugins import helpers\nfrom auditor_x.plugin import _search\n"
-           "import auditor_x.plugin as gi\ngi._search = None\nfrom benchmarks.fixtures import models\n")
+           "import auditor_x.plugin as gi\ngi._search = None\nfrom fixtures import models\n")
     assert benchmark_breaches(bad) == [":1 imports tests.plugins", ":1 imports tests.plugins.helpers",
                                        ":2 imports auditor_x.plugin._search", ":4 reads gi._search"]
+
+
+def imported_tops(source: str) -> set[str]:
+    """Return the top-level package of every absolute import in ``source`` (module level or in a function)."""
+    tops = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            tops.add(node.module.split(".")[0])
+    return tops
+
+
+#: Test modules that import ``benchmarks`` because a benchmark's own code is what they test (every other test
+#: takes what it shares with benchmarks from ``fixtures/``), with the reason.
+TESTS_OF_BENCHMARKS = {
+    "tests/test_docs_results.py": "the docs' numbers are rendered by benchmarks/render_docs.py from the results files",
+    "tests/test_security_doc.py": "docs/security.md's scanner table is rendered by benchmarks/scanners.py",
+    "tests/test_replication_000_004.py": "the replication outcome rules live in benchmarks/replication/",
+    "tests/test_mia_lira.py": "the membership benchmark's plugin row (benchmarks/mia_validity.py) is checked",
+}
+
+
+def test_fixtures_are_the_one_neutral_home_tests_and_benchmarks_share() -> None:
+    def importers(root: Path, top: str) -> set[str]:
+        return {p.relative_to(REPO).as_posix() for p in sorted(root.rglob("*.py"))
+                if top in imported_tops(p.read_text(encoding="utf-8"))}
+
+    assert importers(TESTS, "fixtures") and importers(BENCHMARKS, "fixtures")  # both sides use it
+    assert importers(FIXTURES, "tests") | importers(FIXTURES, "benchmarks") == set()
+    assert importers(BENCHMARKS, "tests") == set()
+    assert importers(TESTS, "benchmarks") - set(TESTS_OF_BENCHMARKS) == set(), \
+        "tests take shared models and files from fixtures/, never from benchmarks/"
+    assert not (BENCHMARKS / "fixtures").exists()
+    assert imported_tops("import a.b\nfrom c.d import e\nfrom . import f\ndef g():\n    from benchmarks import h\n") \
+        == {"a", "c", "benchmarks"}
 
 
 #: Flags more than one command declares on purpose, with the reason (every other flag is declared once,

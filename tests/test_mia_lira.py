@@ -1,4 +1,4 @@
-"""The independent LiRA of benchmarks/fixtures/lira.py (the membership benchmark checks the plugin against it).
+"""The independent LiRA of fixtures/lira.py (the membership benchmark checks the plugin against it).
 
 It must find a memorising model at low FPR, read about 0.5 on a model that never saw a target, and its parts must
 be what the paper defines (logit-scaled confidence, balanced IN/OUT assignment, Gaussian likelihood ratio).
@@ -15,8 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fixtures.lira import balanced_masks, lira_scores, logit_confidence, report, run_lira
-from benchmarks.fixtures.mia_scenarios import Recipe, digits, shift, split, tensors, train
+from fixtures.lira import balanced_masks, lira_scores, logit_confidence, report, run_lira
+from fixtures.mia_scenarios import Recipe, digits, shift, split, tensors, train
 
 N = 100  # targets per side
 RECIPE = Recipe(epochs=50, lr=1e-3, batch=32)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -38,8 +39,8 @@ def test_wheel_contains_package_data_and_plugins(wheel: Path) -> None:
 
 def test_installed_wheel_scans_outside_the_source_tree(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", str(target),
+                    str(wheel)], check=True)
     script = (
         "import sys, torch, torchvision; torch.set_num_threads(1);"
         "import auditor; assert auditor.__file__.startswith(sys.argv[1]), auditor.__file__;"
@@ -82,11 +83,16 @@ def test_fresh_venv_plain_install_writes_every_report(wheel: Path, tmp_path: Pat
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     (Path(purelib) / "_torch_stack.pth").write_text(f"{_torch_stack_dir(tmp_path / 'torch-stack')}\n")
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
-                   check=True, timeout=900)
+    # --no-compile: byte-compiling every installed dependency (scipy, sklearn, matplotlib, ...) is most of the
+    # install's CPU time and none of what is checked; the scan compiles what it imports.
+    # Without the caller's PYTHONPATH: a source tree on it (with the auditor.egg-info the wheel build leaves there)
+    # reads to pip as auditor already installed, and nothing (no bin/auditor) would be installed.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check",
+                    str(wheel)], check=True, timeout=900, env=clean)
     model = tmp_path / "m.pt"
     subprocess.run([str(python), "-c", "import torch, torchvision; torch.manual_seed(0); "
-                    f"torch.save(torchvision.models.resnet18(), {str(model)!r})"], check=True)
+                    f"torch.save(torchvision.models.resnet18(), {str(model)!r})"], check=True, env=clean)
     proc = subprocess.run(
         [str(venv / "bin" / "auditor"), "scan", str(model), "--json", "r.json", "--html", "r.html", "--sarif",
          "r.sarif"], cwd=tmp_path, capture_output=True, text=True, timeout=300,

@@ -42,7 +42,7 @@ from auditor.rewrite.program import RewrittenModel, save_module
 Progress = Callable[[str, int, int], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardenOptions:
     """What ``auditor harden`` was asked to do."""
 

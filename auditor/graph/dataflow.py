@@ -153,10 +153,6 @@ class DataFlowGraph:
             self._masks[wanted] = m
         return self._masks[wanted]
 
-    def nodes_in(self, mask: int) -> list[NodeInfo]:
-        """Return the nodes whose bits are set in ``mask``, in topological order."""
-        return [n for n in self.nodes if mask >> n.idx & 1]
-
 
 def _base_name(target: Any) -> str:
     """Return a lower-case operator name for an fx target or an ATen overload."""

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from auditor.data import DataBundle
 from auditor.errors import PluginTimeout
 from auditor.plugin.seeds import derive_seed, torch_rng
 from auditor.report.model import (
@@ -95,11 +96,11 @@ class Requirements:
                                      f"{list(profile.input_shape)}")
         return None
 
-    def missing_data(self, data: Any) -> str | None:
+    def missing_data(self, data: DataBundle | None) -> str | None:
         """Return a sentence naming the declared data needs ``data`` (a ``DataBundle`` or None) does not meet."""
         if self.needs_data and data is None:
             return "needs --data; nothing is run on made-up data"
-        if self.labels and not getattr(data, "classes", ()):
+        if self.labels and (data is None or not data.classes):
             return "needs labelled --data (one folder per class, or a labels column); none were given"
         wanted = (*self.splits, *(("attributes",) if self.attributes else ()))
         return data.missing(*wanted) if wanted else None
@@ -216,7 +217,8 @@ class RunContext:
     device: torch.device
     seed: int = 0
     budget_s: float | None = None
-    data: Any = None
+    #: What ``--data`` supplied (None without it): typed splits, classes and attributes.
+    data: DataBundle | None = None
     #: The model's fx graph, traced once with the profile (None unless fx traced it, or without a model):
     #: pass it to :func:`auditor.plugin.split_model` / ``split_segments`` as ``graph=`` to cut without tracing again.
     graph: torch.fx.Graph | None = None
@@ -247,11 +249,6 @@ class RunContext:
     def rng(self, stream: str, *keys: int | str) -> torch.Generator:
         """Return a CPU ``torch.Generator`` for the named stream (see :meth:`seed_for`)."""
         return torch_rng(self.seed, stream, *keys)
-
-    def example_input(self, batch: int = 1) -> torch.Tensor:
-        """Return a seeded random input of the profiled shape on the run's device."""
-        gen = torch.Generator().manual_seed(self.seed)
-        return torch.rand((batch, *self.profile.input_shape), generator=gen).to(self.device)
 
     def remaining_s(self) -> float | None:
         """Return the seconds left in the budget, or None when there is no budget."""

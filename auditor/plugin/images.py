@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from auditor.deps import require
+
 if TYPE_CHECKING:
     from PIL import Image
 
@@ -69,8 +71,7 @@ def lpips_status() -> tuple[bool, str]:
 
 def lpips_distances(original: torch.Tensor, recon: torch.Tensor) -> list[float]:
     """Return LPIPS per image pair of ``[N, C, H, W]`` images in [0, 1]; call only when :func:`lpips_status` is ok."""
-    import lpips
-
+    lpips = require("lpips", "LPIPS distances between probes and reconstructions")
     net = lpips.LPIPS(net="alex", verbose=False).to(original.device).eval()
     a, b = original.float() * 2 - 1, recon.float().to(original.device) * 2 - 1
     if a.shape[1] == 1:

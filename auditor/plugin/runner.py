@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
+from auditor.data import DataBundle
 from auditor.errors import PluginTimeout
 from auditor.plugin.api import PluginResult, PluginSkipped, Requirements, RunContext, applicability
 from auditor.plugin.registry import PluginEntry
@@ -54,7 +55,7 @@ class RunSettings:
     seed: int = 0
     selected: tuple[str, ...] | None = None
     budget_s: float | None = None
-    data: Any = None
+    data: DataBundle | None = None
     #: What was profiled when there is no PyTorch model (e.g. "an ONNX graph"); None when there is one.
     graph_only: str | None = None
     #: Whole-run result cache (None: every run is computed) and the hash of what is audited

@@ -36,7 +36,6 @@ CATEGORY_LOAD_FAILED = "plugin.load-failed"
 CATEGORY_NOT_APPLICABLE = "not-applicable"  # the threat does not exist in this model (a threat-model reason only)
 CATEGORY_TOOLING_GAP = "tooling-gap"  # the threat may exist but auditor cannot attack it here (no fx graph ...)
 CATEGORY_MISSING_DATA = "missing-data"
-CATEGORY_MISSING_DEPENDENCY = "missing-dependency"
 CATEGORY_NOT_SELECTED = "not-selected"
 CATEGORY_NO_MODEL = "no-model"
 CATEGORY_NO_TORCH_MODEL = "no-torch-model"  # only a graph (an ONNX file) was given, no PyTorch model

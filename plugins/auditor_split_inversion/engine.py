@@ -30,6 +30,7 @@ from auditor_split_inversion.metrics import (
     summarise,
     train_evaluator,
 )
+from auditor_split_inversion.records import RmleRecord, Trained, TrainingRecords
 from auditor_split_inversion.rmle import search
 from auditor_split_inversion.synth import bn_layers, synthesize
 from auditor_split_inversion.verdict import METRICS, SplitFloor, floor_scores, leaks, margins, severity
@@ -128,7 +129,7 @@ class SplitAuditResult:
     splits: list
     split_note: str
     notes: list[str]
-    records: dict[str, dict[str, Any]]
+    records: TrainingRecords
     probes: torch.Tensor
     blocks: list[nn.Module]
     server: nn.Module
@@ -157,6 +158,8 @@ class Inverted:
     predicted: torch.Tensor | None
     classes: int
     floor: SplitFloor
+    #: Each inverter's wall and CPU seconds over all splits, by pipeline.
+    inference: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,7 +168,7 @@ class Rmle:
 
     recons: list[torch.Tensor | None]
     settings: list[dict[str, float] | None]
-    record: dict[str, Any]
+    record: RmleRecord | None = None
 
 
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
@@ -179,15 +182,18 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     """
     cut = cut_model(model.eval().requires_grad_(False), profile, inputs.probes[:1].to(device), cfg, budget, device,
                     graph)
-    records: dict[str, dict[str, Any]] = {}
-    snapshots, train_sets = train_inverters(cut, inputs, cfg, budget, records, seed=seed, device=device, clock=clock)
-    inv = invert_probes(cut, inputs, snapshots, records, seed=seed, device=device)
+    trained = train_inverters(cut, inputs, cfg, budget, seed=seed, device=device, clock=clock)
+    snapshots, train_sets = trained.snapshots, trained.train_sets
+    inv = invert_probes(cut, inputs, snapshots, seed=seed, device=device)
     settings_of: dict[str, list[dict[str, float] | None]] = {}
+    rmle_record = None
     if "rmle" in cfg.attacks:
         rmle = run_rmle(cut.blocks, inv, tuple(profile.input_shape), cfg, budget, seed=seed, device=device,
                         clock=clock)
-        inv.recons["rmle"], settings_of["rmle"], records["rmle"] = rmle.recons, rmle.settings, rmle.record
-    evaluator = train_probe_evaluator(inputs, budget, records, seed=seed, device=device, clock=clock)
+        inv.recons["rmle"], settings_of["rmle"], rmle_record = rmle.recons, rmle.settings, rmle.record
+    evaluator, evaluator_record = train_probe_evaluator(inputs, budget, seed=seed, device=device, clock=clock)
+    records = replace(trained.records, rmle=rmle_record, evaluator=evaluator_record,
+                      dci={n: {**r, **inv.inference.get(n, {})} for n, r in trained.records.dci.items()})
     clean_acc = None
     if evaluator is not None and inv.labels is not None:
         others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
@@ -203,22 +209,20 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     return out
 
 
-def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
-                    records: dict[str, dict[str, Any]], *, seed: int, device: torch.device, clock: Clock
-                    ) -> tuple[dict[str, list], dict[str, torch.Tensor]]:
+def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget, *, seed: int,
+                    device: torch.device, clock: Clock) -> Trained:
     """Train DCI's inverters when asked and the features are C×H×W; return the snapshots and training sets."""
     tokens = [p.id for p in cut.splits[:-1] if len(p.shape) != 4] if len(cut.splits) > 1 else []
     if "dci" in cfg.attacks and tokens:
         cut.notes.append(f"DCI not run: its inverse modules mirror convolutional blocks (C×H×W features), and the "
                          f"features at {', '.join(tokens)} are not; the leakage shown is rMLE's alone")
     elif "dci" in cfg.attacks:
-        return run_dci(cut.model, cut.blocks, inputs, cfg, budget, records, cut.notes, seed=seed, device=device,
-                       clock=clock)
-    return {}, {}
+        return run_dci(cut.model, cut.blocks, inputs, cfg, budget, cut.notes, seed=seed, device=device, clock=clock)
+    return Trained()
 
 
-def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], records: dict[str, dict[str, Any]], *,
-                  seed: int, device: torch.device) -> Inverted:
+def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], *, seed: int, device: torch.device
+                  ) -> Inverted:
     """Compute the probes' features per split, run the trained inverters on them, and the floor."""
     probes = inputs.probes.to(device)
     with seeded(seed, "probes", device=device), torch.no_grad():
@@ -227,18 +231,19 @@ def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], records:
             x = b(x)
             feats.append(x)
         recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(cut.blocks) for a in snapshots}
+        inference: dict[str, dict[str, float]] = {}
         for name, snaps in snapshots.items():
             t0, c0 = time.monotonic(), time.process_time()
             for k, snap in enumerate(snaps):
                 recons[name][k] = invert(snap, feats[k])
-            records[name]["inference_seconds_all_splits"] = round(time.monotonic() - t0, 4)
-            records[name]["inference_cpu_seconds_all_splits"] = round(time.process_time() - c0, 4)
+            inference[name] = {"inference_seconds_all_splits": round(time.monotonic() - t0, 4),
+                               "inference_cpu_seconds_all_splits": round(time.process_time() - c0, 4)}
         labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
         predicted, classes = predictions(cut.model, probes)
         fl = floor_scores(probes, predicted, labels, *_pool(cut.model, inputs, device))
     fl = replace(fl, mean_image_only=floor(probes))
     return Inverted(probes=probes, labels=labels, feats=feats, recons=recons, predicted=predicted, classes=classes,
-                    floor=fl)
+                    floor=fl, inference=inference)
 
 
 def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg: SplitInversionConfig,
@@ -247,7 +252,7 @@ def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg
     clock.stage("rmle")
     thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
     steps = budget.rmle_steps
-    out = Rmle(recons=[None] * len(blocks), settings=[None] * len(blocks), record={})
+    out = Rmle(recons=[None] * len(blocks), settings=[None] * len(blocks))
     tried, t0, c0 = [], time.monotonic(), time.process_time()
     for k in range(len(blocks)):
         with seeded(seed, "rmle", k, device=device):
@@ -256,28 +261,25 @@ def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg
         scored = [(settings, recon, summarise(per_image(inv.probes, recon))) for settings, recon in runs]
         out.settings[k], out.recons[k], _ = max(scored, key=lambda r: closeness(r[2], inv.floor, thresholds))
         tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
-    out.record = {"steps_per_run": steps, "tv_weights": list(cfg.rmle_tvs), "optimiser": "Adam lr 0.05, grey start",
-                  "search": "one run per TV weight, scored at half and at all of the steps; "
-                            "per split the setting closest to the leak rule counts",
-                  "tried_per_split": tried,
-                  "seconds_all_splits": round(time.monotonic() - t0, 2),
-                  "cpu_seconds_all_splits": round(time.process_time() - c0, 2)}
+    out.record = RmleRecord(steps_per_run=steps, tv_weights=list(cfg.rmle_tvs), tried_per_split=tried,
+                            seconds_all_splits=round(time.monotonic() - t0, 2),
+                            cpu_seconds_all_splits=round(time.process_time() - c0, 2))
     return out
 
 
-def train_probe_evaluator(inputs: Inputs, budget: Budget, records: dict[str, dict[str, Any]], *, seed: int,
-                          device: torch.device, clock: Clock) -> nn.Module | None:
-    """Train the independent evaluator classifier on labelled auxiliary data (None without labels)."""
+def train_probe_evaluator(inputs: Inputs, budget: Budget, *, seed: int, device: torch.device, clock: Clock
+                          ) -> tuple[nn.Module | None, dict[str, Any] | None]:
+    """Train the independent evaluator classifier on labelled auxiliary data; return it and its record (Nones
+    without labels)."""
     if inputs.aux is None or inputs.aux_labels is None or inputs.probe_labels is None:
-        return None
+        return None, None
     clock.stage("evaluator")
     with seeded(seed, "evaluator", device=device):
         evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
                                        steps=budget.classifier_steps, seed=derive_seed(seed, "evaluator-fit"),
                                        tick=clock.tick)
-    records["evaluator"] = {"arch": "2-conv CNN, independent of the target", "steps": n,
-                            "trained_on": "auxiliary data (never the probes)"}
-    return evaluator
+    return evaluator, {"arch": "2-conv CNN, independent of the target", "steps": n,
+                       "trained_on": "auxiliary data (never the probes)"}
 
 
 def score_splits(out: SplitAuditResult, inv: Inverted, evaluator: nn.Module | None, cfg: SplitInversionConfig, *,
@@ -328,13 +330,12 @@ def _scored(row: SplitRow, attacks: dict[str, dict[str, Any]], best: dict[str, s
 
 
 def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
-            records: dict[str, dict[str, Any]], notes: list[str], *, seed: int, device: torch.device, clock: Clock
-            ) -> tuple[dict[str, list], dict[str, torch.Tensor]]:
+            notes: list[str], *, seed: int, device: torch.device, clock: Clock) -> Trained:
     """Train DCI on the synthetic set (BN statistics, else image priors) and on ``--data``, one after the other.
 
     Each pipeline runs the preset's full step counts on its own seeded RNG stream; only the clock's
-    safety net can stop it (the plugin then reports the stage as cut). Returns the snapshots and
-    the training set of each pipeline.
+    safety net can stop it (the plugin then reports the stage as cut). Returns the snapshots, the
+    training set and the record of each pipeline, and the synthetic set's record.
     """
     shape = tuple(inputs.probes.shape[1:])
     with torch.no_grad():
@@ -351,7 +352,7 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
                          "were trained on an image-prior-only synthetic set (weak attacker; loose lower bound)")
     if inputs.aux is not None:
         jobs.append(("dci-aux", inputs.aux.to(device)))
-    snapshots, train_sets = {}, {}
+    snapshots, train_sets, records, synthesis = {}, {}, {}, None
     for name, data in jobs:
         if data is None:
             clock.stage("synthesis")
@@ -360,8 +361,8 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
                 data, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps,
                                        batch=budget.batch, use_ce=cfg.synth_ce, seed=seed, device=device,
                                        tick=clock.tick)
-            records["synthesis"] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                                    "cpu_seconds": round(time.process_time() - c0, 2)}
+            synthesis = {**rec, "seconds": round(time.monotonic() - t0, 2),
+                         "cpu_seconds": round(time.process_time() - c0, 2)}
             if not len(data):
                 continue
         clock.stage(name)
@@ -374,7 +375,7 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
         records[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
                          "cpu_seconds": round(time.process_time() - c0, 2)}
         train_sets[name] = data
-    return snapshots, train_sets
+    return Trained(snapshots, train_sets, TrainingRecords(synthesis=synthesis, dci=records))
 
 
 def closeness(scores: dict[str, float], floor: SplitFloor, thresholds: dict[str, float]) -> float:

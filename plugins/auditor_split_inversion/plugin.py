@@ -160,7 +160,7 @@ class SplitInversionPlugin:
                        "over probes",
             "thresholds": {"psnr_margin_db": cfg.psnr_margin_db, "ssim_margin": cfg.ssim_margin,
                            "rule": "a margin reaches its threshold and its interval lies above zero"},
-            "training": res.records, "notes": res.notes,
+            "training": res.records.as_dict(), "notes": res.notes,
         }
         artifacts = _artifacts(res, rows, fl, defence)
         if isinstance(ensembler, EnsemblerRun):
@@ -250,9 +250,9 @@ def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitI
     power, records = [], []
     clock.stage("positive control")
     with seeded(ctx.seed, "control", device=ctx.device):
-        if "rmle" in res.records:
+        if res.records.rmle is not None:
             check, rec = power_check(ctrl, res.probes, res.floor, thresholds, tvs=list(cfg.rmle_tvs),
-                                     steps=res.records["rmle"]["steps_per_run"], seed=ctx.seed, tick=clock.tick)
+                                     steps=res.records.rmle.steps_per_run, seed=ctx.seed, tick=clock.tick)
             power.append(check)
             records.append(rec)
         for name, data in list(res.train_sets.items())[:1]:
@@ -313,7 +313,7 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
             severity=Severity.HIGH if all(r.severity == Severity.HIGH for r in before_head) else Severity.MEDIUM,
             message=f"every evaluated split before the head leaks ({', '.join(r.split for r in before_head)})",
             location=before_head[-1].split, evidence={"splits": [r.split for r in before_head]}))
-    synth = res.records.get("synthesis", {})
+    synth = res.records.synthesis or {}
     if synth.get("source") == "image-prior-only":
         findings.append(WEAK_ATTACKER.finding(message=res.notes[0], evidence={"synthesis": synth}))
     return findings

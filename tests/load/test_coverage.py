@@ -23,7 +23,7 @@ from auditor.load.formats import Container, sniff
 from auditor.load.static_check import check_statically
 from auditor.report.files import not_judged
 from auditor.report.model import Severity
-from benchmarks.fixtures.sidecars import LOADERS, SIDECARS, Touch
+from fixtures.sidecars import LOADERS, SIDECARS, Touch
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning", "ignore::DeprecationWarning")

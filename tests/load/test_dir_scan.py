@@ -20,7 +20,7 @@ from auditor.audit.batch import collect
 from auditor.cli import run_cli
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
-from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
+from fixtures.hostile import Reduce, torch_save_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 torch.set_num_threads(1)

@@ -11,7 +11,7 @@ import transformers
 
 from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import check_statically
-from benchmarks.fixtures.hostile import graph_nodes, pt2_with_graph_edit
+from fixtures.hostile import graph_nodes, pt2_with_graph_edit
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

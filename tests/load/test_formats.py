@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from auditor.errors import CheckpointNotFound, EmptyCheckpoint, InputError, TruncatedArchive, UnknownFormat
 from auditor.load.formats import FORMATS, Container, sniff
-from benchmarks.fixtures.hostile import safetensors_header_only
+from fixtures.hostile import safetensors_header_only
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from auditor.cli import run_cli
 from auditor.load.loaders import load_checkpoint
 from auditor.report.render_json import validate_report_dict
-from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
+from fixtures.hostile import Reduce, torch_save_bytes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)

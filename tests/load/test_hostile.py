@@ -16,7 +16,7 @@ import timm.models
 import torch
 
 from auditor.load.loaders import LoadedModel, load_checkpoint
-from benchmarks.fixtures.hostile import (
+from fixtures.hostile import (
     Reduce,
     graph_nodes,
     pt2_with_graph_edit,

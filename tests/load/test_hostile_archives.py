@@ -20,7 +20,7 @@ import torch
 
 from auditor.cli import run_cli
 from auditor.load.loaders import LoadedModel, load_checkpoint
-from benchmarks.fixtures.hostile import (
+from fixtures.hostile import (
     Reduce,
     graph_nodes,
     pt2_config,

@@ -23,7 +23,7 @@ from auditor.config import ScanConfig
 from auditor.load.loaders import load_checkpoint
 from auditor.load.pickle_scan import scan_pickle
 from auditor.report.model import Report
-from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
+from fixtures.hostile import Reduce, torch_save_bytes
 from tests.fixtures.hostile_calls import FILE_CLASSES, FUNCTION_CALLS, SIDE_EFFECT_CLASSES
 from tests.load._models import small_model
 

@@ -16,7 +16,7 @@ import torch
 from auditor.audit.pipeline import scan
 from auditor.config import ScanConfig
 from auditor.load.loaders import load_checkpoint
-from benchmarks.fixtures.hostile import Reduce
+from fixtures.hostile import Reduce
 from tests.load._models import TINY_NET_SOURCE, small_model
 
 

@@ -20,7 +20,7 @@ import torch
 
 from auditor.errors import UnknownFormat
 from auditor.load.loaders import load_checkpoint
-from benchmarks.fixtures.hostile import rewrite_zip, torchscript_with_setstate
+from fixtures.hostile import rewrite_zip, torchscript_with_setstate
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 torch.set_num_threads(1)

@@ -27,7 +27,7 @@ from auditor.load.pickle_scan import (
     scan_stream,
 )
 from auditor.load.pickle_uses import USE_OPS
-from benchmarks.fixtures.hostile import (
+from fixtures.hostile import (
     Reduce,
     raw_ext,
     raw_getattr_import,

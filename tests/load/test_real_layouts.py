@@ -1,7 +1,7 @@
 """Real repository layouts load (or check) as safe: no README, requirements or shard is taken for a pickle.
 
 False positives cost as much as misses: each layout here is what a user scans, written by our own
-code (:mod:`benchmarks.fixtures.layouts`).
+code (:mod:`fixtures.layouts`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from auditor.cli import run_cli
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import check_statically
-from benchmarks.fixtures import layouts
+from fixtures import layouts
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)

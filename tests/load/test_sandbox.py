@@ -13,7 +13,7 @@ import torch
 from auditor.cli import run_cli
 from auditor.load import loaders, sandbox
 from auditor.load.loaders import load_checkpoint
-from benchmarks.fixtures.hostile import torchscript_with_setstate
+from fixtures.hostile import torchscript_with_setstate
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 _ALLOCATE_12GB = ["self.cache = torch.zeros([3 << 30], dtype=6)"]  # passes the op check: only its size is hostile

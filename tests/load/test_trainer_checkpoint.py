@@ -23,7 +23,7 @@ from auditor.load.formats import sniff
 from auditor.load.pickle_scan import scan_checkpoint
 from auditor.load.problems import CALL
 from auditor.load.static_check import judge
-from benchmarks.fixtures.hostile import Reduce
+from fixtures.hostile import Reduce
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 transformers = pytest.importorskip("transformers")

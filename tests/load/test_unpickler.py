@@ -15,7 +15,7 @@ from auditor.load.formats import sniff
 from auditor.load.pickle_scan import scan_checkpoint
 from auditor.load.static_check import judge
 from auditor.load.unpickler import ImportRefused, gated_pickle_module
-from benchmarks.fixtures.hostile import Reduce, raw_ext, raw_getattr_import, raw_memo_stack_global
+from fixtures.hostile import Reduce, raw_ext, raw_getattr_import, raw_memo_stack_global
 
 
 def _touch(path: str) -> None:

@@ -1,6 +1,6 @@
 """Archives that torch's reader (miniz) and Python's ``zipfile`` would read as two different archives are refused.
 
-Each file is assembled byte by byte (:mod:`benchmarks.fixtures.zips`); the live ones are first loaded with
+Each file is assembled byte by byte (:mod:`fixtures.zips`); the live ones are first loaded with
 plain ``torch.load`` to show torch runs the member Python never sees.
 """
 
@@ -17,8 +17,8 @@ import torch
 from auditor.load.formats import sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.pickle_scan import scan_checkpoint
-from benchmarks.fixtures.hostile import Reduce, torch_save_bytes
-from benchmarks.fixtures.zips import comment_hides_a_second_end, count_short, plain_zip, zip64_two_views
+from fixtures.hostile import Reduce, torch_save_bytes
+from fixtures.zips import comment_hides_a_second_end, count_short, plain_zip, zip64_two_views
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

@@ -128,7 +128,9 @@ def tiny_all_plugins(tmp_path_factory: pytest.TempPathFactory) -> Report:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tiny")
     model, data = write_tiny_audit(root)
-    cfg = ScanConfig(input_shape=(1, 16, 16), plugins=["all"], budget_s=60, data_dir=data,
+    # Each plugin's budget is ten times what the whole scan takes on an idle box, so the plugins' wall-clock safety
+    # nets cannot cut a stage (and its chart) on a loaded one: how much runs is TINY_CONFIG's work budget.
+    cfg = ScanConfig(input_shape=(1, 16, 16), plugins=["all"], budget_s=600, data_dir=data,
                      plugin_config=TINY_CONFIG)
     return scan(model, cfg)
 

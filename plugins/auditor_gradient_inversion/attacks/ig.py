@@ -185,9 +185,18 @@ def invert(
         on_step: called at the top of every iteration, before ``check_budget``, with an :class:`IGStep`
             (the trace a benchmark reads; it costs nothing when None).
     """
-    with seeded_rng(seed, targets.device):
-        return _invert(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise, check_budget,
-                       on_step)
+    with seeded_rng(seed, targets.device):  # set the trials up, descend, keep each best restart
+        t = _trials(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise)
+        run_step = _stepper(oracle, t)
+        everyone = torch.arange(len(t.order), device=targets.device)
+        if noise == "fresh":
+            _fresh(t.eps, t.gens, everyone)
+        batched, note = _choose_mode(lambda b: run_step(b, everyone), len(t.order), t.group[0].trial_mode,
+                                     sum(oracle.sizes))
+        start = time.monotonic()
+        descent = _descend(oracle, t, run_step, batched, noise == "fresh", check_budget, on_step)
+        x, loss, steps = _best_restarts(t, descent, targets.shape[0])
+        return IGResult(x=x, loss=loss, steps=steps, seconds=time.monotonic() - start, batched=batched, note=note)
 
 
 @dataclass(frozen=True)
@@ -232,33 +241,6 @@ class _Descent:
     best_x: torch.Tensor
     best_loss: torch.Tensor
     steps: torch.Tensor
-
-
-def _invert(
-    oracle: GradientOracle,
-    targets: torch.Tensor,
-    labels: torch.Tensor,
-    shape: Sequence[int],
-    box: tuple[torch.Tensor, torch.Tensor],
-    settings: IGSettings | Sequence[IGSettings],
-    seed: int,
-    noise_shapes: Sequence[tuple[int, ...]] | None,
-    noise: NoiseMode | None,
-    check_budget: Callable[[], bool | None],
-    on_step: Callable[[IGStep], None] | None,
-) -> IGResult:
-    """Run :func:`invert` inside its seeded RNG fork: set the trials up, descend, keep each best restart."""
-    t = _trials(oracle, targets, labels, shape, box, settings, seed, noise_shapes, noise)
-    run_step = _stepper(oracle, t)
-    everyone = torch.arange(len(t.order), device=targets.device)
-    if noise == "fresh":
-        _fresh(t.eps, t.gens, everyone)
-    batched, note = _choose_mode(lambda b: run_step(b, everyone), len(t.order), t.group[0].trial_mode,
-                                 sum(oracle.sizes))
-    start = time.monotonic()
-    descent = _descend(oracle, t, run_step, batched, noise == "fresh", check_budget, on_step)
-    x, loss, steps = _best_restarts(t, descent, targets.shape[0])
-    return IGResult(x=x, loss=loss, steps=steps, seconds=time.monotonic() - start, batched=batched, note=note)
 
 
 def _trials(

@@ -11,7 +11,7 @@ from auditor_gradient_inversion.stochastic import split_parameters
 from torch import nn
 
 from auditor.plugin import default_probe_images
-from benchmarks.fixtures import models as M
+from fixtures import models as M
 
 
 def _count(model: nn.Module) -> int:

@@ -11,7 +11,7 @@ from auditor_gradient_inversion.config import GradientInversionConfig
 
 from auditor.graph.profile import profile_model
 from auditor.plugin import RunContext
-from benchmarks.fixtures import models as M
+from fixtures import models as M
 
 
 def _run(model: torch.nn.Module, shape: tuple[int, int, int], **cfg):

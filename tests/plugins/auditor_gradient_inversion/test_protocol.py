@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.fixtures import models as M
-from benchmarks.fixtures.protocol import protocol_attack
+from fixtures import models as M
+from fixtures.protocol import protocol_attack
 
 
 def _mean(values: list[float]) -> float:

@@ -21,7 +21,7 @@ from torch import nn
 from auditor.cli import run_cli
 from auditor.graph.profile import profile_model
 from auditor.plugin import PluginResult, RunContext, floor_images, image_floor_scores, image_scores
-from benchmarks.fixtures import models as M
+from fixtures import models as M
 from tests.plugins._busy import busy_cpu
 
 
@@ -163,8 +163,8 @@ def test_same_seed_gives_the_same_headline_with_the_cpu_busy_on_a_noisy_model() 
 def test_digit_probes_are_judged_over_the_class_mean_of_the_data(tmp_path: Path) -> None:
     import numpy as np
 
-    from benchmarks.fixtures.digits import SHAPE, write_manifest
-    from benchmarks.fixtures.models import TinyCNN
+    from fixtures.digits import SHAPE, write_manifest
+    from fixtures.models import TinyCNN
 
     bundle = write_manifest(tmp_path, {"train": np.arange(120)})
     torch.manual_seed(0)

@@ -20,7 +20,7 @@ from auditor_gradient_inversion.config import GradientInversionConfig
 from auditor.graph.profile import profile_model
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
-from benchmarks.fixtures import models as M
+from fixtures import models as M
 
 BUDGET_S = 1200.0  # 10x this run's time stays far below 90 % of it even on a busy box
 CONFIG = GradientInversionConfig(images=3, iterations=100, group_iterations=10)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import nn
 
-from benchmarks.fixtures.mia import write_folders
+from fixtures.mia import write_folders
 
 #: A seeded order of the 1,797 digits; members, non-members and other models' data are cut from it.
 ORDER = np.random.default_rng(5).permutation(1797)

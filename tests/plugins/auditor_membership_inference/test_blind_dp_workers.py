@@ -16,7 +16,7 @@ from auditor_membership_inference.dp import auc_max, epsilon_audit, epsilon_from
 from auditor_membership_inference.metrics import selection_half
 from auditor_membership_inference.references import draws_randomness, resolve_workers
 
-from benchmarks.fixtures.digits import context, write_manifest
+from fixtures.digits import context, write_manifest
 from tests.plugins.auditor_membership_inference import _scenarios as S
 
 

@@ -42,7 +42,6 @@ from auditor_split_inversion.plugin import _ensembler_csv
 from auditor_split_inversion.verdict import SplitFloor, floor_scores, judge_defence, leaks, margins, wilson_low
 from PIL import Image
 from pydantic import ValidationError
-from sklearn.datasets import load_digits
 from torch import nn
 
 from auditor.data import load_data_dir
@@ -51,6 +50,7 @@ from auditor.plugin import RunContext
 from auditor.plugin.registry import PluginEntry
 from auditor.plugin.runner import RunSettings, run_plugins
 from auditor.report.render_html import render_html
+from fixtures.digits import digits_split
 from tests.plugins._busy import busy_cpu
 from tests.report.conftest import make_full_report
 
@@ -82,11 +82,7 @@ class DigitsNet(nn.Module):
 @pytest.fixture(scope="module")
 def digits() -> dict:
     torch.manual_seed(0)
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    tr, te = perm[:1400], perm[1400:]
+    x, y, tr, te = digits_split()
     net = DigitsNet()
     opt = torch.optim.Adam(net.parameters(), 3e-3)
     for _ in range(8):
@@ -117,7 +113,7 @@ def test_dci_beats_the_floor_at_the_first_split_and_not_at_the_logits(digits: di
                 clock=Clock(None, lambda: None, lambda: None))
     floor, rows = res.floor, res.rows
     first, logits = rows[0].attacks["dci"], rows[-1]
-    assert res.records["synthesis"]["source"] == "bn-statistics"
+    assert res.records.synthesis is not None and res.records.synthesis["source"] == "bn-statistics"
     assert first["psnr_mean"] - floor.psnr_mean >= 4.0, (first, floor)
     assert first["ssim_mean"] - floor.ssim_mean >= 0.15, (first, floor)
     assert logits.split == "fc" and logits.psnr_margin <= 1.0 and logits.ssim_margin <= 0.05, logits
@@ -301,7 +297,7 @@ def test_a_vit_is_attacked_at_token_split_points() -> None:
     res = audit(vit, profile, inputs, cfg, budget, seed=0, device=torch.device("cpu"), clock=clock)
     assert [r.split for r in res.rows] == [chosen[0].id, chosen[1].id]
     assert any("'conv_proj' skipped" in n for n in res.notes)
-    assert any(n.startswith("DCI not run") for n in res.notes) and "synthesis" not in res.records
+    assert any(n.startswith("DCI not run") for n in res.notes) and res.records.synthesis is None
     assert all(list(r.attacks) == ["rmle"] and r.attacks["rmle"]["psnr_mean"] > 0 for r in res.rows)
 
 

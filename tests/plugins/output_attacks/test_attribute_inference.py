@@ -12,8 +12,8 @@ from auditor_attribute_inference.config import AttributeInferenceConfig
 from sklearn.datasets import load_digits
 
 from auditor.plugin.runner import _judged
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import TinyCNN, fit
+from fixtures.digits import context, write_manifest
+from fixtures.models import TinyCNN, fit
 
 ORDER = np.random.default_rng(1).permutation(1797)
 

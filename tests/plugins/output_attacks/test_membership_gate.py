@@ -16,11 +16,11 @@ from auditor_membership_inference.config import MembershipInferenceConfig
 
 from auditor.cli import run_cli
 from auditor.data import load_data_dir
-from benchmarks.fixtures.digits import context
-from benchmarks.fixtures.mia import ORDER, noisy_digits, train, train_dp, write_folders
-from benchmarks.fixtures.models import NoisyMLP
+from fixtures.digits import context
+from fixtures.mia import ORDER, noisy_digits, train, train_dp, write_folders
+from fixtures.models import NoisyMLP
 
-IMPORT = ["--import", "benchmarks.fixtures.models", "--input-shape", "1,8,8"]
+IMPORT = ["--import", "fixtures.models", "--input-shape", "1,8,8"]
 MEMBERS, NON_MEMBERS = ORDER[:300], ORDER[300:700]
 
 

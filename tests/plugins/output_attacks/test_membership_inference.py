@@ -16,8 +16,8 @@ from torch import nn
 
 from auditor.plugin.runner import _judged
 from auditor.store import ParentStore, ScopedIO, activated
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit, mlp
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit, mlp
 
 ORDER = np.random.default_rng(0).permutation(1797)
 

@@ -11,8 +11,8 @@ from auditor_membership_inference import plugin, references
 from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
 
 from auditor.distributed import parallel_map, ray_session
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit, mlp
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit, mlp
 
 pytest.importorskip("ray")
 

@@ -23,8 +23,8 @@ from auditor.cli import run_cli
 from auditor.plugin import PluginSkipped
 from auditor.plugin.runner import _judged
 from auditor.store import ParentStore, ScopedIO, activated
-from benchmarks.fixtures.digits import context, write_manifest
-from benchmarks.fixtures.models import fit
+from fixtures.digits import context, write_manifest
+from fixtures.models import fit, train_epochs
 
 ORDER = np.random.default_rng(2).permutation(1797)
 
@@ -178,15 +178,7 @@ def gmi(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Pat
     x, y = bundle.splits["train"].tensors((1, 8, 8))
     torch.manual_seed(0)
     model = _cnn()
-    opt = torch.optim.Adam(model.parameters(), 3e-3)
-    for _ in range(30):
-        order = torch.randperm(len(x))
-        for s in range(0, len(x), 32):
-            idx = order[s : s + 32]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    train_epochs(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), epochs=30)
     torch.save(model.eval(), root / "trained.pt")
     torch.manual_seed(1)
     torch.save(_cnn().eval(), root / "random.pt")
@@ -291,15 +283,7 @@ def test_vae_tier_has_power_at_16x16_and_finds_the_trained_cnn(tmp_path: Path) -
     x, y = bundle.splits["train"].tensors(shape)
     torch.manual_seed(0)
     model = _cnn()
-    opt = torch.optim.Adam(model.parameters(), 3e-3)
-    for _ in range(30):
-        order = torch.randperm(len(x))
-        for s in range(0, len(x), 32):
-            idx = order[s : s + 32]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    train_epochs(model, x, y, torch.optim.Adam(model.parameters(), 3e-3), epochs=30)
     cfg = ModelInversionConfig(restarts=5, candidates=4, steps=100, eval_epochs=20, eval_width=16, control_epochs=60,
                                prior_epochs=30, cache_dir=None)
     assert cfg.prior_flips
