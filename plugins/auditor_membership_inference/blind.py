@@ -9,6 +9,7 @@ so its AUC is held out like the model's, and the two can be compared sample by s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -114,13 +115,39 @@ def advice(blind: dict[str, Any]) -> str:
     )
 
 
-def paired_excess(
-    member: np.ndarray, model: np.ndarray, blind: np.ndarray, *, n_boot: int, seed: int
-) -> tuple[float, list[float], float]:
-    """Return the model's AUC minus max(0.5, blind AUC) on the same targets, its bootstrap CI, and the floor.
+@dataclass(frozen=True)
+class Excess:
+    """The headline AUC over the blind floor: the margin, its 95 % bootstrap CI, the floor and why that floor."""
 
-    Both AUCs are recomputed on every stratified resample of the same targets (paired), so the
-    interval accounts for the blind baseline's own noise.
+    margin: float
+    ci95: tuple[float, float]
+    floor: float
+    blind_significant: bool  # the blind AUC's CI lies above 0.5, so it is the floor (else 0.5)
+
+    @property
+    def rule(self) -> str:
+        """Say which floor was used and how the margin's interval was formed."""
+        if self.blind_significant:
+            return ("floor = the blind AUC (its 95% CI lies above 0.5); margin = AUC - blind AUC, both recomputed "
+                    "on every paired stratified resample of the same targets")
+        return ("floor = 0.5 (the blind AUC's 95% CI reaches 0.5, so it is not used: its noise is not spent "
+                "against the model); margin = AUC - 0.5, CI from stratified resamples of the model's AUC")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the excess for the report's metrics."""
+        return {"margin": self.margin, "ci95": list(self.ci95), "floor": self.floor,
+                "blind_significant": self.blind_significant, "rule": self.rule}
+
+
+def paired_excess(
+    member: np.ndarray, model: np.ndarray, blind: np.ndarray, *, blind_lo: float, n_boot: int, seed: int
+) -> Excess:
+    """Return the model's AUC over the blind floor on the same targets, with its bootstrap CI.
+
+    The floor is the blind AUC only when its CI's lower end ``blind_lo`` is above 0.5, else 0.5 (no
+    max(): a blind AUC that is noise around 0.5 would move the margin's lower end by its own noise).
+    With the blind floor, both AUCs are recomputed on every stratified resample of the same targets
+    (paired), so the interval of their difference accounts for both estimates.
     """
     from auditor_membership_inference.metrics import weighted_metrics
 
@@ -130,7 +157,12 @@ def paired_excess(
     w_in = rng.multinomial(int(ins.sum()), np.full(int(ins.sum()), 1 / ins.sum()), size=n_boot)
     w_out = rng.multinomial(int(outs.sum()), np.full(int(outs.sum()), 1 / outs.sum()), size=n_boot)
     m_auc = weighted_metrics(model[ins], model[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
-    b_auc = weighted_metrics(blind[ins], blind[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
-    excess = m_auc - np.maximum(0.5, b_auc)
+    significant = bool(blind_lo > 0.5)
+    if significant:
+        b_auc = weighted_metrics(blind[ins], blind[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
+    else:
+        b_auc = np.full_like(m_auc, 0.5)
+    excess = m_auc - b_auc
     lo, hi = np.percentile(excess[1:], [2.5, 97.5])
-    return round(float(excess[0]), 4), [round(float(lo), 4), round(float(hi), 4)], round(float(max(0.5, b_auc[0])), 4)
+    return Excess(margin=round(float(excess[0]), 4), ci95=(round(float(lo), 4), round(float(hi), 4)),
+                  floor=round(float(b_auc[0]), 4), blind_significant=significant)

@@ -29,6 +29,8 @@ from auditor_membership_inference.lowfpr import _candidate_cuts, _counts, cloppe
 
 #: The attacks the DP audit reads, in this order, those present (a fixed set keeps the correction small).
 DP_ATTACKS = ("loss", "modified-entropy", "lira-offline", "rmia")
+#: The two sides of the DP inequality: calling members (the high tail) and calling non-members (the low tail).
+SIDES = ("members", "non-members")
 
 
 def auc_max(eps: float, delta: float, grid: int = 20001) -> float:
@@ -103,7 +105,8 @@ def _side_test(score: np.ndarray, member: np.ndarray, select: np.ndarray, delta:
 
 
 def epsilon_audit(
-    scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, delta: float, auc_attack: str
+    scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, delta: float, auc_attack: str,
+    sides: tuple[str, ...] = SIDES, with_auc: bool = True,
 ) -> dict[str, Any]:
     """Return every DP test on the report half and the largest bound, jointly a 95 % lower bound (Bonferroni).
 
@@ -112,17 +115,22 @@ def epsilon_audit(
         member, select: which targets are members, which are in the selection half.
         delta: the delta of the guarantee tested.
         auc_attack: the attack whose report-half AUC is held against the AUC bound (the headline attack).
+        sides: the threshold tests run (both by default; only ``"members"`` when no guard reads the
+            non-members' tail, see ``tail``).
+        with_auc: whether the AUC test runs (it reads the whole distribution, the non-members' tail too).
     """
     names = [a for a in DP_ATTACKS if a in scores] or [auc_attack]
-    m = 2 * len(names) + 1
+    m = len(sides) * len(names) + int(with_auc)
     alpha = 0.05 / m
     tests = [{"attack": a, **_side_test(scores[a], member, select, delta, alpha, side)}
-             for a in names for side in ("members", "non-members")]
+             for a in names for side in sides]
     rep = ~select
-    auc, auc_lo = _delong_lower(member[rep], scores[auc_attack][rep], alpha)
-    auc_test = {"attack": auc_attack, "side": "auc", "auc": round(auc, 4), "auc_lo": round(auc_lo, 4),
-                "epsilon": round(epsilon_from_auc(auc_lo, delta), 4)}
-    best = max([*tests, auc_test], key=lambda t: t["epsilon"])
+    auc_test = None
+    if with_auc:
+        auc, auc_lo = _delong_lower(member[rep], scores[auc_attack][rep], alpha)
+        auc_test = {"attack": auc_attack, "side": "auc", "auc": round(auc, 4), "auc_lo": round(auc_lo, 4),
+                    "epsilon": round(epsilon_from_auc(auc_lo, delta), 4)}
+    best = max([*tests, *([auc_test] if auc_test else [])], key=lambda t: t["epsilon"])
     n_in, n_out = int(member[rep].sum()), int((~member[rep]).sum())
     perfect = epsilon_from(clopper_pearson(n_in, n_in, alpha)[0], clopper_pearson(0, n_out, alpha)[1], delta)
     return {
@@ -137,13 +145,19 @@ def epsilon_audit(
         "epsilon_resolvable": round(perfect, 4),
         "threshold_tests": tests,
         "auc_test": auc_test,
+        "sides": list(sides),
         "how": f"{m} tests on the report half ({n_in} members, {n_out} non-members), each at alpha = 0.05/{m} "
-        f"(Bonferroni, so all hold together at 95%): for each of {', '.join(names)}, TPR <= e^eps FPR + delta "
-        "(calling members) and TNR <= e^eps FNR + delta (calling non-members) at a threshold chosen on the "
-        "selection half, with Clopper-Pearson bounds, eps >= ln((rate_lo - delta) / other_hi); and the "
-        f"{auc_attack} AUC's DeLong lower bound against the largest AUC an (eps, delta)-DP test allows "
-        "(e^eps / (1 + e^eps) at delta 0); the bound is the largest of them",
+        f"(Bonferroni, so all hold together at 95%): for each of {', '.join(names)}, "
+        f"{' and '.join(_SIDE_WORDS[s] for s in sides)} at a threshold chosen on the "
+        "selection half, with Clopper-Pearson bounds, eps >= ln((rate_lo - delta) / other_hi)"
+        + (f"; and the {auc_attack} AUC's DeLong lower bound against the largest AUC an (eps, delta)-DP test allows "
+           "(e^eps / (1 + e^eps) at delta 0)" if with_auc else "; no AUC test (it reads the non-members' tail)")
+        + "; the bound is the largest of them",
     }
+
+
+_SIDE_WORDS = {"members": "TPR <= e^eps FPR + delta (calling members)",
+               "non-members": "TNR <= e^eps FNR + delta (calling non-members)"}
 
 
 def auc_limit(eps: float, delta: float) -> float:

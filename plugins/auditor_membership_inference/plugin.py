@@ -32,8 +32,10 @@ from auditor_membership_inference.metrics import (
 )
 from auditor_membership_inference.plots import roc_chart
 from auditor_membership_inference.references import logits, resolve_workers, train_references, view_logits
+from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.rules import RULES
 from auditor_membership_inference.scoring import HEADLINE_ORDER, References, headline_attack, phi, scores
+from auditor_membership_inference.tail import tail_guard, target_names
 from auditor_membership_inference.verdict import Evidence, headline, judge
 
 
@@ -64,6 +66,8 @@ class MembershipInferencePlugin:
         shape = tuple(ctx.profile.input_shape)
         xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
         xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        names = target_names([split.paths[i] for split in (bundle.splits["train"], bundle.splits["test"])
+                              for i in split.subset(limit=cfg.max_targets_per_side, seed=ctx.seed)], bundle.root)
         x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
         member = np.arange(len(x)) < len(xm)
         select = selection_half(member, ctx.seed)
@@ -87,7 +91,7 @@ class MembershipInferencePlugin:
                 **held_out_balanced_accuracy(member, score, select, n_boot=cfg.bootstrap, seed=ctx.seed),
                 **gap,
             }
-        evidence = _evidence(ctx, cfg, member, select, got, gap, blind, refs, extra)
+        evidence = _evidence(ctx, cfg, (member, select), got, gap, blind, refs, extra, names)
         control, power = run_control(ctx, cfg, x, y, member, refs, int(target_logits.shape[1]), _cache(cfg))
         findings, undecided = judge(cfg, evidence, power_passed=power.passed)
         metrics = _metrics(cfg, member, select, evidence, results, control, int(target_logits.shape[1]))
@@ -178,24 +182,36 @@ def _fit_attacks(
 
 
 def _evidence(
-    ctx: RunContext, cfg: MembershipInferenceConfig, member: np.ndarray, select: np.ndarray,
+    ctx: RunContext, cfg: MembershipInferenceConfig, halves: tuple[np.ndarray, np.ndarray],
     got: dict[str, np.ndarray], gap: dict[str, float], blind: dict[str, Any], refs: References | None,
-    extra: dict[str, Any],
+    extra: dict[str, Any], names: list[str],
 ) -> Evidence:
-    """Return the held-out evidence: headline attack over the blind floor, low-FPR pair, DP audit, shift check."""
+    """Return the held-out evidence: headline over the blind floor, low-FPR pair, DP audit, shift and tail checks.
+
+    Without references no guard reads the non-members' tail with the model's own kind of score, so the
+    DP audit then reads the members' side only (no non-members' side, no AUC test, which reads that tail too).
+    """
+    member, select = halves
     best = headline_attack(got)
     rep = ~select
-    excess, excess_ci, floor = paired_excess(member[rep], got[best][rep], blind["scores"][rep],
-                                             n_boot=cfg.bootstrap, seed=ctx.seed)
+    guarded = refs is not None  # the references' OUT scores read the non-members' tail; nothing else does
+    sides = dp.SIDES if guarded else ("members",)
+    eps = dp.epsilon_audit(got, member, select, cfg.claimed_delta, best, sides, with_auc=guarded)
+    no_signal, source = ((refs.out_scores, "the references' OUT scores") if refs is not None else
+                         ({"blind": blind["scores"]}, "the blind baseline's scores"))
     return Evidence(
         best=best, held=held_out(cfg, member, select, got[best], ctx.seed), gap=gap,
-        excess={"margin": excess, "ci95": excess_ci, "floor": floor},
+        excess=paired_excess(member[rep], got[best][rep], blind["scores"][rep], blind_lo=blind["auc_ci95"][0],
+                             n_boot=cfg.bootstrap, seed=ctx.seed),
         blind={k: v for k, v in blind.items() if k != "scores"},
-        low=lowfpr.low_fpr(got, member, select, cfg.low_fpr),
-        eps=dp.epsilon_audit(got, member, select, cfg.claimed_delta, best),
+        low=lowfpr.low_fpr(got, member, select, cfg.low_fpr), eps=eps,
         shift=exchangeability(refs.out_scores, member, cfg, ctx.seed) if refs is not None else
         {"checked": False, "why": "not checked: it needs reference models (references >= 2)"},
         fit=extra.get("recipe_fit", {}),
+        resolve=resolvability(eps["members"], eps["non_members"], eps["tests"], cfg.claimed_delta,
+                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded),
+        tail=tail_guard(no_signal, member, select, delta=cfg.claimed_delta, fpr=cfg.low_fpr,
+                        tolerance=cfg.tail_max_epsilon, source=source, names=names, sides=sides, cross_fit=guarded),
     )
 
 
@@ -208,7 +224,9 @@ def _metrics(
         "members": int(member.sum()), "non_members": int((~member).sum()), "classes": n_classes, **ev.gap,
         "blind_baseline": ev.blind, "best_attack": ev.best,
         "best_attack_chosen_on": f"fixed order {' > '.join(HEADLINE_ORDER)} (the first that ran)",
-        "held_out": ev.held, "auc_over_blind": ev.excess, "low_fpr": ev.low, "epsilon": ev.eps,
+        "held_out": ev.held, "auc_over_blind": ev.excess.as_dict(), "low_fpr": ev.low, "epsilon": ev.eps,
+        "tail_guard": None if ev.tail is None else ev.tail.as_dict(),
+        "smallest_detectable_epsilon": ev.resolve.smallest_epsilon,
         "exchangeability": ev.shift, "recipe_fit": ev.fit, "attacks": results,
         "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
         "positive_control": control,
@@ -216,7 +234,10 @@ def _metrics(
     if cfg.claimed_epsilon is not None:
         metrics["dp_claim"] = {"claimed_epsilon": cfg.claimed_epsilon, "claimed_delta": cfg.claimed_delta,
                                "epsilon_lower_bound": ev.eps["epsilon_lower_bound"],
-                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta)}
+                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta),
+                               "testable": ev.resolve.testable(cfg.claimed_epsilon),
+                               "members_needed": ev.resolve.members_needed,
+                               "non_members_needed": ev.resolve.non_members_needed}
     return metrics
 
 

@@ -10,6 +10,7 @@ from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.dp import epsilon_audit
 from auditor_membership_inference.lowfpr import clopper_pearson, epsilon_from, low_fpr
 from auditor_membership_inference.metrics import selection_half
+from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.verdict import Evidence, judge
 
 
@@ -46,7 +47,9 @@ def test_the_low_fpr_rule_reads_the_best_attack_at_low_fpr_not_the_best_auc() ->
 def _evidence(low: dict, member: np.ndarray, select: np.ndarray) -> Evidence:
     held = {"auc": 0.5, "auc_ci95": [0.45, 0.55]}
     eps = epsilon_audit({"a": np.zeros(len(member))}, member, select, 1e-5, "a")
-    return Evidence(best="a", held=held, gap={"train_test_gap": 0.0}, low=low, eps=eps, shift={"checked": False})
+    res = resolvability(eps["members"], eps["non_members"], eps["tests"], 1e-5, None)
+    return Evidence(best="a", held=held, gap={"train_test_gap": 0.0}, low=low, eps=eps, shift={"checked": False},
+                    resolve=res)
 
 
 def test_too_few_targets_say_the_low_fpr_rule_was_not_judged() -> None:
