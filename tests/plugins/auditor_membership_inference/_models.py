@@ -1,26 +1,30 @@
-"""Memorising models for the membership verdict tests: a small CNN and a tiny ViT on 8x8 digits, and their trainer.
+"""Memorising models for the membership verdict tests: a small CNN and a tiny ViT on 8x8 digits, their trainer, and
+a PNG writer for folders with chosen labels (a dirty test/).
 
 The ViT is a module of its own, so a scan loads it with ``--import tests.plugins.auditor_membership_inference._models``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import nn
 
 
 def cnn() -> nn.Sequential:
-    """Return a small CNN (two 3x3 convolutions, a pool, a two-layer head): loadable without ``--import``."""
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 16, 64), nn.ReLU(), nn.Linear(64, 10))
+    """Return a small CNN (two 3x3 convolutions around a pool, a linear head): loadable without ``--import``."""
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(16 * 16, 10))
 
 
 class TinyViT(nn.Module):
-    """A patch-2 ViT on 1x8x8: 16 patch tokens and a class token, learnt positions, one pre-LN block of width 32."""
+    """A patch-2 ViT on 1x8x8: 16 patch tokens and a class token, learnt positions, one pre-LN block of width 16."""
 
-    def __init__(self, dim: int = 32, heads: int = 2, classes: int = 10) -> None:
+    def __init__(self, dim: int = 16, heads: int = 2, classes: int = 10) -> None:
         super().__init__()
         self.patch = nn.Conv2d(1, dim, 2, stride=2)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
@@ -60,3 +64,11 @@ def memorise(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int,
             loss.backward()
             opt.step()
     return model.eval()
+
+
+def write_split(root: Path, split: str, imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:
+    """Write ``imgs[idx]`` as ``root/split/<label>/<index>.png`` (8-bit grey), labelled by ``labels[idx]``."""
+    for i in idx:
+        path = root / split / str(int(labels[i])) / f"{int(i):04d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((imgs[i] * 255).round().astype(np.uint8), mode="L").save(path)
