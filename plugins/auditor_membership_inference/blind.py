@@ -9,7 +9,7 @@ so its AUC is held out like the model's, and the two can be compared sample by s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,9 +75,37 @@ def blind_scores(features: np.ndarray, member: np.ndarray, select: np.ndarray, s
     return clf.predict_proba(features)[:, 1]
 
 
+@dataclass(frozen=True)
+class BlindBaseline:
+    """The blind classifier's held-out AUC and whether the two sides are exchangeable; its scores for the floor."""
+
+    auc: float
+    auc_ci95: tuple[float, float]
+    shifted: bool  # the CI's lower end exceeds ``limit``
+    limit: float
+    scores: np.ndarray = field(repr=False, compare=False)  # member probability of every target
+    how: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the baseline for the report (without the scores)."""
+        return {"auc": self.auc, "auc_ci95": list(self.auc_ci95), "shifted": self.shifted, "limit": self.limit,
+                "how": self.how}
+
+    def advice(self) -> str:
+        """Return why the run cannot judge membership when the blind baseline separates the sides, and what to do."""
+        lo, hi = self.auc_ci95
+        return (
+            f"members (train/) and non-members (test/) are not exchangeable: a blind classifier on the images and "
+            f"labels alone, which never queries the model, tells them apart with held-out AUC {self.auc:.3f} "
+            f"(95% CI {lo:.3f}-{hi:.3f}, above {self.limit:.2f}), so no membership or DP finding can be read from "
+            "them; draw test/ from the same source as train/ (a random held-out split of the training pool, same "
+            "preprocessing and crop) and re-run"
+        )
+
+
 def blind_baseline(
     x: torch.Tensor, y: torch.Tensor, member: np.ndarray, select: np.ndarray, *, margin: float, n_boot: int, seed: int
-) -> dict[str, Any]:
+) -> BlindBaseline:
     """Return the blind classifier's held-out AUC, its CI, and whether the two sides are exchangeable.
 
     ``shifted`` is true when the 95 % CI's lower end exceeds ``0.5 + margin``: the folders differ in a
@@ -88,30 +116,15 @@ def blind_baseline(
     scores = blind_scores(image_features(x, y), member, select, seed)
     rep = ~select
     s = summarise(member[rep], scores[rep], [], n_boot=n_boot, seed=seed)
-    lo = s["auc_ci95"][0]
-    return {
-        "auc": s["auc"],
-        "auc_ci95": s["auc_ci95"],
-        "shifted": bool(lo > 0.5 + margin),
-        "limit": round(0.5 + margin, 4),
-        "scores": scores,
-        "how": "blind baseline (Das et al. 2024): gradient-boosted trees on the inputs and labels alone (pixels "
+    lo, hi = s["auc_ci95"]
+    return BlindBaseline(
+        auc=s["auc"], auc_ci95=(lo, hi), shifted=bool(lo > 0.5 + margin), limit=round(0.5 + margin, 4),
+        scores=scores,
+        how="blind baseline (Das et al. 2024): gradient-boosted trees on the inputs and labels alone (pixels "
         f"pooled to at most {_MAX_SIDE}x{_MAX_SIDE}, intensity quantiles, border/centre means, sharpness, centre "
         "of mass and spread, the label), no model query; trained on the selection half, AUC members vs "
         f"non-members on the report half with a {n_boot}-resample stratified bootstrap CI; the sides count as "
         f"exchangeable unless the CI's lower end exceeds {0.5 + margin:.2f}",
-    }
-
-
-def advice(blind: dict[str, Any]) -> str:
-    """Return why the run cannot judge membership when the blind baseline separates the sides, and what to do."""
-    lo, hi = blind["auc_ci95"]
-    return (
-        f"members (train/) and non-members (test/) are not exchangeable: a blind classifier on the images and "
-        f"labels alone, which never queries the model, tells them apart with held-out AUC {blind['auc']:.3f} "
-        f"(95% CI {lo:.3f}-{hi:.3f}, above {blind['limit']:.2f}), so no membership or DP finding can be read from "
-        "them; draw test/ from the same source as train/ (a random held-out split of the training pool, same "
-        "preprocessing and crop) and re-run"
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from auditor_membership_inference.dp import epsilon_audit
+from auditor_membership_inference.dp import SideTest, epsilon_audit
 from auditor_membership_inference.lowfpr import low_fpr
 
 #: Outlying targets named in the report (lowest no-signal scores first).
@@ -34,7 +34,7 @@ class TailGuard:
     side: str  # "members", "non-members" or "auc"
     low_fpr_ratio_lo: float | None  # TPR_lo / FPR_hi of the cross-fitted low-FPR pick; None: not cross-fittable
     tolerance: float  # tail_max_epsilon
-    outlying_share: float  # on the report half: the side's share beyond the guard's cut, minus the other side's
+    outlying_share: float  # report half: the side's share beyond the guard's threshold minus the other folder's
     outliers: tuple[str, ...]  # the most outlying targets of that side (file names)
 
     @property
@@ -50,8 +50,8 @@ class TailGuard:
             f"scores that carry no membership signal ({self.source}) give an epsilon lower bound of "
             f"{self.epsilon_lower_bound:.2f} ({self.attack}, side: {self.side}; tolerance {self.tolerance:g}) and "
             f"TPR_lo / FPR_hi {_ratio(self.low_fpr_ratio_lo)} at low FPR (tolerance 1); about "
-            f"{self.outlying_share:.0%} of {folder} lies beyond anything the other folder reaches there (wrong "
-            "labels, corrupt or out-of-domain samples); "
+            f"{self.outlying_share:.0%} more of {folder} than of the other folder lies beyond the guard's threshold "
+            "(wrong labels, corrupt or out-of-domain samples); "
             f"the most outlying: {', '.join(self.outliers) or 'none named'}; check or remove them and re-run. "
             "No DP or low-FPR finding is read from the model"
         )
@@ -79,18 +79,17 @@ def tail_guard(
     """
     first = next(iter(scores))
     eps = epsilon_audit(scores, member, select, delta, first, sides, with_auc=False)
-    ratio = float(low_fpr(scores, member, select, fpr)["ratio_lo"]) if cross_fit else None
-    side, attack = eps["side"], eps["attack"]
+    ratio = low_fpr(scores, member, select, fpr).ratio_lo if cross_fit else None
+    test = eps.best()
     share, outliers = 0.0, ()
-    if side != "auc":
-        test = next(t for t in eps["threshold_tests"] if t["attack"] == attack and t["side"] == side)
-        score, pos = (scores[attack], member) if side == "members" else (-scores[attack], ~member)
-        cut = test["threshold"] if side == "members" else -test["threshold"]
+    if isinstance(test, SideTest):
+        score, pos = (scores[test.attack], member) if test.side == "members" else (-scores[test.attack], ~member)
+        cut = test.threshold if test.side == "members" else -test.threshold
         rep = ~select
         share = float((score[rep & pos] >= cut).mean() - (score[rep & ~pos] >= cut).mean())
         order = np.flatnonzero(pos)[np.argsort(-score[pos], kind="stable")]
         outliers = tuple(names[i] for i in order[:_NAMED] if score[i] >= cut)
-    return TailGuard(source=source, epsilon_lower_bound=eps["epsilon_lower_bound"], attack=attack, side=side,
+    return TailGuard(source=source, epsilon_lower_bound=eps.epsilon_lower_bound, attack=eps.attack, side=eps.side,
                      low_fpr_ratio_lo=ratio, tolerance=tolerance,
                      outlying_share=round(max(share, 0.0), 4), outliers=outliers)
 
