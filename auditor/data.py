@@ -42,12 +42,15 @@ class ImageSplit:
     def __len__(self) -> int:
         return len(self.paths)
 
+    def subset(self, *, limit: int | None = None, seed: int = 0) -> np.ndarray:
+        """Return the indices :meth:`tensors` loads, in its order (a seeded permutation, cut to ``limit``)."""
+        order = np.random.default_rng(seed).permutation(len(self.paths))
+        return order if limit is None else order[:limit]
+
     def tensors(self, shape: tuple[int, ...], *, limit: int | None = None, seed: int = 0
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Load up to ``limit`` images (a seeded random subset) as ``[N, C, H, W]`` in [0, 1] and labels."""
-        order = np.random.default_rng(seed).permutation(len(self.paths))
-        if limit is not None:
-            order = order[:limit]
+        order = self.subset(limit=limit, seed=seed)
         images = [load_image(self.paths[i], shape) for i in order]
         labels = torch.tensor([self.labels[i] for i in order], dtype=torch.long)
         return torch.stack(images) if images else torch.empty((0, *shape)), labels

@@ -1,9 +1,10 @@
 """Membership and DP verdicts on issue 33's scenarios: the plugin's default scan beside an independent LiRA.
 
-    PYTHONPATH=. python benchmarks/mia_validity.py [--quick] [--seed 0] [--only NAME,...] [--work DIR]
+    PYTHONPATH=. python benchmarks/mia_validity.py [--quick] [--seed 0] [--rows NAME,...] [--work DIR]
                                                    [--allow-missing-fields]
 
-Every scenario of ``fixtures/mia_scenarios.py`` is written to disk and scanned with the default
+Every scenario of ``fixtures/mia_scenarios.py`` and the issue-41 rows of ``benchmarks/mia_validity_rows.py``
+(dirty test sets, memorising CNNs and a ViT, an untestable claim) is written to disk and scanned with the default
 command, ``auditor scan model.pt --plugins membership-inference --data data/ [--config auditor.toml]`` (the config
 only holds ``claimed_epsilon``; every other setting is at its default, the reference cache cold). Beside the verdict:
 
@@ -42,12 +43,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results
+from benchmarks.mia_validity_rows import IMPORTS, ROWS, build_row
 from fixtures.lira import run_lira
 from fixtures.mia_scenarios import N_TARGETS, SCENARIOS, Scenario, build, shadow_trainer
 
 VERDICT = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}
 #: Rows that get the independent LiRA (the shifted rows are judged by the blind baseline instead).
-LIRA_ROWS = ("sweep-", "dp-eps", "noise-off", "dp-momentum")
+LIRA_ROWS = ("sweep-", "dp-eps", "noise-off", "dp-momentum", *ROWS)
+#: Independent LiRA shadow models per row where fewer than ``--shadows`` (the ViT's shadows are the slowest).
+SHADOWS = {"mem-vit": 8}
 QUICK = ("sweep-null", "sweep-e100", "dp-eps1", "noise-off", "dp-shift-crop", "null-shift-contrast")
 #: The plugin's issue-33 fields: (metric path, what it is). Read by name; absent -> error unless allowed.
 NEW_FIELDS = {"blind_baseline.auc": "blind baseline AUC", "blind_baseline.auc_ci95": "blind baseline CI",
@@ -73,7 +77,7 @@ def scan(s: Scenario, out: Path) -> dict[str, Any]:
     from auditor.cli import run_cli
 
     argv = ["scan", str(s.model_path), "--plugins", "membership-inference", "--data", str(s.data_dir),
-            "--input-shape", "1,8,8", "--json", str(out), "-q"]
+            "--input-shape", "1,8,8", "--json", str(out), "-q", *IMPORTS.get(s.name, [])]
     if s.config_path is not None:
         argv += ["--config", str(s.config_path)]
     code = run_cli(argv)
@@ -97,6 +101,10 @@ def plugin_row(got: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
         "control_passed": p["power"][0]["passed"] if p.get("power") else None,
         "exchangeability_auc_ci95": _get(m, "exchangeability.auc_ci95"),
         "train_test_accuracy": [_get(m, "train_accuracy"), _get(m, "test_accuracy")],
+        # issue 41: the tail guard, what the targets resolve, the claim's testability (None before it)
+        "tail_guard": _get(m, "tail_guard"), "smallest_detectable_epsilon": _get(m, "smallest_detectable_epsilon"),
+        "claim_testable": _get(m, "dp_claim.testable"), "auc_over_blind": _get(m, "auc_over_blind"),
+        "low_fpr": {k: _get(m, f"low_fpr.{k}") for k in ("tpr", "fpr", "ratio_lo")},
     }
     if p["status"] in ("skipped", "error"):  # not a measurement: stop rather than tabulate it
         raise SystemExit(f"the membership-inference plugin did not run: {p['status']}: {p.get('reason')}")
@@ -131,7 +139,7 @@ def cpu_s() -> float:
 def measure(name: str, work: Path, seed: int, shadows: int, allow_missing: bool) -> dict[str, Any]:
     """Build one scenario, attack it with the independent LiRA (where it applies) and scan it; one row."""
     wall, cpu = time.perf_counter(), cpu_s()
-    s = build(name, work / name, seed)
+    s, trainer = build_row(name, work / name, seed) if name in ROWS else (build(name, work / name, seed), None)
     row: dict[str, Any] = {"scenario": name, "note": s.spec.note, "pixel_noise": s.spec.pixel_noise,
                            "shift": s.spec.shift, "trained_on": s.spec.trained_on,
                            "claimed_epsilon": s.spec.claimed_epsilon,
@@ -141,8 +149,8 @@ def measure(name: str, work: Path, seed: int, shadows: int, allow_missing: bool)
                            **s.facts}
     if name.startswith(LIRA_ROWS):
         t = time.perf_counter()
-        lira = run_lira(torch.load(s.model_path, weights_only=False), shadow_trainer(s.spec), s.x, s.y, s.member,
-                        n_shadows=shadows, seed=seed)
+        lira = run_lira(torch.load(s.model_path, weights_only=False), trainer or shadow_trainer(s.spec), s.x, s.y,
+                        s.member, n_shadows=min(shadows, SHADOWS.get(name, shadows)), seed=seed)
         row["lira"] = {k: ({m: round(v, 4) for m, v in d.items()} if isinstance(d, dict) else d)
                        for k, d in lira.items()}
         row["lira"]["wall_s"] = round(time.perf_counter() - t, 1)
@@ -157,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="4 shadows and six scenarios: a smoke run")
-    parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
+    parser.add_argument("--only", "--rows", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--shadows", type=int, default=None, help="independent LiRA's shadow models (default 16)")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a fresh temp dir)")
     parser.add_argument("--allow-missing-fields", action="store_true",
@@ -167,21 +175,25 @@ def main() -> None:
     torch.set_num_threads(1)
     work = args.work or Path(tempfile.mkdtemp(prefix="mia-validity-"))
     os.environ["HOME"] = str(work)  # a cold reference cache, as a first scan has
-    names = args.only.split(",") if args.only else list(QUICK if args.quick else SCENARIOS)
+    names = args.only.split(",") if args.only else list(QUICK if args.quick else [*SCENARIOS, *ROWS])
+    unknown = [n for n in names if n not in SCENARIOS and n not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; known: {', '.join([*SCENARIOS, *ROWS])}")
     shadows = args.shadows or (4 if args.quick else 16)
     run = results.begin()
     wall, cpu = time.perf_counter(), cpu_s()
     rows = []
-    for name in names:
+    for name in names:  # the results are written after every row, so a run cut short keeps the rows it finished
         rows.append(measure(name, work, args.seed, shadows, args.allow_missing_fields))
         r = rows[-1]
         print(f"{name}: {r['plugin']['verdict']} {r['plugin']['findings']} lira "
               f"{ {k: v for k, v in r.get('lira', {}).get('online', {}).items()} } "
               f"eps_lb {r['plugin']['epsilon_lower_bound']} ({r['wall_s']} s)", file=sys.stderr, flush=True)
-    got = {"seed": args.seed, "quick": args.quick, "shadows": shadows, "targets_per_side": N_TARGETS,
-           "rows": rows, "wall_s": round(time.perf_counter() - wall, 1), "cpu_s": round(cpu_s() - cpu, 1),
-           "missing_fields": sorted({f for r in rows for f in r["plugin"]["missing_fields"]})}
-    results.write("mia_validity", run, got, args)
+        got = {"seed": args.seed, "quick": args.quick, "shadows": shadows, "targets_per_side": N_TARGETS,
+               "rows": rows, "wall_s": round(time.perf_counter() - wall, 1), "cpu_s": round(cpu_s() - cpu, 1),
+               "missing_fields": sorted({f for r in rows for f in r["plugin"]["missing_fields"]}),
+               "rows_requested": names}
+        results.write("mia_validity", run, got, args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ so its AUC is held out like the model's, and the two can be compared sample by s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,9 +75,37 @@ def blind_scores(features: np.ndarray, member: np.ndarray, select: np.ndarray, s
     return clf.predict_proba(features)[:, 1]
 
 
+@dataclass(frozen=True)
+class BlindBaseline:
+    """The blind classifier's held-out AUC and whether the two sides are exchangeable; its scores for the floor."""
+
+    auc: float
+    auc_ci95: tuple[float, float]
+    shifted: bool  # the CI's lower end exceeds ``limit``
+    limit: float
+    scores: np.ndarray = field(repr=False, compare=False)  # member probability of every target
+    how: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the baseline for the report (without the scores)."""
+        return {"auc": self.auc, "auc_ci95": list(self.auc_ci95), "shifted": self.shifted, "limit": self.limit,
+                "how": self.how}
+
+    def advice(self) -> str:
+        """Return why the run cannot judge membership when the blind baseline separates the sides, and what to do."""
+        lo, hi = self.auc_ci95
+        return (
+            f"members (train/) and non-members (test/) are not exchangeable: a blind classifier on the images and "
+            f"labels alone, which never queries the model, tells them apart with held-out AUC {self.auc:.3f} "
+            f"(95% CI {lo:.3f}-{hi:.3f}, above {self.limit:.2f}), so no membership or DP finding can be read from "
+            "them; draw test/ from the same source as train/ (a random held-out split of the training pool, same "
+            "preprocessing and crop) and re-run"
+        )
+
+
 def blind_baseline(
     x: torch.Tensor, y: torch.Tensor, member: np.ndarray, select: np.ndarray, *, margin: float, n_boot: int, seed: int
-) -> dict[str, Any]:
+) -> BlindBaseline:
     """Return the blind classifier's held-out AUC, its CI, and whether the two sides are exchangeable.
 
     ``shifted`` is true when the 95 % CI's lower end exceeds ``0.5 + margin``: the folders differ in a
@@ -87,40 +116,51 @@ def blind_baseline(
     scores = blind_scores(image_features(x, y), member, select, seed)
     rep = ~select
     s = summarise(member[rep], scores[rep], [], n_boot=n_boot, seed=seed)
-    lo = s["auc_ci95"][0]
-    return {
-        "auc": s["auc"],
-        "auc_ci95": s["auc_ci95"],
-        "shifted": bool(lo > 0.5 + margin),
-        "limit": round(0.5 + margin, 4),
-        "scores": scores,
-        "how": "blind baseline (Das et al. 2024): gradient-boosted trees on the inputs and labels alone (pixels "
+    lo, hi = s["auc_ci95"]
+    return BlindBaseline(
+        auc=s["auc"], auc_ci95=(lo, hi), shifted=bool(lo > 0.5 + margin), limit=round(0.5 + margin, 4),
+        scores=scores,
+        how="blind baseline (Das et al. 2024): gradient-boosted trees on the inputs and labels alone (pixels "
         f"pooled to at most {_MAX_SIDE}x{_MAX_SIDE}, intensity quantiles, border/centre means, sharpness, centre "
         "of mass and spread, the label), no model query; trained on the selection half, AUC members vs "
         f"non-members on the report half with a {n_boot}-resample stratified bootstrap CI; the sides count as "
         f"exchangeable unless the CI's lower end exceeds {0.5 + margin:.2f}",
-    }
-
-
-def advice(blind: dict[str, Any]) -> str:
-    """Return why the run cannot judge membership when the blind baseline separates the sides, and what to do."""
-    lo, hi = blind["auc_ci95"]
-    return (
-        f"members (train/) and non-members (test/) are not exchangeable: a blind classifier on the images and "
-        f"labels alone, which never queries the model, tells them apart with held-out AUC {blind['auc']:.3f} "
-        f"(95% CI {lo:.3f}-{hi:.3f}, above {blind['limit']:.2f}), so no membership or DP finding can be read from "
-        "them; draw test/ from the same source as train/ (a random held-out split of the training pool, same "
-        "preprocessing and crop) and re-run"
     )
 
 
-def paired_excess(
-    member: np.ndarray, model: np.ndarray, blind: np.ndarray, *, n_boot: int, seed: int
-) -> tuple[float, list[float], float]:
-    """Return the model's AUC minus max(0.5, blind AUC) on the same targets, its bootstrap CI, and the floor.
+@dataclass(frozen=True)
+class Excess:
+    """The headline AUC over the blind floor: the margin, its 95 % bootstrap CI, the floor and why that floor."""
 
-    Both AUCs are recomputed on every stratified resample of the same targets (paired), so the
-    interval accounts for the blind baseline's own noise.
+    margin: float
+    ci95: tuple[float, float]
+    floor: float
+    blind_significant: bool  # the blind AUC's CI lies above 0.5, so it is the floor (else 0.5)
+
+    @property
+    def rule(self) -> str:
+        """Say which floor was used and how the margin's interval was formed."""
+        if self.blind_significant:
+            return ("floor = the blind AUC (its 95% CI lies above 0.5); margin = AUC - blind AUC, both recomputed "
+                    "on every paired stratified resample of the same targets")
+        return ("floor = 0.5 (the blind AUC's 95% CI reaches 0.5, so it is not used: its noise is not spent "
+                "against the model); margin = AUC - 0.5, CI from stratified resamples of the model's AUC")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the excess for the report's metrics."""
+        return {"margin": self.margin, "ci95": list(self.ci95), "floor": self.floor,
+                "blind_significant": self.blind_significant, "rule": self.rule}
+
+
+def paired_excess(
+    member: np.ndarray, model: np.ndarray, blind: np.ndarray, *, blind_lo: float, n_boot: int, seed: int
+) -> Excess:
+    """Return the model's AUC over the blind floor on the same targets, with its bootstrap CI.
+
+    The floor is the blind AUC only when its CI's lower end ``blind_lo`` is above 0.5, else 0.5 (no
+    max(): a blind AUC that is noise around 0.5 would move the margin's lower end by its own noise).
+    With the blind floor, both AUCs are recomputed on every stratified resample of the same targets
+    (paired), so the interval of their difference accounts for both estimates.
     """
     from auditor_membership_inference.metrics import weighted_metrics
 
@@ -130,7 +170,12 @@ def paired_excess(
     w_in = rng.multinomial(int(ins.sum()), np.full(int(ins.sum()), 1 / ins.sum()), size=n_boot)
     w_out = rng.multinomial(int(outs.sum()), np.full(int(outs.sum()), 1 / outs.sum()), size=n_boot)
     m_auc = weighted_metrics(model[ins], model[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
-    b_auc = weighted_metrics(blind[ins], blind[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
-    excess = m_auc - np.maximum(0.5, b_auc)
+    significant = bool(blind_lo > 0.5)
+    if significant:
+        b_auc = weighted_metrics(blind[ins], blind[outs], np.r_[ones_in, w_in], np.r_[ones_out, w_out], [])["auc"]
+    else:
+        b_auc = np.full_like(m_auc, 0.5)
+    excess = m_auc - b_auc
     lo, hi = np.percentile(excess[1:], [2.5, 97.5])
-    return round(float(excess[0]), 4), [round(float(lo), 4), round(float(hi), 4)], round(float(max(0.5, b_auc[0])), 4)
+    return Excess(margin=round(float(excess[0]), 4), ci95=(round(float(lo), 4), round(float(hi), 4)),
+                  floor=round(float(b_auc[0]), 4), blind_significant=significant)

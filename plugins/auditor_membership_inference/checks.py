@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,32 @@ def out_reference_scores(
     return {name: (np.stack([s[name] for s in ref_scores]) * out).sum(0) / weight for name in ref_scores[0]}
 
 
+@dataclass(frozen=True)
+class Exchangeability:
+    """Whether models that saw neither side already separate members from non-members (or why it was not checked)."""
+
+    checked: bool
+    why: str = ""  # why not checked
+    shifted: bool = False
+    attack: str = ""  # the attack farthest from AUC 0.5
+    auc: float = 0.5
+    auc_ci95: tuple[float, float] = (0.5, 0.5)
+    tolerance: tuple[float, float] = (0.0, 1.0)
+    attacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # per attack: its AUC and CI
+    how: str = ""
+
+    def as_dict(self, with_attacks: bool = True) -> dict[str, Any]:
+        """Return the check for the report (``{"checked": False, "why": ...}`` when not run)."""
+        if not self.checked:
+            return {"checked": False, "why": self.why}
+        attacks = {"attacks": self.attacks} if with_attacks else {}
+        return {"checked": True, "shifted": self.shifted, "attack": self.attack, "auc": self.auc,
+                "auc_ci95": list(self.auc_ci95), "tolerance": list(self.tolerance), **attacks, "how": self.how}
+
+
 def exchangeability(
     scores: dict[str, np.ndarray], member: np.ndarray, cfg: MembershipInferenceConfig, seed: int
-) -> dict[str, Any]:
+) -> Exchangeability:
     """Tell whether models that saw neither side already separate members from non-members.
 
     ``scores`` are the metric attacks scored by reference models on targets outside their training
@@ -39,27 +63,23 @@ def exchangeability(
     the attack; an interval outside ``[1 - shift_max_auc, shift_max_auc]`` says the two sides differ
     in distribution, so the model's own scores cannot be read as membership.
     """
-    per_attack = {}
+    aucs: dict[str, tuple[float, list[float]]] = {}
     for name, score in scores.items():
         s = summarise(member, score, [], n_boot=cfg.bootstrap, seed=seed)
-        per_attack[name] = {"auc": s["auc"], "auc_ci95": s["auc_ci95"]}
-    worst = max(per_attack, key=lambda k: abs(per_attack[k]["auc"] - 0.5))
-    lo, hi = per_attack[worst]["auc_ci95"]
+        aucs[name] = (s["auc"], s["auc_ci95"])
+    per_attack = {name: {"auc": auc, "auc_ci95": ci} for name, (auc, ci) in aucs.items()}
+    worst = max(aucs, key=lambda k: abs(aucs[k][0] - 0.5))
+    lo, hi = aucs[worst][1]
     shifted = bool(lo > cfg.shift_max_auc or hi < 1 - cfg.shift_max_auc)
-    return {
-        "checked": True,
-        "shifted": shifted,
-        "attack": worst,
-        "auc": per_attack[worst]["auc"],
-        "auc_ci95": per_attack[worst]["auc_ci95"],
-        "tolerance": [round(1 - cfg.shift_max_auc, 4), cfg.shift_max_auc],
-        "attacks": per_attack,
-        "how": "each metric attack's score per target averaged over the reference models that did not train on "
+    return Exchangeability(
+        checked=True, shifted=shifted, attack=worst, auc=aucs[worst][0], auc_ci95=(lo, hi),
+        tolerance=(round(1 - cfg.shift_max_auc, 4), cfg.shift_max_auc), attacks=per_attack,
+        how="each metric attack's score per target averaged over the reference models that did not train on "
         "it (references train on members and public/ only, never on a non-member: models that saw the members' "
         "distribution but neither that member nor any non-member); AUC members vs non-members on all "
         f"targets, 95% CI from {cfg.bootstrap} stratified bootstrap resamples; the two sides count as exchangeable "
         f"while every CI overlaps [{1 - cfg.shift_max_auc:.2f}, {cfg.shift_max_auc:.2f}]",
-    }
+    )
 
 
 def canaries(member: np.ndarray, y: torch.Tensor, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray,

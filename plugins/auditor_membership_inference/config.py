@@ -90,6 +90,17 @@ class MembershipInferenceConfig(BaseModel):
         description="mia.low-fpr-leak (high) fires when, on the report half, the Clopper-Pearson lower bound of the "
         "TPR is at least this many times the upper bound of the FPR.",
     )
+    leak_epsilon: float = Field(
+        default=1.0, gt=0,
+        description="mia.empirical-epsilon (high) fires, when no claim is given, once the empirical epsilon lower "
+        "bound (joint 95% over every test) exceeds this: no (leak_epsilon, delta)-DP training could produce "
+        "these outputs.",
+    )
+    tail_max_epsilon: float = Field(
+        default=0.0, ge=0,
+        description="Tail guard: the DP tests run on no-signal scores (the references' OUT scores, else the blind "
+        "baseline's) may show at most this epsilon lower bound before the tails count as a data problem.",
+    )
     claimed_epsilon: float | None = Field(
         default=None, ge=0,
         description="The (epsilon, delta)-DP guarantee the model was trained with; mia.dp-claim-violated (high) "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,24 @@ from auditor_membership_inference.references import logits
 from auditor_membership_inference.scoring import References, scores
 
 
-def accuracy(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) -> dict[str, float]:
+@dataclass(frozen=True)
+class Gap:
+    """The model's accuracy on members (train) and non-members (test), and their difference."""
+
+    train_accuracy: float
+    test_accuracy: float
+    train_test_gap: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Return the accuracies for the report."""
+        return asdict(self)
+
+
+def accuracy(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) -> Gap:
     """Return the model's accuracy on members and non-members and their difference."""
     correct = (model_logits.argmax(1) == y).numpy()
-    gap = {
-        "train_accuracy": round(float(correct[member].mean()), 4),
-        "test_accuracy": round(float(correct[~member].mean()), 4),
-    }
-    gap["train_test_gap"] = round(gap["train_accuracy"] - gap["test_accuracy"], 4)
-    return gap
+    train, test = round(float(correct[member].mean()), 4), round(float(correct[~member].mean()), 4)
+    return Gap(train_accuracy=train, test_accuracy=test, train_test_gap=round(train - test, 4))
 
 
 def held_out(cfg: MembershipInferenceConfig, member: np.ndarray, select: np.ndarray, score: np.ndarray,
@@ -82,7 +92,7 @@ def run_control(
         f"{cfg.control_epochs} epochs at most (stop at mean loss < {cfg.control_stop_loss})"
         f"{' (from the cache)' if cached else ''}; canaries against the other {int((~canary).sum())} "
         f"non-members, all queried with their planted labels; the copy predicts the planted label of "
-        f"{fit['train_accuracy']:.3f} of the canaries and {fit['test_accuracy']:.3f} of the others. Why: it is "
+        f"{fit.train_accuracy:.3f} of the canaries and {fit.test_accuracy:.3f} of the others. Why: it is "
         "the audited model itself, made to hold a known set of members by the kind of training membership "
         "inference detects, so the same attacks at the same budget must tell that set apart"
     )
@@ -94,7 +104,7 @@ def run_control(
         passed=bool(low >= cfg.control_min_auc),
         how=how,
     )
-    return {"best_attack": best, **held, "canary_fit": fit["train_accuracy"],
-            "non_canary_fit": fit["test_accuracy"], "canaries": int(canary.sum()),
+    return {"best_attack": best, **held, "canary_fit": fit.train_accuracy,
+            "non_canary_fit": fit.test_accuracy, "canaries": int(canary.sum()),
             "non_canaries": int((~canary).sum()), "lr_scale": [round(min(scales), 4), round(max(scales), 4)],
             "how": how}, check

@@ -21,7 +21,7 @@ audits of this kind give lower bounds only).
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from auditor_membership_inference.lowfpr import _candidate_cuts, _counts, cloppe
 
 #: The attacks the DP audit reads, in this order, those present (a fixed set keeps the correction small).
 DP_ATTACKS = ("loss", "modified-entropy", "lira-offline", "rmia")
+#: The two sides of the DP inequality: calling members (the high tail) and calling non-members (the low tail).
+SIDES = ("members", "non-members")
 
 
 def auc_max(eps: float, delta: float, grid: int = 20001) -> float:
@@ -82,8 +84,82 @@ def _best_cut(score: np.ndarray, member: np.ndarray, delta: float, alpha: float)
     return float(cuts[i]), max(0.0, float(eps[i]))
 
 
+@dataclass(frozen=True)
+class SideTest:
+    """One side of the DP inequality for one attack: the threshold from the selection half, counted on the report."""
+
+    attack: str
+    side: str  # "members" (TPR vs FPR) or "non-members" (TNR vs FNR)
+    threshold: float
+    selection_epsilon: float
+    rate: float  # TPR (members) or TNR (non-members)
+    other: float  # FPR or FNR
+    rate_lo: float
+    other_hi: float
+    epsilon: float
+
+    def as_dict(self) -> dict[str, object]:
+        """Return the test for the report, its rates named by side (tpr/fpr or tnr/fnr)."""
+        rate, other = ("tpr", "fpr") if self.side == "members" else ("tnr", "fnr")
+        rule = "score >= threshold calls a member" if self.side == "members" else "score < threshold calls a non-member"
+        return {"attack": self.attack, "side": self.side, "rule": rule, "threshold": self.threshold,
+                "selection_epsilon": self.selection_epsilon, rate: self.rate, other: self.other,
+                f"{rate}_lo": self.rate_lo, f"{other}_hi": self.other_hi, "epsilon": self.epsilon}
+
+
+@dataclass(frozen=True)
+class AucTest:
+    """The headline attack's report-half AUC, its DeLong lower bound and the epsilon that bound needs."""
+
+    attack: str
+    auc: float
+    auc_lo: float
+    epsilon: float
+    side: str = "auc"
+
+    def as_dict(self) -> dict[str, object]:
+        """Return the test for the report."""
+        return {"attack": self.attack, "side": self.side, "auc": self.auc, "auc_lo": self.auc_lo,
+                "epsilon": self.epsilon}
+
+
+@dataclass(frozen=True)
+class EpsilonAudit:
+    """Every DP test on the report half and the largest bound, jointly a 95 % lower bound."""
+
+    epsilon_lower_bound: float
+    attack: str
+    side: str  # "members", "non-members" or "auc": which test gave the bound
+    delta: float
+    tests: int
+    alpha_per_test: float
+    members: int
+    non_members: int
+    epsilon_resolvable: float  # what a perfect attack shows at these counts
+    threshold_tests: tuple[SideTest, ...]
+    auc_test: AucTest | None
+    sides: tuple[str, ...]
+    how: str
+
+    def best(self) -> SideTest | AucTest:
+        """Return the test that gave the bound."""
+        if self.side == "auc" and self.auc_test is not None:
+            return self.auc_test
+        return next(t for t in self.threshold_tests if t.attack == self.attack and t.side == self.side)
+
+    def as_dict(self) -> dict[str, object]:
+        """Return the audit for the report."""
+        return {"epsilon_lower_bound": self.epsilon_lower_bound, "attack": self.attack, "side": self.side,
+                "delta": self.delta, "tests": self.tests, "alpha_per_test": self.alpha_per_test,
+                "members": self.members, "non_members": self.non_members,
+                "epsilon_resolvable": self.epsilon_resolvable,
+                "threshold_tests": [t.as_dict() for t in self.threshold_tests],
+                "auc_test": None if self.auc_test is None else self.auc_test.as_dict(), "sides": list(self.sides),
+                "how": self.how}
+
+
 def _side_test(score: np.ndarray, member: np.ndarray, select: np.ndarray, delta: float, alpha: float,
-               side: str) -> dict[str, Any]:
+               side: str, attack: str) -> SideTest:
     """Choose one side's threshold on the selection half, count it on the report half; return the test."""
     s, pos = (score, member) if side == "members" else (-score, ~member)
     cut, sel_eps = _best_cut(s[select], pos[select], delta, alpha)
@@ -91,20 +167,16 @@ def _side_test(score: np.ndarray, member: np.ndarray, select: np.ndarray, delta:
     tp, fp = (int(v[0]) for v in _counts(s[rep], pos[rep], np.array([cut])))
     n_pos, n_neg = int(pos[rep].sum()), int((~pos[rep]).sum())
     rate_ci, other_ci = clopper_pearson(tp, n_pos, alpha), clopper_pearson(fp, n_neg, alpha)
-    rate, other = ("tpr", "fpr") if side == "members" else ("tnr", "fnr")
-    threshold = cut if side == "members" else -cut
-    return {
-        "side": side, "rule": "score >= threshold calls a member" if side == "members" else
-        "score < threshold calls a non-member", "threshold": threshold, "selection_epsilon": round(sel_eps, 4),
-        rate: round(tp / max(n_pos, 1), 4), other: round(fp / max(n_neg, 1), 5),
-        f"{rate}_lo": round(rate_ci[0], 4), f"{other}_hi": round(other_ci[1], 5),
-        "epsilon": round(epsilon_from(rate_ci[0], other_ci[1], delta), 4),
-    }
+    return SideTest(attack=attack, side=side, threshold=cut if side == "members" else -cut,
+                    selection_epsilon=round(sel_eps, 4), rate=round(tp / max(n_pos, 1), 4),
+                    other=round(fp / max(n_neg, 1), 5), rate_lo=round(rate_ci[0], 4), other_hi=round(other_ci[1], 5),
+                    epsilon=round(epsilon_from(rate_ci[0], other_ci[1], delta), 4))
 
 
 def epsilon_audit(
-    scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, delta: float, auc_attack: str
-) -> dict[str, Any]:
+    scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, delta: float, auc_attack: str,
+    sides: tuple[str, ...] = SIDES, with_auc: bool = True,
+) -> EpsilonAudit:
     """Return every DP test on the report half and the largest bound, jointly a 95 % lower bound (Bonferroni).
 
     Args:
@@ -112,38 +184,40 @@ def epsilon_audit(
         member, select: which targets are members, which are in the selection half.
         delta: the delta of the guarantee tested.
         auc_attack: the attack whose report-half AUC is held against the AUC bound (the headline attack).
+        sides: the threshold tests run (both by default; only ``"members"`` when no guard reads the
+            non-members' tail, see ``tail``).
+        with_auc: whether the AUC test runs (it reads the whole distribution, the non-members' tail too).
     """
     names = [a for a in DP_ATTACKS if a in scores] or [auc_attack]
-    m = 2 * len(names) + 1
+    m = len(sides) * len(names) + int(with_auc)
     alpha = 0.05 / m
-    tests = [{"attack": a, **_side_test(scores[a], member, select, delta, alpha, side)}
-             for a in names for side in ("members", "non-members")]
+    tests = tuple(_side_test(scores[a], member, select, delta, alpha, side, a) for a in names for side in sides)
     rep = ~select
-    auc, auc_lo = _delong_lower(member[rep], scores[auc_attack][rep], alpha)
-    auc_test = {"attack": auc_attack, "side": "auc", "auc": round(auc, 4), "auc_lo": round(auc_lo, 4),
-                "epsilon": round(epsilon_from_auc(auc_lo, delta), 4)}
-    best = max([*tests, auc_test], key=lambda t: t["epsilon"])
+    auc_test = None
+    if with_auc:
+        auc, auc_lo = _delong_lower(member[rep], scores[auc_attack][rep], alpha)
+        auc_test = AucTest(attack=auc_attack, auc=round(auc, 4), auc_lo=round(auc_lo, 4),
+                           epsilon=round(epsilon_from_auc(auc_lo, delta), 4))
+    best = max([*tests, *([auc_test] if auc_test else [])], key=lambda t: t.epsilon)
     n_in, n_out = int(member[rep].sum()), int((~member[rep]).sum())
     perfect = epsilon_from(clopper_pearson(n_in, n_in, alpha)[0], clopper_pearson(0, n_out, alpha)[1], delta)
-    return {
-        "epsilon_lower_bound": best["epsilon"],
-        "attack": best["attack"],
-        "side": best["side"],
-        "delta": delta,
-        "tests": m,
-        "alpha_per_test": round(alpha, 6),
-        "members": n_in,
-        "non_members": n_out,
-        "epsilon_resolvable": round(perfect, 4),
-        "threshold_tests": tests,
-        "auc_test": auc_test,
-        "how": f"{m} tests on the report half ({n_in} members, {n_out} non-members), each at alpha = 0.05/{m} "
-        f"(Bonferroni, so all hold together at 95%): for each of {', '.join(names)}, TPR <= e^eps FPR + delta "
-        "(calling members) and TNR <= e^eps FNR + delta (calling non-members) at a threshold chosen on the "
-        "selection half, with Clopper-Pearson bounds, eps >= ln((rate_lo - delta) / other_hi); and the "
-        f"{auc_attack} AUC's DeLong lower bound against the largest AUC an (eps, delta)-DP test allows "
-        "(e^eps / (1 + e^eps) at delta 0); the bound is the largest of them",
-    }
+    how = (
+        f"{m} tests on the report half ({n_in} members, {n_out} non-members), each at alpha = 0.05/{m} "
+        f"(Bonferroni, so all hold together at 95%): for each of {', '.join(names)}, "
+        f"{' and '.join(_SIDE_WORDS[s] for s in sides)} at a threshold chosen on the "
+        "selection half, with Clopper-Pearson bounds, eps >= ln((rate_lo - delta) / other_hi)"
+        + (f"; and the {auc_attack} AUC's DeLong lower bound against the largest AUC an (eps, delta)-DP test allows "
+           "(e^eps / (1 + e^eps) at delta 0)" if with_auc else "; no AUC test (it reads the non-members' tail)")
+        + "; the bound is the largest of them"
+    )
+    return EpsilonAudit(epsilon_lower_bound=best.epsilon, attack=best.attack, side=best.side, delta=delta, tests=m,
+                        alpha_per_test=round(alpha, 6), members=n_in, non_members=n_out,
+                        epsilon_resolvable=round(perfect, 4), threshold_tests=tests, auc_test=auc_test,
+                        sides=tuple(sides), how=how)
+
+
+_SIDE_WORDS = {"members": "TPR <= e^eps FPR + delta (calling members)",
+               "non-members": "TNR <= e^eps FNR + delta (calling non-members)"}
 
 
 def auc_limit(eps: float, delta: float) -> float:

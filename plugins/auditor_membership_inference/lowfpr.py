@@ -9,7 +9,7 @@ helpers, is in ``dp``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -67,9 +67,46 @@ def _pick(scores: dict[str, np.ndarray], member: np.ndarray, fpr: float) -> tupl
     return best[2], best[3], best[0]
 
 
+@dataclass(frozen=True)
+class Fold:
+    """One direction of the cross-fit: the pick made on one half, counted on the other."""
+
+    attack: str
+    threshold: float
+    selection_tpr: float
+    true_positives: int
+    false_positives: int
+
+
+@dataclass(frozen=True)
+class LowFpr:
+    """The cross-fitted best attack at low FPR: summed counts, exact intervals, the likelihood-ratio bound."""
+
+    attack: str
+    fpr_level: float
+    folds: tuple[Fold, ...]
+    true_positives: int
+    members: int
+    false_positives: int
+    non_members: int
+    tpr: float
+    fpr: float
+    tpr_ci95: tuple[float, float]
+    fpr_ci95: tuple[float, float]
+    ratio_lo: float  # TPR_lo / FPR_hi
+    ratio_resolvable: float  # that bound for a perfect attack
+
+    def as_dict(self) -> dict[str, object]:
+        """Return the evidence for the report (intervals as lists)."""
+        out = asdict(self)
+        out["folds"] = [asdict(f) for f in self.folds]
+        out["tpr_ci95"], out["fpr_ci95"] = list(self.tpr_ci95), list(self.fpr_ci95)
+        return out
+
+
 def low_fpr(
     scores: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray, fpr: float
-) -> dict[str, Any]:
+) -> LowFpr:
     """Pick the attack and threshold with the highest TPR at FPR <= ``fpr`` on one half, count it on the other.
 
     Cross-fitted: the pick made on the selection half is counted on the report half and the pick made
@@ -85,16 +122,16 @@ def low_fpr(
         name, cut, sel_tpr = _pick({k: v[pick_on] for k, v in scores.items()}, member[pick_on], fpr)
         count_on = ~pick_on
         tp, fp = (int(v[0]) for v in _counts(scores[name][count_on], member[count_on], np.array([cut])))
-        folds.append({"attack": name, "threshold": cut, "selection_tpr": round(sel_tpr, 4), "true_positives": tp,
-                      "false_positives": fp})
-    tp, fp = sum(f["true_positives"] for f in folds), sum(f["false_positives"] for f in folds)
+        folds.append(Fold(attack=name, threshold=cut, selection_tpr=round(sel_tpr, 4), true_positives=tp,
+                          false_positives=fp))
+    tp, fp = sum(f.true_positives for f in folds), sum(f.false_positives for f in folds)
     n_in, n_out = int(member.sum()), int((~member).sum())
     tpr_ci, fpr_ci = clopper_pearson(tp, n_in), clopper_pearson(fp, n_out)
-    out = {"attack": folds[0]["attack"], "fpr_level": fpr, "folds": folds, "true_positives": tp, "members": n_in,
-           "false_positives": fp, "non_members": n_out, "tpr": round(tp / max(n_in, 1), 4),
-           "fpr": round(fp / max(n_out, 1), 5), "tpr_ci95": [round(v, 4) for v in tpr_ci],
-           "fpr_ci95": [round(v, 5) for v in fpr_ci]}
-    out["ratio_lo"] = round(out["tpr_ci95"][0] / max(out["fpr_ci95"][1], 1e-12), 3)
+    tpr_ci95 = (round(tpr_ci[0], 4), round(tpr_ci[1], 4))
+    fpr_ci95 = (round(fpr_ci[0], 5), round(fpr_ci[1], 5))
     perfect_tpr = clopper_pearson(n_in, n_in)[0]
-    out["ratio_resolvable"] = round(perfect_tpr / max(clopper_pearson(0, n_out)[1], 1e-12), 3)
-    return out
+    return LowFpr(attack=folds[0].attack, fpr_level=fpr, folds=tuple(folds), true_positives=tp, members=n_in,
+                  false_positives=fp, non_members=n_out, tpr=round(tp / max(n_in, 1), 4),
+                  fpr=round(fp / max(n_out, 1), 5), tpr_ci95=tpr_ci95, fpr_ci95=fpr_ci95,
+                  ratio_lo=round(tpr_ci95[0] / max(fpr_ci95[1], 1e-12), 3),
+                  ratio_resolvable=round(perfect_tpr / max(clopper_pearson(0, n_out)[1], 1e-12), 3))

@@ -19,10 +19,10 @@ from auditor.plugin import (
     svg_artifact,
 )
 from auditor_membership_inference import attacks, dp, lowfpr
-from auditor_membership_inference.blind import blind_baseline, paired_excess
-from auditor_membership_inference.checks import exchangeability, out_reference_scores
+from auditor_membership_inference.blind import BlindBaseline, blind_baseline, paired_excess
+from auditor_membership_inference.checks import Exchangeability, exchangeability, out_reference_scores
 from auditor_membership_inference.config import MembershipInferenceConfig
-from auditor_membership_inference.control import accuracy, held_out, run_control
+from auditor_membership_inference.control import Gap, accuracy, held_out, run_control
 from auditor_membership_inference.fit import fit_recipe, given_recipe, target_stats
 from auditor_membership_inference.metrics import (
     held_out_balanced_accuracy,
@@ -32,8 +32,10 @@ from auditor_membership_inference.metrics import (
 )
 from auditor_membership_inference.plots import roc_chart
 from auditor_membership_inference.references import logits, resolve_workers, train_references, view_logits
+from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.rules import RULES
 from auditor_membership_inference.scoring import HEADLINE_ORDER, References, headline_attack, phi, scores
+from auditor_membership_inference.tail import tail_guard, target_names
 from auditor_membership_inference.verdict import Evidence, headline, judge
 
 
@@ -64,6 +66,8 @@ class MembershipInferencePlugin:
         shape = tuple(ctx.profile.input_shape)
         xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
         xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        names = target_names([split.paths[i] for split in (bundle.splits["train"], bundle.splits["test"])
+                              for i in split.subset(limit=cfg.max_targets_per_side, seed=ctx.seed)], bundle.root)
         x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
         member = np.arange(len(x)) < len(xm)
         select = selection_half(member, ctx.seed)
@@ -73,7 +77,7 @@ class MembershipInferencePlugin:
         blind = blind_baseline(x, y, member, select, margin=cfg.blind_margin, n_boot=cfg.bootstrap, seed=ctx.seed)
         refs: References | None = None
         extra: dict[str, Any] = {"references": cfg.references, "reference_attacks": "not run: references < 2"}
-        if blind["shifted"]:
+        if blind.shifted:
             extra["reference_attacks"] = "not run: the blind baseline says members and non-members differ"
         elif cfg.references >= 2:
             refs, extra = self._references(ctx, cfg, x, y, member, target_logits)
@@ -85,9 +89,9 @@ class MembershipInferencePlugin:
                 "how": how[name],
                 **summarise(member, score, cfg.fprs, n_boot=cfg.bootstrap, seed=ctx.seed),
                 **held_out_balanced_accuracy(member, score, select, n_boot=cfg.bootstrap, seed=ctx.seed),
-                **gap,
+                **gap.as_dict(),
             }
-        evidence = _evidence(ctx, cfg, member, select, got, gap, blind, refs, extra)
+        evidence = _evidence(ctx, cfg, (member, select), got, gap, blind, refs, extra, names)
         control, power = run_control(ctx, cfg, x, y, member, refs, int(target_logits.shape[1]), _cache(cfg))
         findings, undecided = judge(cfg, evidence, power_passed=power.passed)
         metrics = _metrics(cfg, member, select, evidence, results, control, int(target_logits.shape[1]))
@@ -178,24 +182,36 @@ def _fit_attacks(
 
 
 def _evidence(
-    ctx: RunContext, cfg: MembershipInferenceConfig, member: np.ndarray, select: np.ndarray,
-    got: dict[str, np.ndarray], gap: dict[str, float], blind: dict[str, Any], refs: References | None,
-    extra: dict[str, Any],
+    ctx: RunContext, cfg: MembershipInferenceConfig, halves: tuple[np.ndarray, np.ndarray],
+    got: dict[str, np.ndarray], gap: Gap, blind: BlindBaseline, refs: References | None,
+    extra: dict[str, Any], names: list[str],
 ) -> Evidence:
-    """Return the held-out evidence: headline attack over the blind floor, low-FPR pair, DP audit, shift check."""
+    """Return the held-out evidence: headline over the blind floor, low-FPR pair, DP audit, shift and tail checks.
+
+    Without references no guard reads the non-members' tail with the model's own kind of score, so the
+    DP audit then reads the members' side only (no non-members' side, no AUC test, which reads that tail too).
+    """
+    member, select = halves
     best = headline_attack(got)
     rep = ~select
-    excess, excess_ci, floor = paired_excess(member[rep], got[best][rep], blind["scores"][rep],
-                                             n_boot=cfg.bootstrap, seed=ctx.seed)
+    guarded = refs is not None  # the references' OUT scores read the non-members' tail; nothing else does
+    sides = dp.SIDES if guarded else ("members",)
+    eps = dp.epsilon_audit(got, member, select, cfg.claimed_delta, best, sides, with_auc=guarded)
+    no_signal, source = ((refs.out_scores, "the references' OUT scores") if refs is not None else
+                         ({"blind": blind.scores}, "the blind baseline's scores"))
     return Evidence(
         best=best, held=held_out(cfg, member, select, got[best], ctx.seed), gap=gap,
-        excess={"margin": excess, "ci95": excess_ci, "floor": floor},
-        blind={k: v for k, v in blind.items() if k != "scores"},
-        low=lowfpr.low_fpr(got, member, select, cfg.low_fpr),
-        eps=dp.epsilon_audit(got, member, select, cfg.claimed_delta, best),
+        excess=paired_excess(member[rep], got[best][rep], blind.scores[rep], blind_lo=blind.auc_ci95[0],
+                             n_boot=cfg.bootstrap, seed=ctx.seed),
+        blind=blind,
+        low=lowfpr.low_fpr(got, member, select, cfg.low_fpr), eps=eps,
         shift=exchangeability(refs.out_scores, member, cfg, ctx.seed) if refs is not None else
-        {"checked": False, "why": "not checked: it needs reference models (references >= 2)"},
+        Exchangeability(checked=False, why="not checked: it needs reference models (references >= 2)"),
         fit=extra.get("recipe_fit", {}),
+        resolve=resolvability(eps.members, eps.non_members, eps.tests, cfg.claimed_delta,
+                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded),
+        tail=tail_guard(no_signal, member, select, delta=cfg.claimed_delta, fpr=cfg.low_fpr,
+                        tolerance=cfg.tail_max_epsilon, source=source, names=names, sides=sides, cross_fit=guarded),
     )
 
 
@@ -205,18 +221,24 @@ def _metrics(
 ) -> dict[str, Any]:
     """Return the run's metrics."""
     metrics = {
-        "members": int(member.sum()), "non_members": int((~member).sum()), "classes": n_classes, **ev.gap,
-        "blind_baseline": ev.blind, "best_attack": ev.best,
+        "members": int(member.sum()), "non_members": int((~member).sum()), "classes": n_classes,
+        **ev.gap.as_dict(), "blind_baseline": ev.blind.as_dict(), "best_attack": ev.best,
         "best_attack_chosen_on": f"fixed order {' > '.join(HEADLINE_ORDER)} (the first that ran)",
-        "held_out": ev.held, "auc_over_blind": ev.excess, "low_fpr": ev.low, "epsilon": ev.eps,
-        "exchangeability": ev.shift, "recipe_fit": ev.fit, "attacks": results,
+        "held_out": ev.held, "auc_over_blind": ev.excess.as_dict(), "low_fpr": ev.low.as_dict(),
+        "epsilon": ev.eps.as_dict(),
+        "tail_guard": None if ev.tail is None else ev.tail.as_dict(),
+        "smallest_detectable_epsilon": ev.resolve.smallest_epsilon,
+        "exchangeability": ev.shift.as_dict(), "recipe_fit": ev.fit, "attacks": results,
         "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
         "positive_control": control,
     }
     if cfg.claimed_epsilon is not None:
         metrics["dp_claim"] = {"claimed_epsilon": cfg.claimed_epsilon, "claimed_delta": cfg.claimed_delta,
-                               "epsilon_lower_bound": ev.eps["epsilon_lower_bound"],
-                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta)}
+                               "epsilon_lower_bound": ev.eps.epsilon_lower_bound,
+                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta),
+                               "testable": ev.resolve.testable(cfg.claimed_epsilon),
+                               "members_needed": ev.resolve.members_needed,
+                               "non_members_needed": ev.resolve.non_members_needed}
     return metrics
 
 

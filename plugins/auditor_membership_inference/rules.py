@@ -29,10 +29,12 @@ AUC = Rule(
     remediation=("dp-sgd", "regularise"),
     description=(
         "The headline attack's held-out AUC (lira-offline when references ran, else loss: a fixed "
-        "order) exceeds the blind baseline (max(0.5, the AUC of a classifier on the inputs alone)) by "
-        "medium_auc - 0.5 with a paired-bootstrap CI above 0 (medium), its lower end by high_auc - 0.5 "
-        "(high): outputs reveal which samples trained the model. Measured on the report half, never "
-        "on the half any choice was made on. Read it next to the train-test gap."
+        "order) exceeds its floor by medium_auc - 0.5 with a bootstrap CI above 0 (medium), its lower "
+        "end by high_auc - 0.5 (high): outputs reveal which samples trained the model. The floor is the "
+        "blind baseline's AUC (a classifier on the inputs alone) when its 95 % CI lies above 0.5 (the "
+        "margin's CI then from paired resamples of both AUCs), else 0.5 (the margin's CI from the "
+        "model's AUC alone). Measured on the report half, never on the half any choice was made on. "
+        "Read it next to the train-test gap."
     ),
 )
 LOW_FPR_LEAK = Rule(
@@ -45,8 +47,9 @@ LOW_FPR_LEAK = Rule(
         "Every attack's threshold at low_fpr (1 %) is set on one half of the targets and the best "
         "pair is counted on the other half, both ways (cross-fitted, every target counted once); the "
         "summed counts have a Clopper-Pearson TPR lower bound at least high_tpr_multiple (5) times "
-        "their FPR upper bound: some members are identified with few false alarms, the regime that "
-        "matters for individual privacy."
+        "their FPR upper bound (high; there is no medium level): some members are identified with few "
+        "false alarms, the regime that matters for individual privacy. Not read when the tail guard "
+        "(the same test on scores with no membership signal) shows TPR_lo >= FPR_hi."
     ),
 )
 LOW_FPR_UNRESOLVED = Rule(
@@ -78,7 +81,9 @@ DP_CLAIM = Rule(
         "half with Clopper-Pearson bounds, and the headline attack's AUC lower bound against the "
         "largest AUC an (eps, delta)-DP test allows (e^eps/(1+e^eps) at delta 0); Bonferroni over all "
         "these tests, so the bound holds at 95 % jointly. Never raised when the blind baseline, the "
-        "exchangeability check or the positive control failed. No (claimed_epsilon, claimed_delta)-DP "
+        "exchangeability check, the tail guard or the positive control failed; without references "
+        "only the members' side and the AUC test are read (no guard reads the non-members' tail). "
+        "No (claimed_epsilon, claimed_delta)-DP "
         "training could have produced these outputs: the DP pipeline is broken (noise off, wrong "
         "accounting, data outside the DP step)."
     ),
@@ -94,9 +99,40 @@ SHIFT = Rule(
         "A blind classifier on the inputs and labels alone (no model query), trained on the selection "
         "half, separates members from non-members on the report half (AUC CI above 0.5 + "
         "blind_margin), or reference models trained on members only score unseen members and "
-        "non-members apart: what the attacks measure on the model is the difference between the two "
-        "folders, not membership. The run is inconclusive and no membership or DP finding is raised."
+        "non-members apart, or the tail guard (the DP and low-FPR tests on those no-signal scores) "
+        "shows an epsilon bound above tail_max_epsilon: what the attacks measure on the model is the "
+        "difference between the two folders (e.g. a share of wrong labels in test/, named in the "
+        "message), not membership. The run is inconclusive and no membership or DP finding is raised."
     ),
 )
 
-RULES: tuple[Rule, ...] = (AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, DP_CLAIM, SHIFT)
+EPSILON_LEAK = Rule(
+    id="mia.empirical-epsilon",
+    title="The outputs leak more than any DP training at epsilon leak_epsilon allows (no claim given)",
+    severity=Severity.HIGH,
+    references=(cite("lit:Jagielski2020", "section 4 (epsilon from a membership test's FPR and FNR)"),
+                cite("lit:Nasr2021", "section 3 (Clopper-Pearson lower bounds on epsilon)")),
+    remediation=("dp-sgd", "regularise"),
+    description=(
+        "Without a claimed_epsilon, the empirical epsilon lower bound (the same tests as "
+        "mia.dp-claim-violated, Bonferroni over every test, jointly 95 %) exceeds leak_epsilon (1): "
+        "some membership test tells members from non-members with a likelihood ratio above e^1 at "
+        "a threshold chosen without the counted targets. Read only when the blind baseline, the "
+        "exchangeability check and the tail guard passed."
+    ),
+)
+DP_UNTESTABLE = Rule(
+    id="mia.dp-claim-untestable",
+    title="The claimed epsilon is below what these targets can resolve",
+    severity=Severity.INFO,
+    references=(cite("lit:Nasr2021", "section 3 (Clopper-Pearson lower bounds on epsilon)"),),
+    remediation=("Add members and non-members (the message says how many) and re-run.",),
+    description=(
+        "The smallest epsilon the audit's tests could detect with these targets (an optimal attack on a "
+        "mechanism exactly at that epsilon, expected counts, the same Bonferroni level) exceeds the "
+        "claim, and the bound did not exceed it: a violation of the claim could not have been seen, so "
+        "the claim is not testable here and the run is inconclusive for it, not PASS."
+    ),
+)
+
+RULES: tuple[Rule, ...] = (AUC, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, DP_CLAIM, EPSILON_LEAK, DP_UNTESTABLE, SHIFT)

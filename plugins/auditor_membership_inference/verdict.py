@@ -6,10 +6,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from auditor.plugin import Finding, Measurement, judge_leak
-from auditor_membership_inference.blind import advice
+from auditor_membership_inference.blind import BlindBaseline, Excess
+from auditor_membership_inference.checks import Exchangeability
 from auditor_membership_inference.config import MembershipInferenceConfig
-from auditor_membership_inference.dp import auc_limit
-from auditor_membership_inference.rules import AUC, DP_CLAIM, LOW_FPR_LEAK, LOW_FPR_UNRESOLVED, SHIFT
+from auditor_membership_inference.control import Gap
+from auditor_membership_inference.dp import AucTest, EpsilonAudit, auc_limit
+from auditor_membership_inference.lowfpr import LowFpr
+from auditor_membership_inference.resolve import Resolvability
+from auditor_membership_inference.rules import (
+    AUC,
+    DP_CLAIM,
+    DP_UNTESTABLE,
+    EPSILON_LEAK,
+    LOW_FPR_LEAK,
+    LOW_FPR_UNRESOLVED,
+    SHIFT,
+)
+from auditor_membership_inference.tail import TailGuard
 
 
 @dataclass(frozen=True)
@@ -17,28 +30,37 @@ class Evidence:
     """Everything a verdict rests on, each measured on the report half."""
 
     best: str  # the headline attack (fixed order: lira-offline, else loss)
-    held: dict[str, Any]  # its held-out AUC (and bootstrap intervals)
-    gap: dict[str, float]  # the model's train/test accuracy and their gap
-    low: dict[str, Any]  # lowfpr.low_fpr: the best attack at low FPR, counted
-    eps: dict[str, Any]  # dp.epsilon_audit
-    shift: dict[str, Any]  # checks.exchangeability, or {"checked": False, "why": ...}
-    excess: dict[str, Any] = field(default_factory=lambda: {"margin": 0.0, "ci95": [0.0, 0.0], "floor": 0.5})
-    blind: dict[str, Any] = field(default_factory=lambda: {"shifted": False})  # blind.blind_baseline
+    held: dict[str, Any]  # its held-out AUC (and bootstrap intervals): control.held_out
+    gap: Gap  # the model's train/test accuracy and their gap
+    low: LowFpr  # the best attack at low FPR, counted
+    eps: EpsilonAudit  # every DP test and the joint bound
+    shift: Exchangeability  # the references' exchangeability check (or why it was not run)
+    resolve: Resolvability  # the smallest epsilon these targets and tests could detect
+    blind: BlindBaseline  # the blind baseline (inputs and labels alone)
+    excess: Excess = Excess(margin=0.0, ci95=(0.0, 0.0), floor=0.5, blind_significant=False)
     fit: dict[str, Any] = field(default_factory=dict)  # fit.fit_recipe's report
+    tail: TailGuard | None = None  # the DP and low-FPR tests on no-signal scores (tail.tail_guard)
+
+
+def low_fpr_leak(cfg: MembershipInferenceConfig, low: LowFpr) -> bool:
+    """Return the mia.low-fpr-leak rule, the one place it is decided: TPR_lo >= high_tpr_multiple x FPR_hi."""
+    return bool(low.tpr_ci95[0] >= cfg.high_tpr_multiple * low.fpr_ci95[1] and low.tpr_ci95[0] > 0)
 
 
 def _not_exchangeable(ev: Evidence) -> str | None:
-    """Return why members and non-members cannot be compared (blind baseline or references), or None."""
-    if ev.blind.get("shifted"):
-        return advice(ev.blind)
-    if ev.shift.get("shifted"):
+    """Return why members and non-members cannot be compared (blind baseline, references, tail guard), or None."""
+    if ev.blind.shifted:
+        return ev.blind.advice()
+    if ev.shift.shifted:
         return (
             f"members and non-members differ in distribution: reference models trained on members only score the "
-            f"members they did not see and the non-members with AUC {ev.shift['auc']:.3f} (95% CI "
-            f"{ev.shift['auc_ci95'][0]:.3f}-{ev.shift['auc_ci95'][1]:.3f}, {ev.shift['attack']}) against the "
-            f"tolerance {ev.shift['tolerance']}; the model's own AUC {ev.held['auc']:.3f} cannot be read as "
+            f"members they did not see and the non-members with AUC {ev.shift.auc:.3f} (95% CI "
+            f"{ev.shift.auc_ci95[0]:.3f}-{ev.shift.auc_ci95[1]:.3f}, {ev.shift.attack}) against the "
+            f"tolerance {list(ev.shift.tolerance)}; the model's own AUC {ev.held['auc']:.3f} cannot be read as "
             "membership; draw test/ from the same source as train/ and re-run"
         )
+    if ev.tail is not None and ev.tail.tripped:
+        return ev.tail.advice()
     return None
 
 
@@ -48,71 +70,104 @@ def judge(
     """Return the findings and the reasons the run cannot judge (members and non-members not exchangeable).
 
     ``mia.dp-claim-violated`` is raised only when the blind baseline, the reference exchangeability
-    check and the positive control all passed.
+    check, the tail guard and the positive control all passed; a claim below what the targets can
+    resolve (and not exceeded) is ``mia.dp-claim-untestable`` and makes the run undecided.
     """
     why = _not_exchangeable(ev)
     if why is not None:
-        shift = {k: v for k, v in ev.shift.items() if k != "attacks"}
-        evidence = {"blind_baseline": ev.blind, "exchangeability": shift}
+        evidence = {"blind_baseline": ev.blind.as_dict(), "exchangeability": ev.shift.as_dict(with_attacks=False),
+                    "tail_guard": None if ev.tail is None else ev.tail.as_dict()}
         return [SHIFT.finding(message=why, evidence=evidence)], [why]
     findings = []
-    where = f"held out: measured on {ev.eps['members']}+{ev.eps['non_members']} targets of the report half"
-    if not ev.shift.get("checked"):
-        where += f"; reference exchangeability check {ev.shift.get('why', 'not checked')}"
-    auc_m, low_m, _ = headline(cfg, ev)
+    where = f"held out: measured on {ev.eps.members}+{ev.eps.non_members} targets of the report half"
+    if not ev.shift.checked:
+        where += f"; reference exchangeability check {ev.shift.why}"
+    auc_m = headline(cfg, ev)[0]
     auc = judge_leak(auc_m, high_by=round(cfg.high_auc - cfg.medium_auc, 6))
     if auc.leak:
         lo, hi = ev.held["auc_ci95"]
         findings.append(AUC.finding(
             message=f"{ev.best}: AUC {ev.held['auc']:.3f} (95% CI {lo:.3f}-{hi:.3f}, {where}), "
-            f"{auc_m.margin:+.3f} over the blind baseline's {ev.excess['floor']:.3f}, with a train-test "
-            f"gap of {ev.gap['train_test_gap']:.3f}; {auc.severity.value}: {auc.reason}",
-            evidence={"attack": ev.best, "auc": ev.held["auc"], "auc_ci95": ev.held["auc_ci95"], **ev.gap,
-                      "auc_over_blind": ev.excess, "medium_auc": cfg.medium_auc, "high_auc": cfg.high_auc},
+            f"{auc_m.margin:+.3f} over the floor {ev.excess.floor:.3f}, with a train-test "
+            f"gap of {ev.gap.train_test_gap:.3f}; {auc.severity.value}: {auc.reason}",
+            evidence={"attack": ev.best, "auc": ev.held["auc"], "auc_ci95": ev.held["auc_ci95"], **ev.gap.as_dict(),
+                      "auc_over_blind": ev.excess.as_dict(), "medium_auc": cfg.medium_auc, "high_auc": cfg.high_auc},
             severity=auc.severity,
         ))
-    low = ev.low
-    tpr = judge_leak(low_m, high_by=0.0)
-    if tpr.leak:
+    findings += _low_fpr(cfg, ev.low)
+    findings += _epsilon(cfg, ev, where, power_passed)
+    undecided = [f.message for f in findings if f.rule_id == DP_UNTESTABLE.id]
+    return findings, undecided
+
+
+def _low_fpr(cfg: MembershipInferenceConfig, low: LowFpr) -> list[Finding]:
+    """Return mia.low-fpr-leak (high) when :func:`low_fpr_leak` holds, else mia.low-fpr-unresolved if unresolvable."""
+    findings = []
+    if low_fpr_leak(cfg, low):
         findings.append(LOW_FPR_LEAK.finding(
-            message=f"{' / '.join(sorted({f['attack'] for f in low['folds']}))} (best of every attack at FPR <= "
-            f"{low['fpr_level']:g} on one half, counted on the other, both ways): TPR {low['tpr']:.3f} (95% CI "
-            f"{low['tpr_ci95'][0]:.3f}-{low['tpr_ci95'][1]:.3f}) at FPR {low['fpr']:.4f} (95% CI up to "
-            f"{low['fpr_ci95'][1]:.4f}) over {low['members']} members and {low['non_members']} non-members; "
+            message=f"{' / '.join(sorted({f.attack for f in low.folds}))} (best of every attack at FPR <= "
+            f"{low.fpr_level:g} on one half, counted on the other, both ways): TPR {low.tpr:.3f} (95% CI "
+            f"{low.tpr_ci95[0]:.3f}-{low.tpr_ci95[1]:.3f}) at FPR {low.fpr:.4f} (95% CI up to "
+            f"{low.fpr_ci95[1]:.4f}) over {low.members} members and {low.non_members} non-members; "
             "TPR_lo / FPR_hi = "
-            f"{low['ratio_lo']:.1f} (high from {cfg.high_tpr_multiple:g})",
-            evidence=dict(low), severity=tpr.severity,
+            f"{low.ratio_lo:.1f} >= {cfg.high_tpr_multiple:g}",
+            evidence=low.as_dict(),
         ))
-    elif low["ratio_resolvable"] < cfg.high_tpr_multiple:
+    elif low.ratio_resolvable < cfg.high_tpr_multiple:
         findings.append(LOW_FPR_UNRESOLVED.finding(
-            message=f"mia.low-fpr-leak not judged: with {low['members']} members and {low['non_members']} "
+            message=f"mia.low-fpr-leak not judged: with {low.members} members and {low.non_members} "
             f"non-members, even a perfect attack shows TPR_lo / FPR_hi = "
-            f"{low['ratio_resolvable']:.1f} < {cfg.high_tpr_multiple:g}; add targets (members and non-members)",
-            evidence={"members": low["members"], "non_members": low["non_members"],
-                      "ratio_resolvable": low["ratio_resolvable"]},
+            f"{low.ratio_resolvable:.1f} < {cfg.high_tpr_multiple:g}; add targets (members and non-members)",
+            evidence={"members": low.members, "non_members": low.non_members,
+                      "ratio_resolvable": low.ratio_resolvable},
         ))
-    eps = ev.eps
-    if cfg.claimed_epsilon is not None and power_passed and eps["epsilon_lower_bound"] > cfg.claimed_epsilon:
-        findings.append(DP_CLAIM.finding(
-            message=f"empirical epsilon >= {eps['epsilon_lower_bound']:.2f} (delta {eps['delta']:g}; {eps['attack']}, "
-            f"{_side(eps)}; {eps['tests']} tests jointly at 95%, {where}) exceeds the claimed epsilon "
-            f"{cfg.claimed_epsilon:g} (an ({cfg.claimed_epsilon:g}, {cfg.claimed_delta:g})-DP model allows AUC at "
-            f"most {auc_limit(cfg.claimed_epsilon, cfg.claimed_delta):.3f})",
-            evidence={k: v for k, v in eps.items() if k != "how"} | {"claimed_epsilon": cfg.claimed_epsilon,
-                                                                    "claimed_delta": cfg.claimed_delta},
-        ))
-    return findings, []
+    return findings
 
 
-def _side(eps: dict[str, Any]) -> str:
+def _epsilon(cfg: MembershipInferenceConfig, ev: Evidence, where: str, power_passed: bool) -> list[Finding]:
+    """Return the epsilon findings: the claim violated or untestable; without a claim, a bound above leak_epsilon."""
+    eps, res = ev.eps, ev.resolve
+    bound = eps.epsilon_lower_bound
+    evidence = {k: v for k, v in eps.as_dict().items() if k != "how"} | {
+        "smallest_detectable_epsilon": res.smallest_epsilon}
+    said = f"{eps.attack}, {_side(eps)}; {eps.tests} tests jointly at 95%, {where}; {res.words()}"
+    claim = cfg.claimed_epsilon
+    if claim is None:
+        if bound <= cfg.leak_epsilon:
+            return []
+        return [EPSILON_LEAK.finding(
+            message=f"empirical epsilon >= {bound:.2f} (delta {eps.delta:g}; {said}) with no DP claim: above "
+            f"leak_epsilon {cfg.leak_epsilon:g}, more than any ({cfg.leak_epsilon:g}, {eps.delta:g})-DP training "
+            "allows",
+            evidence=evidence | {"leak_epsilon": cfg.leak_epsilon},
+        )]
+    evidence |= {"claimed_epsilon": claim, "claimed_delta": cfg.claimed_delta}
+    if power_passed and bound > claim:
+        return [DP_CLAIM.finding(
+            message=f"empirical epsilon >= {bound:.2f} (delta {eps.delta:g}; {said}) exceeds the claimed epsilon "
+            f"{claim:g} (an ({claim:g}, {cfg.claimed_delta:g})-DP model allows AUC at most "
+            f"{auc_limit(claim, cfg.claimed_delta):.3f})",
+            evidence=evidence,
+        )]
+    if res.testable(claim):
+        return []
+    more = (f"about {res.members_needed} members and {res.non_members_needed} non-members would make it testable"
+            if res.members_needed else "no practical number of targets makes it testable")
+    return [DP_UNTESTABLE.finding(
+        message=f"the claimed epsilon {claim:g} is not testable here: {res.words()}, above the claim, so a "
+        f"violation could not have been seen (bound {bound:.2f}); {more}",
+        evidence=evidence | {"members_needed": res.members_needed, "non_members_needed": res.non_members_needed},
+    )]
+
+
+def _side(eps: EpsilonAudit) -> str:
     """Say in words which test gave the bound."""
-    if eps["side"] == "auc":
-        t = eps["auc_test"]
-        return f"AUC {t['auc']:.3f}, lower bound {t['auc_lo']:.3f}"
-    t = next(t for t in eps["threshold_tests"] if t["attack"] == eps["attack"] and t["side"] == eps["side"])
-    if eps["side"] == "members":
-        return f"calling members: TPR_lo {t['tpr_lo']:.3f}, FPR_hi {t['fpr_hi']:.4f}"
-    return f"calling non-members: TNR_lo {t['tnr_lo']:.3f}, FNR_hi {t['fnr_hi']:.4f}"
+    t = eps.best()
+    if isinstance(t, AucTest):
+        return f"AUC {t.auc:.3f}, lower bound {t.auc_lo:.3f}"
+    if t.side == "members":
+        return f"calling members: TPR_lo {t.rate_lo:.3f}, FPR_hi {t.other_hi:.4f}"
+    return f"calling non-members: TNR_lo {t.rate_lo:.3f}, FNR_hi {t.other_hi:.4f}"
 
 
 def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
@@ -122,45 +177,50 @@ def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
     epsilon bound is itself a joint 95 % lower bound (no interval, no threshold: ``mia.dp-claim-violated``
     compares it with the claim).
     """
-    where = f"measured on the report half ({ev.eps['members']} members, {ev.eps['non_members']} non-members)"
+    where = f"measured on the report half ({ev.eps.members} members, {ev.eps.non_members} non-members)"
     held, low, eps = ev.held, ev.low, ev.eps
-    pct = f"{low['fpr_level'] * 100:g}pct"
-    fpr_hi = low["fpr_ci95"][1]
+    pct = f"{low.fpr_level * 100:g}pct"
+    fpr_hi = low.fpr_ci95[1]
     fit = f"; references: {ev.fit['how']}" if ev.fit.get("how") else ""
     blind = ev.blind
-    blind_how = (f"; blind baseline AUC {blind['auc']:.3f} (95% CI {blind['auc_ci95'][0]:.3f}-"
-                 f"{blind['auc_ci95'][1]:.3f})" if "auc" in blind else "")
+    blind_how = (f"; blind baseline AUC {blind.auc:.3f} (95% CI {blind.auc_ci95[0]:.3f}-"
+                 f"{blind.auc_ci95[1]:.3f})")
     claim = (f"; claimed epsilon {cfg.claimed_epsilon:g} (delta {cfg.claimed_delta:g})"
              if cfg.claimed_epsilon is not None else "")
     if _not_exchangeable(ev) is not None:
         claim += "; NOT read as a DP bound: members and non-members are not exchangeable"
+    elif cfg.claimed_epsilon is not None and not ev.resolve.testable(cfg.claimed_epsilon):
+        claim += f"; the claim is NOT testable here (below {ev.resolve.smallest_epsilon:.2f})"
+    tail = ("" if ev.tail is None else f"; tail guard ({ev.tail.source}): the same tests on no-signal scores give "
+            f"{ev.tail.epsilon_lower_bound:.2f} (tolerance {ev.tail.tolerance:g})")
     return [
         Measurement(
             name="auc", label=f"membership AUC ({ev.best}, held out) over the blind baseline", value=held["auc"],
-            floor=ev.excess["floor"], floor_kind="blind baseline: max(0.5, AUC of a classifier on the inputs alone)",
-            margin=ev.excess["margin"], ci=list(ev.excess["ci95"]), threshold=round(cfg.medium_auc - 0.5, 4),
-            how=f"{ev.best} (fixed order: lira-offline when references ran, else loss), {where}; margin = AUC - "
-            f"max(0.5, blind AUC) on the same targets, 95% CI from {cfg.bootstrap} paired stratified bootstrap "
-            f"resamples{blind_how}{fit}",
+            floor=ev.excess.floor,
+            floor_kind="blind baseline: its AUC when its 95% CI lies above 0.5, else 0.5",
+            margin=ev.excess.margin, ci=list(ev.excess.ci95), threshold=round(cfg.medium_auc - 0.5, 4),
+            how=f"{ev.best} (fixed order: lira-offline when references ran, else loss), {where}; "
+            f"{ev.excess.rule}; 95% CI from {cfg.bootstrap} stratified bootstrap resamples{blind_how}{fit}",
         ),
         Measurement(
-            name=f"tpr_at_{pct}_fpr", label=f"TPR at {low['fpr_level']:.0%} FPR ({low['attack']}, held out)",
-            value=low["tpr"], floor=low["fpr"], floor_kind="random guess (TPR = FPR) at the held-out FPR",
-            margin=round(low["tpr"] - low["fpr"], 4),
-            ci=[round(low["tpr_ci95"][0] - fpr_hi, 4), round(low["tpr_ci95"][1] - low["fpr_ci95"][0], 4)],
+            name=f"tpr_at_{pct}_fpr", label=f"TPR at {low.fpr_level:.0%} FPR ({low.attack}, held out)",
+            value=low.tpr, floor=low.fpr, floor_kind="random guess (TPR = FPR) at the held-out FPR",
+            margin=round(low.tpr - low.fpr, 4),
+            ci=[round(low.tpr_ci95[0] - fpr_hi, 4), round(low.tpr_ci95[1] - low.fpr_ci95[0], 4)],
             threshold=round((cfg.high_tpr_multiple - 1) * fpr_hi, 4),
-            how=f"{low['attack']}: the attack and threshold with the highest TPR at FPR <= {low['fpr_level']:g} on "
+            how=f"{low.attack}: the attack and threshold with the highest TPR at FPR <= {low.fpr_level:g} on "
             "one half of the targets (every attack competes), counted on the other half, both ways (cross-fitted: "
-            f"every one of the {low['members']} members and {low['non_members']} non-members counted once, by a "
+            f"every one of the {low.members} members and {low.non_members} non-members counted once, by a "
             "threshold chosen without it); Clopper-Pearson 95% intervals on the summed counts; the margin's CI "
             f"is [TPR_lo - FPR_hi, TPR_hi - FPR_lo] and its threshold ({cfg.high_tpr_multiple:g} - 1) x FPR_hi, so "
             f"the CI clears it exactly when TPR_lo >= {cfg.high_tpr_multiple:g} x FPR_hi",
         ),
         Measurement(
-            name="epsilon_lower_bound", label=f"empirical DP epsilon lower bound (delta {eps['delta']:g})",
-            value=eps["epsilon_lower_bound"], floor=0.0, floor_kind="no membership signal (epsilon 0)",
-            margin=eps["epsilon_lower_bound"],
-            how=f"{eps['how']}; this bound from {eps['attack']}, {_side(eps)}; already a joint 95% lower bound, so "
-            f"no interval; at most {eps['epsilon_resolvable']:.2f} can be shown with these targets{claim}",
+            name="epsilon_lower_bound", label=f"empirical DP epsilon lower bound (delta {eps.delta:g})",
+            value=eps.epsilon_lower_bound, floor=0.0, floor_kind="no membership signal (epsilon 0)",
+            margin=eps.epsilon_lower_bound,
+            how=f"{eps.how}; this bound from {eps.attack}, {_side(eps)}; already a joint 95% lower bound, so "
+            f"no interval; {ev.resolve.words()}; at most {eps.epsilon_resolvable:.2f} can be shown with these "
+            f"targets{tail}{claim}",
         ),
     ]

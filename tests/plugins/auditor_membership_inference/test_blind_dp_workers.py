@@ -29,8 +29,8 @@ def test_the_blind_baseline_separates_learnable_shifts_only(shift: str) -> None:
     member = np.arange(700) < 300
     blind = blind_baseline(torch.cat([xm, xn]), torch.cat([ym, yn]), member, selection_half(member, 0), margin=0.03,
                            n_boot=100, seed=0)
-    assert blind["shifted"] == (shift != "none"), blind["auc_ci95"]
-    assert blind["auc"] > 0.95 if shift != "none" else blind["auc_ci95"][0] <= 0.5 <= blind["auc_ci95"][1]
+    assert blind.shifted == (shift != "none"), blind.auc_ci95
+    assert blind.auc > 0.95 if shift != "none" else blind.auc_ci95[0] <= 0.5 <= blind.auc_ci95[1]
 
 
 def test_the_auc_bound_is_that_of_the_dp_trade_off_curve() -> None:
@@ -48,10 +48,11 @@ def test_the_dp_audit_reads_the_non_member_side_too() -> None:
     score = rng.normal(0, 1, 2000)
     score[~member & (rng.random(2000) < 0.2)] -= 8
     audit = epsilon_audit({"loss": score}, member, selection_half(member, 0), 1e-5, "loss")
-    assert audit["side"] == "non-members" and audit["epsilon_lower_bound"] > 2
-    assert audit["tests"] == 3 and audit["alpha_per_test"] == pytest.approx(0.05 / 3, abs=1e-6)
-    members_side = next(t for t in audit["threshold_tests"] if t["side"] == "members")
-    assert members_side["epsilon"] < 0.5
+    assert audit.side == "non-members" and audit.epsilon_lower_bound > 2
+    assert audit.tests == 3 and audit.alpha_per_test == pytest.approx(0.05 / 3, abs=1e-6)
+    members_side = next(t for t in audit.threshold_tests if t.side == "members")
+    assert members_side.epsilon < 0.5
+    assert members_side.as_dict()["tpr_lo"] == members_side.rate_lo  # the report names the rates by side
 
 
 def test_two_threads_train_the_same_references_as_one(tmp_path: Path) -> None:

@@ -6,10 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from auditor_membership_inference.blind import BlindBaseline
+from auditor_membership_inference.checks import Exchangeability
 from auditor_membership_inference.config import MembershipInferenceConfig
+from auditor_membership_inference.control import Gap
 from auditor_membership_inference.dp import epsilon_audit
-from auditor_membership_inference.lowfpr import clopper_pearson, epsilon_from, low_fpr
+from auditor_membership_inference.lowfpr import LowFpr, clopper_pearson, epsilon_from, low_fpr
 from auditor_membership_inference.metrics import selection_half
+from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.verdict import Evidence, judge
 
 
@@ -36,24 +40,27 @@ def test_the_low_fpr_rule_reads_the_best_attack_at_low_fpr_not_the_best_auc() ->
     tail[member & (rng.random(len(member)) < 0.2)] += 8
     scores = {"broad": broad, "tail": tail}
     low = low_fpr(scores, member, select, 0.01)
-    assert low["attack"] == "tail" and low["ratio_lo"] >= 5
+    assert low.attack == "tail" and low.ratio_lo >= 5
     eps = epsilon_audit({"loss": tail, "modified-entropy": broad}, member, select, 1e-5, "loss")
-    assert eps["attack"] == "loss" and eps["side"] == "members" and eps["epsilon_lower_bound"] > 2
+    assert eps.attack == "loss" and eps.side == "members" and eps.epsilon_lower_bound > 2
     null = {"loss": rng.normal(0, 1, len(member)), "modified-entropy": rng.normal(0, 1, len(member))}
-    assert epsilon_audit(null, member, select, 1e-5, "loss")["epsilon_lower_bound"] < 0.5
+    assert epsilon_audit(null, member, select, 1e-5, "loss").epsilon_lower_bound < 0.5
 
 
-def _evidence(low: dict, member: np.ndarray, select: np.ndarray) -> Evidence:
+def _evidence(low: LowFpr, member: np.ndarray, select: np.ndarray) -> Evidence:
     held = {"auc": 0.5, "auc_ci95": [0.45, 0.55]}
     eps = epsilon_audit({"a": np.zeros(len(member))}, member, select, 1e-5, "a")
-    return Evidence(best="a", held=held, gap={"train_test_gap": 0.0}, low=low, eps=eps, shift={"checked": False})
+    blind = BlindBaseline(auc=0.5, auc_ci95=(0.45, 0.55), shifted=False, limit=0.53, scores=np.zeros(len(member)))
+    return Evidence(best="a", held=held, gap=Gap(1.0, 1.0, 0.0), low=low, eps=eps,
+                    shift=Exchangeability(checked=False, why="not checked"), blind=blind,
+                    resolve=resolvability(eps.members, eps.non_members, eps.tests, 1e-5, None))
 
 
 def test_too_few_targets_say_the_low_fpr_rule_was_not_judged() -> None:
     member, select = _targets(10, 10)  # even a perfect attack, cross-fitted: TPR_lo 0.69 / FPR_hi 0.31 < 5
     perfect = {"a": member.astype(float)}
     low = low_fpr(perfect, member, select, 0.01)
-    assert low["tpr"] == 1.0 and low["fpr"] == 0.0 and low["ratio_resolvable"] < 5
+    assert low.tpr == 1.0 and low.fpr == 0.0 and low.ratio_resolvable < 5
     findings, undecided = judge(MembershipInferenceConfig(), _evidence(low, member, select))
     assert [f.rule_id for f in findings] == ["mia.low-fpr-unresolved"] and not undecided
     assert "not judged" in findings[0].message and "10 non-members" in findings[0].message

@@ -1,0 +1,119 @@
+"""Issue 41 through the user's default command (`auditor scan --plugins membership-inference --data D`), each with
+its control: a model that saw no member is not accused on a test/ with 10 % wrong labels (its clean twin reads
+epsilon ~ 0); a memorising CNN and a memorising ViT FAIL at defaults (a twin that saw no member does not); a claim
+below what the targets resolve says it is not testable (the same model's testable claim is judged)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from auditor.cli import run_cli
+from tests.plugins.auditor_membership_inference import _models as M
+from tests.plugins.auditor_membership_inference import _scenarios as S
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off; torch hooks
+IMPORT = ["--import", "tests.plugins.auditor_membership_inference._models"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Digits as PNG folders: clean, test/ with 10 % wrong labels, and pixel-noise twins for the memorisers."""
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("mia-tails")
+    imgs, labels = S.digits()
+    rng = np.random.default_rng(0)  # a draw whose wrong labels push the model's own bound over the claim (asserted)
+    bad = S.NON_MEMBERS[rng.random(len(S.NON_MEMBERS)) < 0.10]
+    dirty = labels.copy()
+    dirty[bad] = (dirty[bad] + rng.integers(1, 10, len(bad))) % 10
+    folders = (("clean", labels, imgs), ("dirty", dirty, imgs), ("noisy-0.3", labels, M.noisy(imgs, 0.3)),
+               ("noisy-0.2", labels, M.noisy(imgs, 0.2)))
+    for name, test_labels, pixels in folders:
+        M.write_split(root / name, "train", pixels, labels, S.MEMBERS)
+        M.write_split(root / name, "test", pixels, test_labels, S.NON_MEMBERS)
+    wrong = {f"test/{dirty[i]}/{i:04d}.png" for i in bad}
+    return {"root": root, "imgs": imgs, "labels": labels, "wrong": wrong}
+
+
+def _scan(world: dict, model: torch.nn.Module, data: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
+          **config: object) -> tuple[int, dict]:
+    """Save ``model``, run the default scan on ``data`` with ``config`` in auditor.toml; return exit code and run."""
+    root: Path = world["root"]
+    monkeypatch.setenv("HOME", str(root))  # the reference cache lives under ~/.cache
+    name = f"m{len(list(root.glob('*.pt')))}"
+    torch.save(model, root / f"{name}.pt")
+    toml = root / f"{name}.toml"
+    toml.write_text("[plugins.membership-inference]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    out = root / f"{name}.json"
+    code = run_cli(["scan", str(root / f"{name}.pt"), "--plugins", "membership-inference", "--data", str(root / data),
+                    "--json", str(out), "-q", "--input-shape", "1,8,8", "--config", str(toml), *extra])
+    report = json.loads(out.read_text())
+    run = next(p for p in report["plugins"] if p["name"] == "membership-inference")
+    return code, run | {"rule_ids": {f["rule_id"]: f["severity"] for f in report["findings"]},
+                        "messages": [f["message"] for f in report["findings"]]}
+
+
+ACCUSED = {"mia.dp-claim-violated", "mia.empirical-epsilon", "mia.low-fpr-leak"}
+
+
+def test_a_model_that_saw_no_member_is_not_accused_on_a_dirty_test_set(world: dict,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """10 % of test/ mislabelled: the model's own bound clears the claim, the tail guard names the data problem."""
+    null = S.train_plain(world["imgs"], world["labels"], S.OTHER, epochs=30)
+    code, run = _scan(world, null, "dirty", monkeypatch, claimed_epsilon=0.1)
+    m, tail = run["metrics"], run["metrics"]["tail_guard"]
+    assert m["epsilon"]["epsilon_lower_bound"] > 0.1  # what used to convict: the dirty tail alone
+    assert not m["blind_baseline"]["shifted"] and not m["exchangeability"]["shifted"]  # averages look exchangeable
+    assert code == 3 and run["status"] == "inconclusive" and set(run["rule_ids"]) == {"mia.distribution-shift"}
+    assert tail["tripped"] and tail["side"] == "non-members" and 0.04 <= tail["outlying_share"] <= 0.2
+    assert len(set(tail["outliers"]) & world["wrong"]) >= 7, tail["outliers"]  # the named outliers are the bad labels
+    assert "wrong labels" in run["reason"] and tail["outliers"][0] in run["reason"]
+    for config in ({"references": 0, "claimed_epsilon": 0.5}, {"references": 0}):  # no references: no guard reads
+        code, run = _scan(world, null, "dirty", monkeypatch, **config)  # the non-members' tail, so it is not read
+        assert code != 1 and not ACCUSED & set(run["rule_ids"]), (config, run["rule_ids"])
+        assert run["metrics"]["epsilon"]["sides"] == ["members"] and run["metrics"]["epsilon"]["auc_test"] is None
+    code, run = _scan(world, null, "clean", monkeypatch)  # the clean twin: epsilon ~ 0, no guard tripped
+    assert code == 0 and not run["rule_ids"] and run["metrics"]["epsilon"]["epsilon_lower_bound"] < 0.1
+    assert not run["metrics"]["tail_guard"]["tripped"]
+
+
+@pytest.mark.parametrize("arch", ["cnn", "vit"])
+def test_a_memoriser_fails_at_defaults_whatever_its_architecture(world: dict, arch: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Train accuracy 1, test well below: the epsilon bound (no claim given) fails the gate; a twin on other digits
+    with the same architecture and data passes."""
+    data, epochs = ("noisy-0.3", 60) if arch == "cnn" else ("noisy-0.2", 150)
+    pixels = M.noisy(world["imgs"], float(data.split("-")[1]))
+    make = M.cnn if arch == "cnn" else M.TinyViT
+    xm, ym = S.tensors(pixels, world["labels"], S.MEMBERS)
+    extra = IMPORT if arch == "vit" else []
+    code, run = _scan(world, M.memorise(make(), xm, ym, epochs=epochs), data, monkeypatch, *extra)
+    m = run["metrics"]
+    assert m["train_accuracy"] >= 0.99 and m["test_accuracy"] < 0.85
+    assert code == 1 and run["rule_ids"].get("mia.empirical-epsilon") == "high", run["rule_ids"]
+    assert m["epsilon"]["epsilon_lower_bound"] > 1.0 and not m["tail_guard"]["tripped"] and run["power"][0]["passed"]
+    if arch == "cnn":  # the control: same architecture and data, trained on other digits only
+        xo, yo = S.tensors(pixels, world["labels"], S.OTHER)
+        code, run = _scan(world, M.memorise(make(), xo, yo, epochs=epochs), data, monkeypatch, *extra)
+        assert code == 0 and not ACCUSED & set(run["rule_ids"]), run["rule_ids"]
+
+
+def test_a_claim_below_what_the_targets_resolve_is_not_testable(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A noise-off 'DP' model that leaks little: claim 0.1 is below the smallest detectable epsilon (INCONCLUSIVE,
+    with how many targets would test it); claim 1 is testable and judged (PASS)."""
+    model, _ = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=0.0, epochs=5)
+    code, run = _scan(world, model, "clean", monkeypatch, claimed_epsilon=0.1)
+    m = run["metrics"]
+    smallest = m["smallest_detectable_epsilon"]
+    assert 0.1 < smallest < 1.0 and m["epsilon"]["epsilon_lower_bound"] <= 0.1
+    assert code == 3 and run["rule_ids"] == {"mia.dp-claim-untestable": "info"}, run["rule_ids"]
+    assert not m["dp_claim"]["testable"] and m["dp_claim"]["members_needed"] > 300
+    assert "not testable here" in run["reason"] and "would make it testable" in run["reason"]
+    heads = {h["name"]: h for h in run["headline"]}
+    assert f"could detect is {smallest:.2f}" in heads["epsilon_lower_bound"]["how"]
+    code, run = _scan(world, model, "clean", monkeypatch, claimed_epsilon=1.0)
+    assert code == 0 and run["metrics"]["dp_claim"]["testable"] and not run["rule_ids"], run["rule_ids"]
