@@ -40,7 +40,7 @@ from benchmarks.fixtures.text_lm import (
     write_jsonl,
 )
 
-LEVELS = (5, 15, 60)  # epochs on train.jsonl
+LEVELS = (5, 15, 150)  # epochs on train.jsonl
 N = 100
 
 

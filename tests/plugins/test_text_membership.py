@@ -41,7 +41,7 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Data folders, a memorising LM (60 epochs on train.jsonl + the canary) and a null LM (other records)."""
+    """Data folders, a memorising LM (150 epochs on train.jsonl + the canary) and a null LM (other records)."""
     torch.set_num_threads(1)
     return build_world(tmp_path_factory.mktemp("text-world"))
 
@@ -68,8 +68,8 @@ def test_a_memorising_lm_fails_with_its_extractions_counted(world: dict[str, Pat
     rules = _rules(report)
     assert rules["text.membership-leak"] == "high" and rules["text.canary-exposure"] == "high"
     ex = m["extraction"]
-    assert ex["member_hits"] > ex["non_member_hits"] and ex["members_prompted"] == 100
-    assert "text.verbatim-extraction" in rules
+    assert ex["member_hits"] >= 80 and ex["non_member_hits"] == 0 and ex["members_prompted"] == 100
+    assert rules["text.verbatim-extraction"] == "high"
     assert ex["examples"] and all("…[redacted" in row["text"] for row in ex["examples"])
     heads = {h["name"]: h for h in run["headline"]}
     assert heads["auc"]["ci"][0] > 0.25 and heads["auc"]["floor"] >= 0.5
