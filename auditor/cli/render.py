@@ -104,8 +104,6 @@ def print_report(console: Console, report: Report) -> None:
     for p in report.plugins:
         extra = f" \\[{safe(p.category)}]" if p.category else ""
         console.print(f"[bold]plugin[/] {safe(p.name)}: {p.status}{extra} {safe(p.reason)}")
-        for m in p.headline if p.status in ("ok", "inconclusive") else ():
-            console.print(f"  {safe(m.label)}: {_measured(p, m.name)}")
         if p.reused is not None:
             console.print(f"  [dim]{safe(p.reused.note)}[/]")
 

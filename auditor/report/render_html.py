@@ -307,7 +307,6 @@ THREATS = (
     ("model-inversion", "Model inversion", "white-box access to the trained model"),
     ("membership-inference", "Membership inference", "the model's outputs on chosen samples"),
     ("attribute-inference", "Attribute inference", "the model's internal representation"),
-    ("text-membership", "Text membership and extraction", "the LM's token probabilities and greedy completions"),
 )
 
 #: Until a plugin fills ``PluginRun.headline``: metric keys for its headline (value, floor, label, floor kind).
