@@ -468,14 +468,23 @@ def text_membership() -> str:
                      f"{v['control_auc_lo']:.3f}" + ("" if v["control_passed"] else " (**failed**)"),
                      ", ".join(f"`{f}`" for f in v["findings"]) or "—",
                      f"{lira['auc']:.3f} [{lira['auc_ci95'][0]:.3f}, {lira['auc_ci95'][1]:.3f}]",
-                     v["cpu_seconds"]])
+                     _agree(v, lira), v["cpu_seconds"]])
     return (f"{run_facts(run)}; {got['texts_per_side']} members and {got['texts_per_side']} non-members per LM, "
             f"{got['model']}, trained {got['target_recipe']}; LiRA with {got['rows'][0]['lira']['references']} "
             f"reference LMs per row; {got['cpu_seconds']} CPU-s in all.\n\n"
             + table(["seed", "leak level", "LM trained on", "verdict", "best attack (selection half)",
                      "held-out AUC [95% CI]", "blind floor", "margin [95% CI]",
                      "verbatim: members vs non-members", "control AUC CI low", "findings",
-                     "offline LiRA AUC [95% CI] (independent)", "scan CPU-s"], rows))
+                     "offline LiRA AUC [95% CI] (independent)", "verdict vs LiRA", "scan CPU-s"], rows))
+
+
+def _agree(verdict: dict, lira: dict) -> str:
+    """Whether the plugin's call (a membership or extraction finding) matches LiRA's (AUC CI low end > 0.6)."""
+    said = any(f.startswith(("text.membership-leak", "text.verbatim-extraction")) for f in verdict["findings"])
+    leak = lira["auc_ci95"][0] > 0.6
+    if said == leak:
+        return "agree: leak" if leak else "agree: no leak shown"
+    return "**plugin missed a leak LiRA shows**" if leak else "**plugin called a leak LiRA does not show**"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -97,6 +97,8 @@ class TextMembershipPlugin:
                                      device=ctx.device, tick=ctx.check_budget)
         heads = headline(cfg, ev)
         findings, undecided = judge(cfg, ev, heads, power_passed=power.passed)
+        if cfg.reference and ref_stats is None:
+            undecided.append(f"the requested reference was {ref_info['how']}")
         metrics = {"members": int(member.sum()), "non_members": int((~member).sum()), "public_texts":
                    len(data.public), "max_tokens": max_tokens, "blind_baseline": ev.blind, "best_attack": best,
                    "best_attack_chosen_on": "the selection half (highest AUC), measured on the report half",

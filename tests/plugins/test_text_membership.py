@@ -105,3 +105,16 @@ def test_show_text_prints_the_extractions_and_a_broken_dp_claim_is_caught(world:
     assert squeeze(ex["examples"][0]["text"].split()) in squeeze((world["same"] / "train.jsonl").read_text().split())
     assert _rules(report)["text.dp-claim-violated"] == "high"
     assert {h["name"] for h in run["headline"]} >= {"epsilon_lower_bound"}
+
+
+def test_a_given_reference_model_is_used_for_the_ratio(world: dict[str, Path]) -> None:
+    config = world["memorising"].parent / "reference.toml"
+    config.write_text(f'[plugins.text-membership]\nreference = "{world["null"]}"\n')
+    code, run, _ = _scan(world, "memorising", "same", "--config", str(config))
+    m = run["metrics"]
+    assert code == 1 and m["reference"]["how"].startswith("the given reference") and "reference-ratio" in m["attacks"]
+    config.write_text(f'[plugins.text-membership]\nreference = "{world["same"]}"\n')  # no weights there
+    code, run, _ = _scan(world, "memorising", "same", "--config", str(config))
+    how = run["metrics"]["reference"]["how"]
+    assert "no .safetensors" in how and "reference-ratio" not in run["metrics"]["attacks"]
+    assert run["status"] == "inconclusive" and "the requested reference" in run["reason"]  # asked for, not run
