@@ -8,6 +8,11 @@ image is a known sample of unknown membership) or a manifest layout::
     DIR/public/<class>/*.png    optional: public data from the same domain (priors, shadow models)
     DIR/attributes.csv          optional: ``path,<attribute>...`` rows, paths relative to DIR
 
+or a text layout (language models): ``DIR/train.jsonl``, ``DIR/test.jsonl`` and optionally
+``DIR/public.jsonl`` and ``DIR/canaries.jsonl`` (one ``{"text": ...}`` per line, or a ``.txt`` with
+one sample per line). The bundle only names those files (:attr:`DataBundle.texts`); the plugin
+that reads text parses them.
+
 Nothing here fabricates data: a split that is absent is absent, and plugins that need it are
 skipped with the reason :meth:`DataBundle.missing` gives.
 """
@@ -27,6 +32,8 @@ from auditor.errors import InputError
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 MANIFEST_SPLITS = ("train", "test", "public")
+TEXT_SPLITS = ("train", "test", "public", "canaries")
+TEXT_SUFFIXES = (".jsonl", ".txt")
 #: scikit-image's bundled natural images used as the default probe set (no download needed).
 DEFAULT_PROBES = ("astronaut", "coffee", "chelsea", "rocket", "cat", "camera", "coins", "moon")
 
@@ -65,11 +72,13 @@ class DataBundle:
     classes: tuple[str, ...]
     splits: dict[str, ImageSplit]
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The text layout's files by split name (``train`` -> ``DIR/train.jsonl``); empty for images.
+    texts: dict[str, Path] = field(default_factory=dict)
 
     @property
     def members_known(self) -> bool:
         """Tell whether the data says which samples trained the model."""
-        return "train" in self.splits and "test" in self.splits
+        return all(s in self.splits or s in self.texts for s in ("train", "test"))
 
     def fingerprint(self) -> str:
         """Return the sha256 of the content: layout, classes, each split's files (name, label, bytes), attributes.
@@ -84,12 +93,15 @@ class DataBundle:
                 h.update(f"{path.relative_to(self.root).as_posix()}\0{label}\0".encode())
                 h.update(hashlib.sha256(path.read_bytes()).digest())
         h.update(json.dumps(self.attributes, sort_keys=True).encode())
+        for name in sorted(self.texts):  # absent for images: their fingerprints stay as they were
+            h.update(f"text {name} {self.texts[name].name}\0".encode())
+            h.update(hashlib.sha256(self.texts[name].read_bytes()).digest())
         return h.hexdigest()
 
     def missing(self, *needed: str) -> str | None:
         """Return a sentence naming what is missing for ``needed`` splits/attributes, or None."""
         lacking = [n for n in needed if (n == "attributes" and not self.attributes)
-                   or (n != "attributes" and n not in self.splits)]
+                   or (n != "attributes" and n not in self.splits and n not in self.texts)]
         if not lacking:
             return None
         return (f"--data {self.root} ({self.layout} layout) has no {', '.join(lacking)}; "
@@ -149,10 +161,25 @@ def load_data_dir(path: str | Path) -> DataBundle:
         splits = {"all": _scan_split("all", root, classes)}
         layout = "imagefolder"
     splits = {k: v for k, v in splits.items() if len(v)}
+    texts = _text_files(root)
+    if not splits and texts:
+        return DataBundle(root=root, layout="text", classes=(), splits={}, texts=texts)
     if not splits:
-        raise InputError(f"--data {root}: no images found (expected DIR/<class>/<image> or DIR/train/<class>/...)")
+        raise InputError(f"--data {root}: no images found (expected DIR/<class>/<image> or DIR/train/<class>/..., "
+                         "or train.jsonl/test.jsonl for text)")
     return DataBundle(root=root, layout=layout, classes=tuple(classes), splits=splits,
                       attributes=_read_attributes(root))
+
+
+def _text_files(root: Path) -> dict[str, Path]:
+    """Return the text layout's files (``train.jsonl`` before ``train.txt``) by split name."""
+    found = {}
+    for name in TEXT_SPLITS:
+        for suffix in TEXT_SUFFIXES:
+            if (root / f"{name}{suffix}").is_file():
+                found[name] = root / f"{name}{suffix}"
+                break
+    return found
 
 
 def _scan_split(name: str, directory: Path, classes: list[str]) -> ImageSplit:

@@ -505,6 +505,42 @@ def mia_validity_41() -> str:
                      "smallest detectable ε", "findings", "verdict", "wall s / CPU s"], rows))
 
 
+def text_membership() -> str:
+    """text-membership's default verdict per leak level beside an independent offline LiRA on the same LMs."""
+    runs = results.load("text_membership")
+    if "default" not in runs:
+        return _missing("PYTHONPATH=.:plugins python benchmarks/text_membership.py")
+    run, got = runs["default"]["run"], runs["default"]["results"]
+    rows = []
+    for r in got["rows"]:
+        v, lira = r["verdict"], r["lira"]
+        hits = "{} / {} vs {} / {}".format(*v["extraction"])
+        rows.append([r["seed"], r["level"] if r["level"] == "null" else f"{r['level']} epochs", r["trained_on"],
+                     f"exit {v['exit']} ({v['status']})", v["best_attack"],
+                     f"{v['auc']:.3f} [{v['auc_ci95'][0]:.3f}, {v['auc_ci95'][1]:.3f}]", f"{v['floor']:.3f}",
+                     f"{v['margin']:+.3f} [{v['margin_ci95'][0]:+.3f}, {v['margin_ci95'][1]:+.3f}]", hits,
+                     f"{v['control_auc_lo']:.3f}" + ("" if v["control_passed"] else " (**failed**)"),
+                     ", ".join(f"`{f}`" for f in v["findings"]) or "—",
+                     f"{lira['auc']:.3f} [{lira['auc_ci95'][0]:.3f}, {lira['auc_ci95'][1]:.3f}]",
+                     _agree(v, lira), v["cpu_seconds"]])
+    return (f"{run_facts(run)}; {got['texts_per_side']} members and {got['texts_per_side']} non-members per LM, "
+            f"{got['model']}, trained {got['target_recipe']}; LiRA with {got['rows'][0]['lira']['references']} "
+            f"reference LMs per row; {got['cpu_seconds']} CPU-s in all.\n\n"
+            + table(["seed", "leak level", "LM trained on", "verdict", "best attack (selection half)",
+                     "held-out AUC [95% CI]", "blind floor", "margin [95% CI]",
+                     "verbatim: members vs non-members", "control AUC CI low", "findings",
+                     "offline LiRA AUC [95% CI] (independent)", "verdict vs LiRA", "scan CPU-s"], rows))
+
+
+def _agree(verdict: dict, lira: dict) -> str:
+    """Whether the plugin's call (a membership or extraction finding) matches LiRA's (AUC CI low end > 0.6)."""
+    said = any(f.startswith(("text.membership-leak", "text.verbatim-extraction")) for f in verdict["findings"])
+    leak = lira["auc_ci95"][0] > 0.6
+    if said == leak:
+        return "agree: leak" if leak else "agree: no leak shown"
+    return "**plugin missed a leak LiRA shows**" if leak else "**plugin called a leak LiRA does not show**"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
     "full-audit": full_audit, "full-audit-sides": full_audit_sides, "speed-ratio": speed_ratio,
@@ -513,10 +549,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "speed-targets": targets, "ray": ray,
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
     "readme-rewrites": readme_rewrites, "mi-power": mi_power,
-    "mia-validity": mia_validity, "mia-validity-41": mia_validity_41,
+    "mia-validity": mia_validity, "mia-validity-41": mia_validity_41, "text-membership": text_membership,
 }
 #: The docs with generated regions.
-DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md", "docs/ci.md")
+DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md", "docs/ci.md",
+        "docs/text-models.md")
 
 
 def stale() -> dict[str, list[str]]:

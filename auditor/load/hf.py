@@ -176,6 +176,7 @@ def load_pretrained_dir(path: Path, read: WeightReader) -> tuple[torch.nn.Module
     except Exception as exc:  # third-party loaders can raise anything; shape mismatches land here
         raise HFDirectoryError(path, f"weights do not fit {arch} built from {CONFIG_FILE}: {_one_line(exc)}") from exc
     _check_loading_info(path, arch, info)
+    model.config._name_or_path = str(path.resolve())  # where a text plugin finds the tokenizer files
     note = (f"built {arch} from {CONFIG_FILE} and loaded {len(state)} tensor(s) with transformers' key mapping "
             "(no download, no remote code)")
     return model, arch, [note]

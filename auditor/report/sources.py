@@ -67,6 +67,26 @@ SOURCES: dict[str, Source] = {
         "The Composition Theorem for Differential Privacy",
         "Kairouz et al. 2015", "https://arxiv.org/abs/1311.0776",
     ),
+    "lit:Carlini2019": Source(
+        "The Secret Sharer: Evaluating and Testing Unintended Memorization in Neural Networks",
+        "Carlini et al. 2019", "https://arxiv.org/abs/1802.08232",
+    ),
+    "lit:Carlini2021": Source(
+        "Extracting Training Data from Large Language Models",
+        "Carlini et al. 2021", "https://arxiv.org/abs/2012.07805",
+    ),
+    "lit:Shi2024": Source(
+        "Detecting Pretraining Data from Large Language Models",
+        "Shi et al. 2024", "https://arxiv.org/abs/2310.16789",
+    ),
+    "lit:Zhang2025": Source(
+        "Min-K%++: Improved Baseline for Detecting Pre-Training Data from Large Language Models",
+        "Zhang et al. 2025", "https://arxiv.org/abs/2404.02936",
+    ),
+    "lit:Duan2024": Source(
+        "Do Membership Inference Attacks Work on Large Language Models?",
+        "Duan et al. 2024", "https://arxiv.org/abs/2402.07841",
+    ),
     "lit:pickle": Source(
         "pickle - Python object serialization (Python documentation)",
         "Python docs", "https://docs.python.org/3/library/pickle.html",
