@@ -301,8 +301,8 @@ def test_quiet_prints_exactly_the_verdict_line(repo: Path, capsys: pytest.Captur
     captured = capsys.readouterr()
     assert captured.out.splitlines() == ["FAIL (exit 1): measured: none (static risk factors only); not run: "
                                          "attribute inference, gradient "
-                                         "inversion, membership inference, model inversion, split inversion; "
-                                         "1 finding(s) at or above --fail-on high"]
+                                         "inversion, membership inference, model inversion, split inversion, "
+                                         "text membership; 1 finding(s) at or above --fail-on high"]
     assert captured.err == ""
 
 

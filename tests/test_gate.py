@@ -146,10 +146,11 @@ def test_a_static_only_scan_names_what_was_not_run(small_cnn: Path, tmp_path: Pa
     assert code == ExitCode.PASS and report is not None
     families = {c["family"]: c["status"] for c in report["summary"]["coverage"]}
     assert families == dict.fromkeys(("attribute-inference", "gradient-inversion", "membership-inference",
-                                      "model-inversion", "split-inversion"), "not-run")
+                                      "model-inversion", "split-inversion", "text-membership"), "not-run")
     (line,) = capsys.readouterr().out.splitlines()  # one line, however long
     assert line.startswith("PASS (exit 0): measured: none (static risk factors only); not run: attribute inference, "
-                           "gradient inversion, membership inference, model inversion, split inversion; no proven or "
+                           "gradient inversion, membership inference, model inversion, split inversion, text "
+                           "membership; no proven or "
                            "measured finding at or above")
 
 

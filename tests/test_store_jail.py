@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from auditor.audit import jail
 from auditor.audit.batch import audit_one
 from auditor.config import ScanConfig
+from auditor.jail import runner
 from auditor.store import KEY_ENV, NO_CACHE_ENV, ParentStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux jail")]
@@ -53,7 +53,7 @@ class Forge(nn.Module):
 def bait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.delenv(NO_CACHE_ENV, raising=False)
     monkeypatch.delenv(KEY_ENV, raising=False)
-    monkeypatch.delenv(jail.NO_JAIL_ENV, raising=False)
+    monkeypatch.delenv(runner.NO_JAIL_ENV, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / f"{MODULE}.py").write_text(SOURCE)

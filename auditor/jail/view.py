@@ -6,8 +6,8 @@ Never a whole ``sys.path`` root: a checkout on the path (``PYTHONPATH=.``, an ed
 - the interpreter's standard library (and ``lib-dynload``, the zipped stdlib) and ``libpython``'s folder;
 - in each ``site-packages``/``dist-packages`` folder on the path, every installed entry by name (package
   folders, single modules, ``*.dist-info``, ``*.libs``), never a dotfile, and the right to list the folder's
-  names (``importlib.metadata`` lists it to find entry points); of any other ``sys.path`` entry, only its
-  ``*.egg-info``/``*.dist-info`` folders (an editable install's metadata);
+  names (``importlib.metadata`` lists it to find entry points); of any other ``sys.path`` entry, only what
+  installed distributions put there (their top-level packages and modules, their metadata folders);
 - the folder of every module named in ``modules`` (auditor, the plugins' packages, each ``--import``), found
   with ``importlib.util.find_spec`` wherever it lives (an editable install maps it outside ``sys.path``);
 - the system libraries torch and the interpreter read (``/usr/lib``, ``/proc/self``, CPU topology...).
@@ -56,9 +56,14 @@ def _site_entries(folder: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def metadata_dirs(path: Iterable[str] | None = None) -> list[str]:
-    """The ``*.egg-info``/``*.dist-info`` folders directly in a ``sys.path`` entry outside site-packages (a
-    checkout on the path: its editable install's metadata, read by ``importlib.metadata``), nothing else of it."""
+def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
+    """Of each ``sys.path`` entry outside site-packages (a checkout on the path, a folder of a shared library
+    stack), only what installed distributions put there: their top-level packages and modules (by
+    ``importlib.metadata.packages_distributions``) and their ``*.dist-info``/``*.egg-info`` metadata, never
+    anything else of it (``.git``, ``.env``, data)."""
+    from importlib import metadata
+
+    tops = set(metadata.packages_distributions())
     out: list[str] = []
     for entry in sys.path if path is None else path:
         real = os.path.realpath(entry) if entry else ""
@@ -66,7 +71,8 @@ def metadata_dirs(path: Iterable[str] | None = None) -> list[str]:
             continue
         try:
             with os.scandir(real) as entries:
-                out += [e.path for e in entries if e.name.endswith((".egg-info", ".dist-info")) and e.is_dir()]
+                out += [os.path.realpath(e.path) for e in entries if not e.name.startswith(".") and (
+                    e.name.endswith((".dist-info", ".egg-info")) or e.name.split(".")[0] in tops)]
         except OSError:
             continue
     return out
@@ -119,7 +125,7 @@ def library_view(modules: Iterable[str] = (), *, gpu: bool = False) -> list[str]
     paths = [*stdlib_dirs(), *SYSTEM_READ, *(GPU_READ if gpu else ())]
     for folder in site_dirs():
         paths += _site_entries(folder)
-    paths += metadata_dirs()
+    paths += distribution_entries()
     paths += module_dirs([*plugin_modules(), *modules])
     return clean(paths)
 

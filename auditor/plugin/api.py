@@ -47,7 +47,7 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 #: 6: Finding.severity_override (set by the core's severity policy);
 #: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
 #: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
-PLUGIN_API_VERSION = 8
+PLUGIN_API_VERSION = 9
 
 
 class NoConfig(BaseModel):

@@ -193,7 +193,7 @@ def test_the_host_is_unharmed(world: dict) -> None:
 
 
 def test_one_template_served_each_scan_and_no_file_changed_another_files_verdict(world: dict) -> None:
-    assert world["starts"] == [1, 1]  # a child's crash, limit or hostile act did not cost the scan its template
+    assert world["starts"] == [1, 1, 1]  # three jails (the sleeper alone): no child cost its scan the template
     after, alone = world["drafts"]["neighbour"], world["alone"]
     assert world["plain"][str(world["paths"]["poison"])] == "patched"  # in one process, the next file is forged
     assert after.model.load_safety.verdict == "unsafe" and alone.report is not None

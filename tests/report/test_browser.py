@@ -202,7 +202,8 @@ def test_example_reports(browser: Any, example_reports: dict[str, Path], name: s
 
 def test_all_plugins_report(browser: Any, tiny_all_plugins: Report) -> None:
     runs = {p.name: p for p in tiny_all_plugins.plugins}
-    assert len(runs) == 6, sorted(runs)
+    assert len(runs) == 7, sorted(runs)
+    assert runs.pop("text-membership").status == "skipped"  # a language-model attack: this is an image CNN
     ran = {n: p.status for n, p in runs.items()}
     assert set(ran.values()) <= {"ok", "inconclusive"}, {n: runs[n].reason for n in ran}  # every kind rendered
     svgs = [a.name for p in runs.values() for a in p.artifacts if a.media_type == "image/svg+xml"]
