@@ -20,7 +20,7 @@ THREATS = (
     ("model-inversion", "Model inversion", "white-box access to the trained model"),
     ("membership-inference", "Membership inference", "the model's outputs on chosen samples"),
     ("attribute-inference", "Attribute inference", "the model's internal representation"),
-    ("text-membership", "Training text (language model)", "the model's token probabilities on chosen texts"),
+    ("text-membership", "Text membership", "an LM's token probabilities on chosen texts"),
 )
 
 #: Until a plugin fills ``PluginRun.headline``: metric keys for its headline (value, floor, label, floor kind).
