@@ -167,15 +167,25 @@ class ScanJail:
         wanted = (*_PRELOAD, *_plugin_modules(config)) if len(targets) > 1 else _PRELOAD_ONE
         preload = [m for m in wanted if _findable(m)]
         self._imports_room = 0 if len(targets) > 1 else _IMPORT_ROOM  # each child then imports torch itself
-        self.template = Template(libraries=library_view(config.imports, gpu=_gpu(config)),
-                                 list_only=site_dirs(), limits=template, preload=preload, gpu=_gpu(config))
+        self._template_limits, self._preload = template, preload
+        self._template: Template | None = None  # made on the first job: a scan the store answers reads no view
         self._jobs = 0  # the template starts on the first job: a scan the store answers starts no worker
 
     def __enter__(self) -> ScanJail:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.template.close()
+        if self._template is not None:
+            self._template.close()
+
+    @property
+    def template(self) -> Template:
+        """The scan's template (made, with its library view, on first use; it starts on its first job)."""
+        if self._template is None:
+            gpu = _gpu(self.config)
+            self._template = Template(libraries=library_view(self.config.imports, gpu=gpu), list_only=site_dirs(),
+                                      limits=self._template_limits, preload=self._preload, gpu=gpu)
+        return self._template
 
     def audit(self, path: Path, config: ScanConfig | None = None,
               progress: Callable[[str], None] | None = None) -> DraftReport:
