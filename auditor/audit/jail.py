@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from auditor.audit.assemble import DraftReport
 from auditor.audit.refused import PLUGIN_GROUP, refusal_report
-from auditor.config import ScanConfig
+from auditor.config import ScanConfig, covers_home
 from auditor.errors import AuditorError, ConfigError, InputError
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
@@ -121,11 +121,6 @@ def _size(target: Path) -> int:
         return 0
 
 
-def _covers_home_or_root(path: Path) -> bool:
-    real = path.resolve()
-    return real == Path("/") or Path(os.path.realpath(os.path.expanduser("~"))).is_relative_to(real)
-
-
 def job_reads(path: Path, config: ScanConfig) -> list[str]:
     """What one file's job may read: the file or folder, an ONNX graph's folder, a Hub snapshot's blobs, the data.
 
@@ -141,7 +136,7 @@ def job_reads(path: Path, config: ScanConfig) -> list[str]:
         read.append(str(blobs))  # a Hub cache snapshot's files are links into its repository's blobs
     for p in (config.data_dir, config.reference):
         if p is not None:
-            if _covers_home_or_root(Path(p)):
+            if covers_home(Path(p)):  # the config refuses it too; a config built in code reaches here
                 raise ConfigError(f"{p} covers a home or the root directory: the jail does not show it to a worker")
             read.append(str(Path(p).resolve()))
     return read
