@@ -135,7 +135,33 @@ def _multihead_attention(m: nn.Module, *args: object, **kwargs: object) -> tuple
     return out, weights
 
 
+def _elementwise(m: nn.Module, *args: object, **kwargs: object) -> object:
+    """A parameter-free elementwise activation: the input's layout (the input itself when in place).
+
+    On meta, torch answers these through Python decompositions (Hardswish, Hardsigmoid: most of a
+    MobileNetV3's shape pass); the layout is known without them. Anything but one dense floating-point
+    meta tensor goes to the module itself, so a dtype or layout the rule does not model is answered as before.
+    """
+    x = args[0] if len(args) == 1 and not kwargs else None
+    if not (isinstance(x, torch.Tensor) and x.device == META and x.is_floating_point() and _dense(x)):
+        return m(*args, **kwargs)
+    return x if getattr(m, "inplace", False) else torch.empty_like(x)
+
+
+def _dense(x: torch.Tensor) -> bool:
+    """Whether ``x`` is dense in a memory format an elementwise kernel writes its output in (strides kept)."""
+    return any(x.is_contiguous(memory_format=f) for f in _FORMATS)
+
+
+#: Parameter-free elementwise activations (exact types: a subclass may compute something else).
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Sigmoid, nn.Tanh,
+    nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.Mish, nn.Softplus,
+)
+
+
 RULES: dict[type[nn.Module], Callable[..., Any]] = {
+    **dict.fromkeys(ELEMENTWISE, _elementwise),
     **dict.fromkeys((nn.Conv1d, nn.Conv2d, nn.Conv3d), _conv),
     **dict.fromkeys((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d), _batch_norm),
     nn.LayerNorm: _layer_norm,

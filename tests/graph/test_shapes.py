@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import timm
 import torch
@@ -10,6 +12,7 @@ import torchvision
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from auditor.graph.meta_rules import ELEMENTWISE, RULES, _metadata
 from auditor.graph.shapes import propagate_shapes
 from auditor.graph.trace import fx_trace
 
@@ -198,6 +201,26 @@ def test_unknown_subclasses_take_the_next_pass_and_permuted_inputs_stay_in_the_m
     permuted = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(2), nn.Unflatten(2, (6, 6)))
     assert _compare(permuted, torch.rand(1, 3, 8, 8)) == "meta"
     assert _compare(_ChannelsLastBlock(), torch.rand(2, 4, 6, 6)) == "meta"
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_the_elementwise_rule_records_what_the_activation_on_meta_records(inplace: bool,
+                                                                           fmt: torch.memory_format) -> None:
+    x = torch.empty(2, 8, 5, 3, device="meta").to(memory_format=fmt)
+    for cls in ELEMENTWISE:
+        module = cls(inplace=True) if inplace and "inplace" in inspect.signature(cls).parameters else cls()
+        ruled = RULES[cls](module, x)
+        assert _metadata(ruled) == _metadata(module(x.clone())), cls.__name__
+        assert (ruled is x) == bool(getattr(module, "inplace", False))
+    strided = torch.empty(2, 8, 6, 6, device="meta")[:, :, ::2]  # not dense: the module itself answers
+    integers = torch.empty(2, 3, dtype=torch.int64, device="meta")  # not floating point: the module answers
+    for odd in (strided, integers):
+        assert _metadata(RULES[nn.Hardswish](nn.Hardswish(), odd)) == _metadata(nn.Hardswish()(odd))
+
+
+def test_a_mobilenet_v3_at_224_stays_in_the_meta_pass_with_its_activations_ruled() -> None:
+    assert _compare(torchvision.models.mobilenet_v3_small(), torch.rand(1, 3, 224, 224)) == "meta"
 
 
 @pytest.mark.parametrize(
