@@ -16,12 +16,16 @@ import torch
 
 #: Characters that end a string literal or a line: quotes, backslash, and str.splitlines' separators.
 _BREAKOUT = frozenset("\"'\\\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+#: The printable ASCII characters among them (every other ASCII one is a control character, Cc).
+_ASCII_BREAKOUT = frozenset("\"'\\")
 
 
 def name_reason(name: object) -> str | None:
     """Why ``name`` must not reach generated code, or None when it is harmless there."""
     if not isinstance(name, str):
         return f"a name that is a {type(name).__name__}, not a string"
+    if name.isascii() and name.isprintable() and not _ASCII_BREAKOUT.intersection(name):
+        return None  # the common case, decided without a look-up per character
     for char in name:
         if char in _BREAKOUT or unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp"):
             return f"the name {name!r} holds {char!r}, which ends a string literal or a line of generated code"
