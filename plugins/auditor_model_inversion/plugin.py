@@ -30,7 +30,8 @@ from auditor.plugin import (
 from auditor_model_inversion.config import ModelInversionConfig
 from auditor_model_inversion.invert import invert_class
 from auditor_model_inversion.nets import VAE, EvalNet, linear_control, reinitialised
-from auditor_model_inversion.prepare import Setup, fit_judge, setup
+from auditor_model_inversion.prepare import Setup, fit_judge, setup, ticker
+from auditor_model_inversion.results import ClassScores, ControlRecord, InversionMetrics, Scored
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
 
@@ -70,14 +71,13 @@ class ModelInversionPlugin:
         """Train the evaluation model (and prior), invert every class, report AttAcc and KNN distance."""
         cfg = ctx.config_as(ModelInversionConfig)
         s = setup(ctx, cfg)
-        run = _Inversions(cfg, s.shape, ctx.seed, ctx.device, ctx.check_budget, s.vae, s.evaluator, s.classes,
-                          len(s.names))
-        got = run.attack(s.target)
+        run = _Inversions(cfg, s.shape, ctx.seed, ctx.device, ctx.check_budget, ctx.progress, s.vae, s.evaluator,
+                          s.classes, len(s.names))
+        got = run.attack(s.target, "inverting classes through the target")
         scores = _score(s, got.recons, got.confs)
         floors = _floors(run, got.starts_hits, s.mean_pred, s.prior_freq)
         floor_kind = max(floors, key=lambda kind: float(floors[kind].mean()))
         p_value = run.p_value(got)
-        h1_all = scores.pop("h1")
         head = measure(
             "attack_accuracy_top1", "evaluation-model top-1 attack accuracy",
             [float(c == cls) for cls, row in zip(s.classes, got.hits) for c in row],
@@ -89,44 +89,36 @@ class ModelInversionPlugin:
             "whether the verdicts depend on the class at all is the class-permutation test, which must also pass)",
         )
         control = _control(ctx, cfg, run, s)
-        metrics: dict[str, Any] = {
-            "prior": s.prior,
-            "layout": s.layout,
-            "measured": MEASURED,
-            "class_indices": s.class_rule,
-            "classes_inverted": len(s.classes),
-            "reconstructions": len(s.classes) * cfg.restarts,
-            "attack_accuracy_top1": round(float(np.mean(h1_all)), 4),
-            "attack_accuracy_top5": scores.pop("top5"),
-            "chance_top1": round(1 / len(s.names), 4),
-            "prior_class_frequency_top1": (None if s.prior_freq is None
-                                           else round(float(floors[PRIOR_FLOOR].mean()), 4)),
-            "floor_top1": round(float(floors[floor_kind].mean()), 4),
-            "floor_kind": floor_kind,
-            "floors_top1": {kind: round(float(v.mean()), 4) for kind, v in floors.items()},
-            "margin_top1_ci95": head.ci,
-            "p_value_permutation": p_value,
-            **scores,
-            "natural_accuracy": round(s.natural, 4),
-            "natural_accuracy_on": "test/" if s.has_test else "train/ (no test/ given)",
-            "evaluation_model_accuracy": None if s.eval_acc is None else round(s.eval_acc, 4),
-            "positive_control": control[0],
-        }
-        metrics["per_class"] = metrics.pop("per_class")
+        metrics = InversionMetrics(
+            prior=s.prior, layout=s.layout, measured=MEASURED, class_indices=s.class_rule,
+            classes_inverted=len(s.classes), reconstructions=len(s.classes) * cfg.restarts,
+            attack_accuracy_top1=round(float(np.mean(scores.top1)), 4), attack_accuracy_top5=scores.top5,
+            chance_top1=round(1 / len(s.names), 4),
+            prior_class_frequency_top1=(None if s.prior_freq is None
+                                        else round(float(floors[PRIOR_FLOOR].mean()), 4)),
+            floor_top1=round(float(floors[floor_kind].mean()), 4), floor_kind=floor_kind,
+            floors_top1={kind: round(float(v.mean()), 4) for kind, v in floors.items()},
+            margin_top1_ci95=head.ci, p_value_permutation=p_value, knn_distance=scores.knn_distance,
+            knn_distance_test_images=scores.knn_distance_test_images,
+            target_confidence_not_a_success_metric=scores.target_confidence, natural_accuracy=round(s.natural, 4),
+            natural_accuracy_on="test/" if s.has_test else "train/ (no test/ given)",
+            evaluation_model_accuracy=None if s.eval_acc is None else round(s.eval_acc, 4),
+            positive_control=control[0], per_class=scores.per_class,
+        )
         findings = self._findings(ctx.profile, cfg, metrics, p_value, head)
         art = Artifact(
             name="mi-reconstructions.png",
             media_type="image/png",
             data_base64=png_base64(image_grid([("", row.cpu()) for row in got.recons], cell=48, label_width=0)),
-            description=f"one row per class ({', '.join(metrics['per_class'])}), {cfg.restarts} kept per row",
+            description=f"one row per class ({', '.join(metrics.per_class)}), {cfg.restarts} kept per row",
         )
         return PluginResult(
-            findings=findings, metrics=metrics, provenance=_provenance(cfg, s, len(s.xp)), artifacts=[art],
+            findings=findings, metrics=metrics.as_dict(), provenance=_provenance(cfg, s, len(s.xp)), artifacts=[art],
             headline=[head], power=[control[1]],
         )
 
     def _findings(
-        self, profile: ArchitectureProfile, cfg: ModelInversionConfig, m: dict[str, Any], p_value: float,
+        self, profile: ArchitectureProfile, cfg: ModelInversionConfig, m: InversionMetrics, p_value: float,
         head: Measurement,
     ) -> list[Finding]:
         """Report a successful inversion (the leak rule and the class-permutation test), and link it to
@@ -135,27 +127,12 @@ class ModelInversionPlugin:
         if not (judged.leak and p_value < cfg.p_value_max):
             return []
         severity = judged.severity or ATTACK_ACCURACY.severity
-        evidence = {
-            k: m[k]
-            for k in (
-                "prior",
-                "layout",
-                "attack_accuracy_top1",
-                "attack_accuracy_top5",
-                "chance_top1",
-                "prior_class_frequency_top1",
-                "floor_top1",
-                "floor_kind",
-                "p_value_permutation",
-                "knn_distance",
-                "natural_accuracy",
-            )
-        }
+        evidence = m.evidence()
         text = (
-            f"evaluation-model attack accuracy {m['attack_accuracy_top1']:.3f} top-1 / "
-            f"{m['attack_accuracy_top5']:.3f} top-5 (floor {m['floor_top1']:.3f}: {m['floor_kind']}; class-"
-            f"permutation p={p_value:.2g}) at natural accuracy {m['natural_accuracy']:.3f}; {m['prior']} tier, "
-            f"{m['layout'].split(':')[0]}"
+            f"evaluation-model attack accuracy {m.attack_accuracy_top1:.3f} top-1 / "
+            f"{m.attack_accuracy_top5:.3f} top-5 (floor {m.floor_top1:.3f}: {m.floor_kind}; class-"
+            f"permutation p={p_value:.2g}) at natural accuracy {m.natural_accuracy:.3f}; {m.prior} tier, "
+            f"{m.layout.split(':')[0]}"
         )
         findings = [ATTACK_ACCURACY.finding(message=text, evidence=evidence, severity=severity)]
         last = [
@@ -176,14 +153,14 @@ class ModelInversionPlugin:
 
 
 
-def _score(s: Setup, recons: list[torch.Tensor], confs: list[torch.Tensor]) -> dict[str, Any]:
+def _score(s: Setup, recons: list[torch.Tensor], confs: list[torch.Tensor]) -> Scored:
     """Score the reconstructions with the evaluation model: per-class top-1/top-5, KNN distances, confidences."""
     n_classes = len(s.names)
     k = min(5, n_classes)
     with torch.no_grad():
         priv = _features(s.evaluator, s.xp, s.device)
         test = _features(s.evaluator, s.xt, s.device) if s.has_test else None
-    per_class: dict[str, Any] = {}
+    per_class: dict[str, ClassScores] = {}
     knns, natural_knn, h1_all, h5_all = [], [], [], []
     for cls, recon, conf in zip(s.classes, recons, confs):
         with torch.no_grad():
@@ -192,29 +169,23 @@ def _score(s: Setup, recons: list[torch.Tensor], confs: list[torch.Tensor]) -> d
         # exact shares (k / restarts), so a margin of 0 is 0 and not a float32 rounding above it
         h1, h5 = int((top[:, 0] == cls).sum()) / len(top), int((top == cls).any(1).sum()) / len(top)
         dist = torch.cdist(feats.double(), priv[s.yp == cls].double()).min(1).values
-        per_class[s.names[cls]] = {
-            "attack_accuracy_top1": round(h1, 4),
-            "attack_accuracy_top5": round(h5, 4),
-            "knn_distance": round(float(dist.mean()), 4),
-            "target_confidence": round(float(conf.mean()), 4),
-        }
+        per_class[s.names[cls]] = ClassScores(attack_accuracy_top1=round(h1, 4), attack_accuracy_top5=round(h5, 4),
+                                              knn_distance=round(float(dist.mean()), 4),
+                                              target_confidence=round(float(conf.mean()), 4))
         if test is not None and bool((s.yt == cls).any()):
             natural_knn.append(torch.cdist(test[s.yt == cls].double(), priv[s.yp == cls].double()).min(1).values)
         h1_all.append(h1)
         h5_all.append(h5)
         knns.append(dist)
-    return {
-        "h1": h1_all,
-        "top5": round(float(np.mean(h5_all)), 4),
-        "knn_distance": round(float(torch.cat(knns).mean()), 4),
-        "knn_distance_test_images": round(float(torch.cat(natural_knn).mean()), 4) if natural_knn else None,
-        "target_confidence_not_a_success_metric": round(float(torch.cat(confs).mean()), 4),
-        "per_class": per_class,
-    }
+    return Scored(
+        top1=h1_all, top5=round(float(np.mean(h5_all)), 4), knn_distance=round(float(torch.cat(knns).mean()), 4),
+        knn_distance_test_images=round(float(torch.cat(natural_knn).mean()), 4) if natural_knn else None,
+        target_confidence=round(float(torch.cat(confs).mean()), 4), per_class=per_class,
+    )
 
 
 def _control(ctx: RunContext, cfg: ModelInversionConfig, run: _Inversions, s: Setup
-             ) -> tuple[dict[str, Any], PowerCheck]:
+             ) -> tuple[ControlRecord, PowerCheck]:
     """Invert the target's own architecture, re-initialised and trained on train/, with the same attack and judge.
 
     A model of the same architecture that has learned the private classes is the closest leaking target
@@ -227,11 +198,11 @@ def _control(ctx: RunContext, cfg: ModelInversionConfig, run: _Inversions, s: Se
         torch.manual_seed(ctx.seed + 1)
         twin = linear_control(run.shape, run.n_classes).to(ctx.device)
         kind = "softmax regression on the pixels (the target's architecture could not be re-initialised)"
-    control, cached = fit_judge(twin, s.xp, s.yp, cfg, cfg.control_epochs, ctx.seed + 1, ctx)
+    control, cached = fit_judge(twin, s.xp, s.yp, cfg, cfg.control_epochs, ctx.seed + 1, ctx, "control model")
     for p in control.parameters():
         p.requires_grad_(False)
     natural = top1_accuracy(control, s.xt, s.yt, device=ctx.device)
-    got = run.attack(control)
+    got = run.attack(control, "inverting classes through the control")
     top1 = float(guess_accuracy(got.hits, run.classes).mean())
     floor = max(float(v.mean()) for v in _floors(run, got.starts_hits, s.mean_pred, s.prior_freq).values())
     p_value = run.p_value(got)
@@ -251,8 +222,8 @@ def _control(ctx: RunContext, cfg: ModelInversionConfig, run: _Inversions, s: Se
         passed=passed,
         how=how,
     )
-    return {"model": kind, "natural_accuracy": round(natural, 4), "attack_accuracy_top1": round(top1, 4),
-            "floor_top1": round(floor, 4), "p_value_permutation": p_value, "passed": passed}, check
+    return ControlRecord(model=kind, natural_accuracy=round(natural, 4), attack_accuracy_top1=round(top1, 4),
+                         floor_top1=round(floor, 4), p_value_permutation=p_value, passed=passed), check
 
 
 def _provenance(cfg: ModelInversionConfig, s: Setup, n_private: int) -> dict[str, Any]:
@@ -315,17 +286,22 @@ class _Inversions:
     seed: int
     device: torch.device
     tick: Callable[[], None]
+    report: Callable[[str, int | None, int | None], None]
     vae: VAE | None
     evaluator: EvalNet
     classes: list[int]
     n_classes: int
 
-    def attack(self, model: torch.nn.Module) -> Attacked:
-        """Invert every class through ``model``; judge the reconstructions and the unoptimised starts."""
+    def attack(self, model: torch.nn.Module, stage: str) -> Attacked:
+        """Invert every class through ``model``; judge the reconstructions and the unoptimised starts.
+
+        Every search step is reported as ``stage``'s work done of all classes' steps.
+        """
         out = Attacked([], [], [], [], [])
+        tick = ticker(self.tick, self.report, stage, len(self.classes) * self.cfg.steps)
         for cls in self.classes:
             recon, conf, starts = invert_class(
-                model, cls, self.shape, self.cfg, seed=self.seed, device=self.device, tick=self.tick, vae=self.vae
+                model, cls, self.shape, self.cfg, seed=self.seed, device=self.device, tick=tick, vae=self.vae
             )
             with torch.no_grad():
                 probs = torch.softmax(self.evaluator(recon), dim=1).cpu()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import torch
 from auditor.plugin import PluginSkipped, RunContext, fit_cached, top1_accuracy
 from auditor_model_inversion.classes import class_map, layout
 from auditor_model_inversion.config import ModelInversionConfig
-from auditor_model_inversion.nets import VAE, EvalNet, M, fit_eval, fit_vae
+from auditor_model_inversion.nets import EVAL_RECIPE, VAE, VAE_RECIPE, EvalNet, M, fit_eval, fit_vae
 
 #: Samples drawn from the prior, with no target guidance, to measure its own class frequencies.
 PRIOR_SAMPLES = 512
@@ -71,7 +74,7 @@ def setup(ctx: RunContext, cfg: ModelInversionConfig) -> Setup:
         xt, yt = xp, yp
     torch.manual_seed(ctx.seed)
     evaluator, eval_cached = fit_judge(EvalNet(shape[0], n_out, cfg.eval_width).to(dev), xp, yp, cfg,
-                                       cfg.eval_epochs, ctx.seed, ctx)
+                                       cfg.eval_epochs, ctx.seed, ctx, "evaluation model")
     vae, vae_cached, freq = None, False, None
     if prior == "vae":
         vae, vae_cached = _prior(ctx, cfg, bundle.splits["public"].tensors(shape, limit=cfg.max_private,
@@ -89,12 +92,30 @@ def setup(ctx: RunContext, cfg: ModelInversionConfig) -> Setup:
     )
 
 
+def ticker(check: Callable[[], None], report: Callable[[str, int | None, int | None], None], stage: str,
+           total: int) -> Callable[[], None]:
+    """Return a ``tick`` for a loop of ``total`` units that checks the budget and reports each unit as ``stage``'s
+    work done (``RunContext.progress``); the stage is reported at 0 when the tick is made."""
+    done = itertools.count(1)
+    report(stage, 0, total)
+
+    def tick() -> None:
+        check()
+        report(stage, next(done), total)
+
+    return tick
+
+
 def fit_judge(net: M, x: torch.Tensor, y: torch.Tensor, cfg: ModelInversionConfig, epochs: int, seed: int,
-              ctx: RunContext) -> tuple[M, bool]:
-    """Train a classifier on train/ (:func:`fit_eval`), or load it from the cache; return it and whether cached."""
+              ctx: RunContext, stage: str) -> tuple[M, bool]:
+    """Train a classifier on train/ (:func:`fit_eval`), or load it from the cache; return it and whether cached.
+
+    Each training batch is reported as ``stage``'s work done.
+    """
+    batches = epochs * math.ceil(len(x) / EVAL_RECIPE.batch_size)
     return fit_cached(net, (x, y, epochs, seed, "fit_eval: Adam 2e-3, wd 1e-4, batch 64, shift 1"),
                       lambda m: fit_eval(m, x, y, epochs=epochs, seed=seed, device=ctx.device,
-                                         tick=ctx.check_budget), _cache(cfg))
+                                         tick=ticker(ctx.check_budget, ctx.progress, stage, batches)), _cache(cfg))
 
 
 def _prior(ctx: RunContext, cfg: ModelInversionConfig, xpub: torch.Tensor) -> tuple[VAE, bool]:
@@ -106,7 +127,9 @@ def _prior(ctx: RunContext, cfg: ModelInversionConfig, xpub: torch.Tensor) -> tu
     vae, cached = fit_cached(
         VAE(tuple(xpub.shape[1:]), cfg.latent_dim).to(ctx.device),
         (xpub, cfg.prior_epochs, ctx.seed, "fit_vae: Adam 1e-3, batch 64"),
-        lambda m: fit_vae(m, xpub, epochs=cfg.prior_epochs, seed=ctx.seed, device=ctx.device, tick=ctx.check_budget),
+        lambda m: fit_vae(m, xpub, epochs=cfg.prior_epochs, seed=ctx.seed, device=ctx.device,
+                          tick=ticker(ctx.check_budget, ctx.progress, "VAE prior",
+                                      cfg.prior_epochs * math.ceil(len(xpub) / VAE_RECIPE.batch_size))),
         _cache(cfg),
     )
     for p in vae.parameters():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,9 +25,9 @@ from torch import nn
 from auditor.plugin import ArchitectureProfile, PowerCheck, UnsplittableModel, split_model
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
-from auditor_split_inversion.metrics import per_image, summarise
-from auditor_split_inversion.rmle import search
-from auditor_split_inversion.verdict import METRICS, SplitFloor, leaks, margins
+from auditor_split_inversion.metrics import PerImage, per_image
+from auditor_split_inversion.rmle import RmleSetting, search
+from auditor_split_inversion.verdict import METRICS, SplitFloor, Thresholds, judge_one, margins
 
 #: Channels of the fallback reference convolution (over-complete for 1- and 3-channel inputs).
 WIDTH = 16
@@ -40,6 +41,50 @@ class ControlHead:
     kind: str  # "audited architecture" or "reference"
     what: str
     why: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """One attack's positive control: the head it attacked, its scores and margins over the floor, and the verdict.
+
+    ``settings`` is rMLE's best setting on the control (None for DCI).
+    """
+
+    attack: str
+    control: str
+    kind: str
+    why: str
+    psnr_mean: float
+    ssim_mean: float
+    psnr_margin: float | None
+    ssim_margin: float | None
+    psnr_margin_ci: list[float] | None
+    ssim_margin_ci: list[float] | None
+    passed: bool
+    settings: RmleSetting | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the record as reported in ``metrics.positive_control.attacks`` (``settings`` only for rMLE)."""
+        out = {k: getattr(self, k) for k in _RECORDED}
+        return out if self.settings is None else {**out, "settings": self.settings.as_dict()}
+
+
+#: The fields of a :class:`ControlRecord` every record reports, in order.
+_RECORDED = ("attack", "control", "kind", "why", "psnr_mean", "ssim_mean", "psnr_margin", "ssim_margin",
+             "psnr_margin_ci", "ssim_margin_ci", "passed")
+
+
+@dataclass(frozen=True, slots=True)
+class PositiveControl:
+    """The positive controls run: the head they attacked and every attack's record."""
+
+    head: ControlHead
+    records: tuple[ControlRecord, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the controls as reported in ``metrics.positive_control``."""
+        return {"control": self.head.what, "kind": self.head.kind, "why": self.head.why,
+                "attacks": [r.as_dict() for r in self.records], "passed": all(r.passed for r in self.records)}
 
 
 def reference_head(channels: int, seed: int) -> nn.Module:
@@ -86,40 +131,38 @@ def first_block(points: list, numel: int) -> list:
     return first[::-1] + [p for p in over if p not in first]
 
 
-def _check(ctrl: ControlHead, attack: str, per_probe: dict[str, list[float]], floor: SplitFloor,
-           thresholds: dict[str, float], how: str, seed: int) -> tuple[PowerCheck, dict]:
+def _check(ctrl: ControlHead, attack: str, per_probe: PerImage, floor: SplitFloor, thresholds: Thresholds,
+           how: str, seed: int, settings: RmleSetting | None = None) -> tuple[PowerCheck, ControlRecord]:
     """Judge one control reconstruction by the leak rule; return its power check and record."""
     measured = margins(per_probe, floor, thresholds, what=f"the {attack} control's reconstruction", how=how,
                        seed=seed)
-    psnr = measured["psnr"]
+    psnr = measured.psnr
     check = PowerCheck(control=f"{attack}: {ctrl.what} ({ctrl.kind})", metric="PSNR margin over the floor (dB)",
-                       value=round(psnr.margin or 0.0, 4), required=thresholds["psnr"], passed=leaks({"psnr": psnr}),
+                       value=round(psnr.margin or 0.0, 4), required=thresholds.psnr, passed=judge_one(psnr).leak,
                        how=f"{how}; why this control: {ctrl.why}")
-    record = {"attack": attack, "control": ctrl.what, "kind": ctrl.kind, "why": ctrl.why,
-              **{f"{m}_mean": measured[m].value for m in METRICS},
-              **{f"{m}_margin": measured[m].margin for m in METRICS},
-              **{f"{m}_margin_ci": measured[m].ci for m in METRICS}, "passed": check.passed}
+    record = ControlRecord(attack, ctrl.what, ctrl.kind, ctrl.why, *(measured.of(m).value for m in METRICS),
+                           *(measured.of(m).margin for m in METRICS), *(measured.of(m).ci for m in METRICS),
+                           passed=check.passed, settings=settings)
     return check, record
 
 
-def power_check(ctrl: ControlHead, probes: torch.Tensor, floor: SplitFloor, thresholds: dict[str, float], *, steps: int,
-                tvs: list[float], seed: int, tick: Callable[[], bool]) -> tuple[PowerCheck, dict]:
+def power_check(ctrl: ControlHead, probes: torch.Tensor, floor: SplitFloor, thresholds: Thresholds, *, steps: int,
+                tvs: list[float], seed: int, tick: Callable[[], bool]) -> tuple[PowerCheck, ControlRecord]:
     """Attack the control head with the audit's rMLE search; return the power check and its record."""
     head = ctrl.head
     with torch.no_grad():
         feature = head(probes)
     runs = [(settings, per_image(probes, recon)) for settings, recon in
             search(head, feature, tuple(probes.shape[1:]), steps=steps, tvs=tvs, tick=tick)]
-    settings, best = max(runs, key=lambda r: summarise(r[1])["psnr_mean"])
+    settings, best = max(runs, key=lambda r: r[1].summary().psnr_mean)
     how = (f"rmle search (TV weights {tvs}, {steps} steps, scored at half and all of them; best: "
-           f"{', '.join(f'{k} {v:g}' for k, v in settings.items())}) on {len(probes)} probes; seed {seed}")
-    check, record = _check(ctrl, "rmle", {m: best[m] for m in METRICS}, floor, thresholds, how, seed)
-    return check, {**record, "settings": settings}
+           f"{', '.join(f'{k} {v:g}' for k, v in settings.as_dict().items())}) on {len(probes)} probes; seed {seed}")
+    return _check(ctrl, "rmle", best, floor, thresholds, how, seed, settings)
 
 
 def dci_power_check(ctrl: ControlHead, probes: torch.Tensor, data: torch.Tensor, floor: SplitFloor,
-                    thresholds: dict[str, float], *, layer_steps: int, joint_steps: int, batch: int, seed: int,
-                    tick: Callable[[], bool], source: str) -> tuple[PowerCheck, dict]:
+                    thresholds: Thresholds, *, layer_steps: int, joint_steps: int, batch: int, seed: int,
+                    tick: Callable[[], bool], source: str) -> tuple[PowerCheck, ControlRecord]:
     """Train a one-module DCI chain for the control head on the audit's DCI training set; judge its inversion."""
     head = ctrl.head
     with torch.no_grad():
@@ -132,4 +175,4 @@ def dci_power_check(ctrl: ControlHead, probes: torch.Tensor, data: torch.Tensor,
     how = (f"DCI chain of one module (the head's mirror) trained on the {source} training set ({len(data)} images, "
            f"{layer_steps} phase (i) + {joint_steps} phase (ii) steps, batch {batch}) on {len(probes)} probes; "
            f"seed {seed}")
-    return _check(ctrl, source, {m: scores[m] for m in METRICS}, floor, thresholds, how, seed)
+    return _check(ctrl, source, scores, floor, thresholds, how, seed)

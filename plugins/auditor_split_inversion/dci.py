@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from auditor_split_inversion.records import DciRecord
+
 #: Cache the synthetic set's features when they take at most this many bytes (else recompute per batch).
 CACHE_BYTES = 2 * 1024**3
 
@@ -80,7 +82,7 @@ def train_dci(
     batch: int,
     seed: int,
     tick: Callable[[], bool],
-) -> tuple[list[nn.ModuleList], dict]:
+) -> tuple[list[nn.ModuleList], DciRecord]:
     """Train the chain and return one snapshot per depth with a training record.
 
     ``layer_steps`` is the number of phase (i) steps (all blocks at once), ``joint_steps`` the
@@ -126,15 +128,13 @@ def train_dci(
         if k:
             losses.append(None if loss is None else round(float(loss.detach()), 5))
             snapshots.append(copy.deepcopy(inverses[:k]).eval())
-    record = {
-        "phase_i_steps_all_blocks": layer_steps, "phase_ii_steps_per_split": joint_steps, "batch": batch,
-        "optimiser": "Adam lr 1e-3",
-        "loss": "phase (i): L_layer of every block at once; phase (ii): L_layer + L_img + L_cyc "
-                "(mean l1, unweighted)",
-        "final_loss_per_depth": losses, "feature_cache": cached is not None, "training_images": len(data),
-    }
-    if stopped_at is not None:
-        record["stopped_early_at_depth"] = stopped_at
+    record = DciRecord(
+        phase_i_steps_all_blocks=layer_steps, phase_ii_steps_per_split=joint_steps, batch=batch,
+        optimiser="Adam lr 1e-3",
+        loss="phase (i): L_layer of every block at once; phase (ii): L_layer + L_img + L_cyc (mean l1, unweighted)",
+        final_loss_per_depth=losses, feature_cache=cached is not None, training_images=len(data),
+        stopped_early_at_depth=stopped_at,
+    )
     return snapshots, record
 
 

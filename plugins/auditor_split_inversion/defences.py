@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from auditor_split_inversion.dci import invert
-from auditor_split_inversion.metrics import per_image, summarise
+from auditor_split_inversion.metrics import PerImage, per_image
 from auditor_split_inversion.rmle import rmle
 
 
@@ -33,7 +33,8 @@ class SweepRow:
     psnr: float
     ssim: float
     best_attack: str
-    per_probe: dict[str, list[float]]
+    per_probe: PerImage
+
 
 def add_noise(feature: torch.Tensor, sigma: float, kind: str, gen: torch.Generator) -> torch.Tensor:
     """Return ``feature`` plus fresh noise of scale ``sigma`` times the feature's standard deviation."""
@@ -84,20 +85,20 @@ def noise_sweep(
             if not tick():
                 return rows
             noisy = add_noise(clean, sigma, kind, gen)
-            per_probe = {}
-            if snapshot is not None:
-                per_probe["dci"] = per_image(probes, invert(snapshot, noisy))
+            tried = [("dci", per_image(probes, invert(snapshot, noisy)))] if snapshot is not None else []
             if rmle_steps:
                 recon, _ = rmle(head, noisy, tuple(probes.shape[1:]), steps=rmle_steps, tv=tv, tick=tick)
-                per_probe["rmle"] = per_image(probes, recon)
-            if not per_probe:
+                tried.append(("rmle", per_image(probes, recon)))
+            if not tried:
                 continue
-            scores = {a: summarise(v) for a, v in per_probe.items()}
-            best = {m: max(scores, key=lambda a, m=m: scores[a][f"{m}_mean"]) for m in ("psnr", "ssim")}
+            per_probe = dict(tried)
+            scores = {a: pp.summary() for a, pp in tried}
+            best_psnr = max(scores, key=lambda a: scores[a].psnr_mean)
+            best_ssim = max(scores, key=lambda a: scores[a].ssim_mean)
             rows.append(SweepRow(
                 kind=kind, sigma=sigma, utility=_utility(tail, noisy, clean_pred, labels),
                 utility_metric="accuracy on probe labels" if labels is not None else "agreement with clean output",
-                psnr=scores[best["psnr"]]["psnr_mean"], ssim=scores[best["ssim"]]["ssim_mean"],
-                best_attack=best["psnr"], per_probe={m: per_probe[a][m] for m, a in best.items()},
+                psnr=scores[best_psnr].psnr_mean, ssim=scores[best_ssim].ssim_mean, best_attack=best_psnr,
+                per_probe=PerImage(per_probe[best_psnr].psnr, per_probe[best_ssim].ssim),
             ))
     return rows

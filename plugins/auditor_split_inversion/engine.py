@@ -6,15 +6,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 from torch import nn
 
 from auditor.plugin import (
     ArchitectureProfile,
-    Measurement,
-    Severity,
     derive_seed,
     lpips_distances,
     lpips_status,
@@ -24,16 +21,21 @@ from auditor_split_inversion.config import Budget, SplitInversionConfig
 from auditor_split_inversion.cutting import Cut, cut_model
 from auditor_split_inversion.dci import invert, train_dci
 from auditor_split_inversion.inverse import mirror
-from auditor_split_inversion.metrics import (
-    floor,
-    per_image,
-    summarise,
-    train_evaluator,
-)
-from auditor_split_inversion.records import RmleRecord, Trained, TrainingRecords
-from auditor_split_inversion.rmle import search
+from auditor_split_inversion.metrics import PerImage, Summary, floor, per_image, train_evaluator
+from auditor_split_inversion.records import DciRecord, EvaluatorRecord, RmleRecord, RmleTried, Trained, TrainingRecords
+from auditor_split_inversion.rmle import RmleSetting, search
+from auditor_split_inversion.scores import AttackRun, AttackScores, SplitAuditResult, SplitRow
 from auditor_split_inversion.synth import bn_layers, synthesize
-from auditor_split_inversion.verdict import METRICS, SplitFloor, floor_scores, leaks, margins, severity
+from auditor_split_inversion.verdict import (
+    METRICS,
+    Margins,
+    SplitFloor,
+    Thresholds,
+    floor_scores,
+    leaks,
+    margins,
+    severity,
+)
 
 
 @dataclass
@@ -48,14 +50,24 @@ class Clock:
     reserve: float = 0.1
     current: str = ""
     cut: list[str] = field(default_factory=list)
+    #: Where each tick is reported as the stage's work done of its planned total (``RunContext.progress``).
+    report: Callable[[str, int | None, int | None], None] = lambda _stage, _done, _total: None
+    done: int = 0
+    planned: int | None = None
 
-    def stage(self, name: str) -> None:
-        """Name the stage the next ticks belong to."""
-        self.current = name
+    def stage(self, name: str, total: int | None = None) -> None:
+        """Name the stage the next ticks belong to, with the ticks it plans when known, and report it."""
+        self.current, self.done, self.planned = name, 0, total
+        self.report(name, 0 if total is not None else None, total)
 
     def tick(self) -> bool:
-        """Return False (and record the stage as cut) once less than ``reserve`` of the budget is left."""
+        """Return False (and record the stage as cut) once less than ``reserve`` of the budget is left.
+
+        Every tick is one unit of the stage's work (an optimiser step, a noise setting): it is reported.
+        """
         self.check()
+        self.done += 1
+        self.report(self.current, self.done if self.planned is not None else None, self.planned)
         left = self.remaining()
         if self.total is None or left is None or left > self.reserve * self.total:
             return True
@@ -76,7 +88,7 @@ def seeded(seed: int, stream: str, *keys: int | str, device: torch.device) -> It
         yield
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inputs:
     """Probe images (the private inputs to reconstruct) and the optional auxiliary data."""
 
@@ -89,86 +101,27 @@ class Inputs:
     aux_source: str = ""
 
 
-@dataclass
-class SplitRow:
-    """One split's scores: every attack's summary and, when any ran, the best attack against the floor."""
-
-    split: str
-    module: str
-    shape: list[int]
-    numel_ratio: float
-    depth: int
-    attacks: dict[str, dict[str, Any]]
-    best_attack: str | None = None
-    leaky: bool = False
-    severity: Severity | None = None
-    best_attack_ssim: str | None = None
-    per_probe: dict[str, list[float]] | None = None
-    psnr: float | None = None
-    ssim: float | None = None
-    psnr_margin: float | None = None
-    ssim_margin: float | None = None
-    psnr_margin_ci: list[float] | None = None
-    ssim_margin_ci: list[float] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return the row as reported in ``metrics.per_split`` (the scores after ``leaky`` only when an attack ran)."""
-        base = {"split": self.split, "module": self.module, "shape": self.shape, "numel_ratio": self.numel_ratio,
-                "depth": self.depth, "attacks": self.attacks, "best_attack": self.best_attack, "leaky": self.leaky,
-                "severity": self.severity.value if self.severity else None}
-        if not self.attacks:
-            return base
-        return {**base, "best_attack_ssim": self.best_attack_ssim, "per_probe": self.per_probe,
-                **{k: getattr(self, k) for m in METRICS for k in (m, f"{m}_margin", f"{m}_margin_ci")}}
-
-
-@dataclass
-class SplitAuditResult:
-    """What :func:`audit` found: per-split rows and margins, the floor, and the pieces later stages reuse."""
-
-    splits: list
-    split_note: str
-    notes: list[str]
-    records: TrainingRecords
-    probes: torch.Tensor
-    blocks: list[nn.Module]
-    server: nn.Module
-    feats: list[torch.Tensor]
-    snapshots: dict[str, list]
-    recons: dict[str, list[torch.Tensor | None]]
-    predicted: torch.Tensor | None
-    classes: int
-    floor: SplitFloor
-    lpips: str
-    rows: list[SplitRow] = field(default_factory=list)
-    measures: list[dict[str, Measurement]] = field(default_factory=list)
-    settings: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
-    evaluator_clean_acc: float | None = None
-    train_sets: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Inverted:
-    """The probes' features per split, every attack's reconstructions and the floor they are judged against."""
+    """The probes' features per split, every trained inverter's reconstructions and the floor to judge them by."""
 
     probes: torch.Tensor
     labels: torch.Tensor | None
     feats: list[torch.Tensor]
-    recons: dict[str, list[torch.Tensor | None]]
+    runs: tuple[AttackRun, ...]
     predicted: torch.Tensor | None
     classes: int
     floor: SplitFloor
     #: Each inverter's wall and CPU seconds over all splits, by pipeline.
-    inference: dict[str, dict[str, float]] = field(default_factory=dict)
+    inference: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rmle:
     """rMLE's best reconstruction and setting per split, and the record of what it tried."""
 
-    recons: list[torch.Tensor | None]
-    settings: list[dict[str, float] | None]
-    record: RmleRecord | None = None
+    run: AttackRun
+    record: RmleRecord
 
 
 def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: SplitInversionConfig,
@@ -183,30 +136,34 @@ def audit(model: nn.Module, profile: ArchitectureProfile, inputs: Inputs, cfg: S
     cut = cut_model(model.eval().requires_grad_(False), profile, inputs.probes[:1].to(device), cfg, budget, device,
                     graph)
     trained = train_inverters(cut, inputs, cfg, budget, seed=seed, device=device, clock=clock)
-    snapshots, train_sets = trained.snapshots, trained.train_sets
-    inv = invert_probes(cut, inputs, snapshots, seed=seed, device=device)
-    settings_of: dict[str, list[dict[str, float] | None]] = {}
-    rmle_record = None
+    inv = invert_probes(cut, inputs, trained.snapshots, seed=seed, device=device)
+    rmle = None
     if "rmle" in cfg.attacks:
         rmle = run_rmle(cut.blocks, inv, tuple(profile.input_shape), cfg, budget, seed=seed, device=device,
                         clock=clock)
-        inv.recons["rmle"], settings_of["rmle"], rmle_record = rmle.recons, rmle.settings, rmle.record
+        inv = replace(inv, runs=(*inv.runs, rmle.run))
     evaluator, evaluator_record = train_probe_evaluator(inputs, budget, seed=seed, device=device, clock=clock)
-    records = replace(trained.records, rmle=rmle_record, evaluator=evaluator_record,
-                      dci={n: {**r, **inv.inference.get(n, {})} for n, r in trained.records.dci.items()})
+    records = replace(trained.records, rmle=rmle.record if rmle else None, evaluator=evaluator_record,
+                      dci={n: _timed(r, inv.inference.get(n)) for n, r in trained.records.dci.items()})
     clean_acc = None
     if evaluator is not None and inv.labels is not None:
         others = (inv.probes.sum(0, keepdim=True) - inv.probes) / (len(inv.probes) - 1)  # mean of the other probes
         acc = round(top1_accuracy(evaluator, others, inv.labels), 4)
         inv = replace(inv, floor=replace(inv.floor, evaluator_acc=acc))
         clean_acc = round(top1_accuracy(evaluator, inv.probes, inv.labels), 4)
-    out = SplitAuditResult(splits=cut.splits, split_note=cut.split_note, notes=cut.notes, records=records,
-                           probes=inv.probes, blocks=cut.blocks, server=cut.server, feats=inv.feats,
-                           snapshots=snapshots, recons=inv.recons, predicted=inv.predicted, classes=inv.classes,
-                           floor=inv.floor, lpips=lpips_status()[1], settings=settings_of, train_sets=train_sets,
-                           evaluator_clean_acc=clean_acc)
-    score_splits(out, inv, evaluator, cfg, seed=seed, probe_source=inputs.probe_source)
-    return out
+    rows, measures = score_splits(cut.splits, inv, evaluator, cfg, seed=seed, probe_source=inputs.probe_source)
+    return SplitAuditResult(splits=cut.splits, split_note=cut.split_note, notes=cut.notes, records=records,
+                            probes=inv.probes, blocks=cut.blocks, server=cut.server, feats=inv.feats,
+                            snapshots=trained.snapshots, runs=inv.runs, predicted=inv.predicted, classes=inv.classes,
+                            floor=inv.floor, lpips=lpips_status()[1], rows=rows, measures=measures,
+                            evaluator_clean_acc=clean_acc, train_sets=trained.train_sets)
+
+
+def _timed(record: DciRecord, inference: tuple[float, float] | None) -> DciRecord:
+    """Return a pipeline's training record with its inference time over all splits (wall, CPU seconds)."""
+    if inference is None:
+        return record
+    return replace(record, inference_seconds_all_splits=inference[0], inference_cpu_seconds_all_splits=inference[1])
 
 
 def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget, *, seed: int,
@@ -221,8 +178,8 @@ def train_inverters(cut: Cut, inputs: Inputs, cfg: SplitInversionConfig, budget:
     return Trained()
 
 
-def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], *, seed: int, device: torch.device
-                  ) -> Inverted:
+def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list[nn.ModuleList]], *, seed: int,
+                  device: torch.device) -> Inverted:
     """Compute the probes' features per split, run the trained inverters on them, and the floor."""
     probes = inputs.probes.to(device)
     with seeded(seed, "probes", device=device), torch.no_grad():
@@ -230,103 +187,108 @@ def invert_probes(cut: Cut, inputs: Inputs, snapshots: dict[str, list], *, seed:
         for b in cut.blocks:
             x = b(x)
             feats.append(x)
-        recons: dict[str, list[torch.Tensor | None]] = {a: [None] * len(cut.blocks) for a in snapshots}
-        inference: dict[str, dict[str, float]] = {}
+        runs, inference = [], {}
         for name, snaps in snapshots.items():
             t0, c0 = time.monotonic(), time.process_time()
+            recons: list[torch.Tensor | None] = [None] * len(cut.blocks)
             for k, snap in enumerate(snaps):
-                recons[name][k] = invert(snap, feats[k])
-            inference[name] = {"inference_seconds_all_splits": round(time.monotonic() - t0, 4),
-                               "inference_cpu_seconds_all_splits": round(time.process_time() - c0, 4)}
+                recons[k] = invert(snap, feats[k])
+            inference[name] = (round(time.monotonic() - t0, 4), round(time.process_time() - c0, 4))
+            runs.append(AttackRun(name, recons))
         labels = inputs.probe_labels.to(device) if inputs.probe_labels is not None else None
         predicted, classes = predictions(cut.model, probes)
         fl = floor_scores(probes, predicted, labels, *_pool(cut.model, inputs, device))
     fl = replace(fl, mean_image_only=floor(probes))
-    return Inverted(probes=probes, labels=labels, feats=feats, recons=recons, predicted=predicted, classes=classes,
+    return Inverted(probes=probes, labels=labels, feats=feats, runs=tuple(runs), predicted=predicted, classes=classes,
                     floor=fl, inference=inference)
+
+
+def thresholds_of(cfg: SplitInversionConfig) -> Thresholds:
+    """Return the leak rule's thresholds of the configuration."""
+    return Thresholds(psnr=cfg.psnr_margin_db, ssim=cfg.ssim_margin)
 
 
 def run_rmle(blocks: list[nn.Module], inv: Inverted, shape: tuple[int, ...], cfg: SplitInversionConfig,
              budget: Budget, *, seed: int, device: torch.device, clock: Clock) -> Rmle:
     """Run rMLE at every split (one run per TV weight) and keep, per split, the setting closest to the leak rule."""
-    clock.stage("rmle")
-    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
     steps = budget.rmle_steps
-    out = Rmle(recons=[None] * len(blocks), settings=[None] * len(blocks))
+    clock.stage("rmle", total=len(blocks) * steps)
+    thresholds = thresholds_of(cfg)
+    recons: list[torch.Tensor | None] = [None] * len(blocks)
+    settings: list[RmleSetting | None] = [None] * len(blocks)
     tried, t0, c0 = [], time.monotonic(), time.process_time()
     for k in range(len(blocks)):
         with seeded(seed, "rmle", k, device=device):
             runs = search(nn.Sequential(*blocks[:k + 1]), inv.feats[k], shape, steps=steps, tvs=cfg.rmle_tvs,
                           tick=clock.tick)
-        scored = [(settings, recon, summarise(per_image(inv.probes, recon))) for settings, recon in runs]
-        out.settings[k], out.recons[k], _ = max(scored, key=lambda r: closeness(r[2], inv.floor, thresholds))
-        tried.append([{**st, "psnr_mean": sc["psnr_mean"], "ssim_mean": sc["ssim_mean"]} for st, _, sc in scored])
-    out.record = RmleRecord(steps_per_run=steps, tv_weights=list(cfg.rmle_tvs), tried_per_split=tried,
-                            seconds_all_splits=round(time.monotonic() - t0, 2),
-                            cpu_seconds_all_splits=round(time.process_time() - c0, 2))
-    return out
+        scored = [(setting, recon, per_image(inv.probes, recon).summary()) for setting, recon in runs]
+        settings[k], recons[k], _ = max(scored, key=lambda r: closeness(r[2], inv.floor, thresholds))
+        tried.append([RmleTried(st, sc.psnr_mean, sc.ssim_mean) for st, _, sc in scored])
+    record = RmleRecord(steps_per_run=steps, tv_weights=list(cfg.rmle_tvs), tried_per_split=tried,
+                        seconds_all_splits=round(time.monotonic() - t0, 2),
+                        cpu_seconds_all_splits=round(time.process_time() - c0, 2))
+    return Rmle(AttackRun("rmle", recons, settings), record)
 
 
 def train_probe_evaluator(inputs: Inputs, budget: Budget, *, seed: int, device: torch.device, clock: Clock
-                          ) -> tuple[nn.Module | None, dict[str, Any] | None]:
+                          ) -> tuple[nn.Module | None, EvaluatorRecord | None]:
     """Train the independent evaluator classifier on labelled auxiliary data; return it and its record (Nones
     without labels)."""
     if inputs.aux is None or inputs.aux_labels is None or inputs.probe_labels is None:
         return None, None
-    clock.stage("evaluator")
+    clock.stage("evaluator", total=budget.classifier_steps)
     with seeded(seed, "evaluator", device=device):
         evaluator, n = train_evaluator(inputs.aux.to(device), inputs.aux_labels.to(device), inputs.classes,
                                        steps=budget.classifier_steps, seed=derive_seed(seed, "evaluator-fit"),
                                        tick=clock.tick)
-    return evaluator, {"arch": "2-conv CNN, independent of the target", "steps": n,
-                       "trained_on": "auxiliary data (never the probes)"}
+    return evaluator, EvaluatorRecord(steps=n)
 
 
-def score_splits(out: SplitAuditResult, inv: Inverted, evaluator: nn.Module | None, cfg: SplitInversionConfig, *,
-                 seed: int, probe_source: str) -> None:
-    """Score every attack at every split against the floor; append a row and its measures per split to ``out``."""
-    thresholds = {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+def score_splits(splits: list, inv: Inverted, evaluator: nn.Module | None, cfg: SplitInversionConfig, *,
+                 seed: int, probe_source: str) -> tuple[tuple[SplitRow, ...], tuple[Margins | None, ...]]:
+    """Score every attack at every split against the floor; return a row and the best attack's margins per split."""
+    thresholds = thresholds_of(cfg)
     lp_ok = lpips_status()[0]
     probes, labels = inv.probes, inv.labels
-    for k, sp in enumerate(out.splits):
+    rows, measured = [], []
+    for k, sp in enumerate(splits):
         attacks, per_probe = {}, {}
-        for name, rs in inv.recons.items():
-            if rs[k] is None:
+        for run in inv.runs:
+            recon = run.recons[k]
+            if recon is None:
                 continue
-            per_probe[name] = per_image(probes, rs[k])
-            scores = summarise(per_probe[name])
-            if name in out.settings:
-                scores["settings"] = out.settings[name][k]
-            if evaluator is not None and labels is not None:
-                scores["evaluator_acc"] = round(top1_accuracy(evaluator, rs[k], labels), 4)
-            if lp_ok:
-                scores["lpips_mean"] = round(sum(v := lpips_distances(probes, rs[k])) / len(v), 4)
-            attacks[name] = scores
+            per_probe[run.name] = per_image(probes, recon)
+            attacks[run.name] = AttackScores.of(
+                per_probe[run.name].summary(), settings=run.settings[k] if run.settings else None,
+                evaluator_acc=(round(top1_accuracy(evaluator, recon, labels), 4)
+                               if evaluator is not None and labels is not None else None),
+                lpips_mean=round(sum(v := lpips_distances(probes, recon)) / len(v), 4) if lp_ok else None)
         row = SplitRow(split=sp.id, module=sp.module, shape=list(sp.shape[1:]), numel_ratio=sp.numel_ratio,
                        depth=sp.depth, attacks=attacks)
-        measures = {}
+        measures = None
         if attacks:
-            best = {m: max(attacks, key=lambda a, m=m: attacks[a][f"{m}_mean"]) for m in METRICS}
-            best_pp = {m: per_probe[best[m]][m] for m in METRICS}
+            best = {m: max(attacks, key=lambda a, m=m: attacks[a].mean(m)) for m in METRICS}
+            best_pp = PerImage(per_probe[best[METRICS[0]]].psnr, per_probe[best[METRICS[1]]].ssim)
             how = "; ".join(f"{m.upper()}: {describe(best[m], attacks[best[m]])}" for m in METRICS)
             how += f" at split {sp.id}; seed {seed}; {len(probes)} probes ({probe_source}); preset {cfg.preset}"
             measures = margins(best_pp, inv.floor, thresholds, what=f"the best reconstruction from {sp.id}", how=how,
                                seed=seed)
-            row = _scored(row, attacks, best, best_pp, measures)
-        out.rows.append(row)
-        out.measures.append(measures)
+            row = _scored(row, best, best_pp, measures)
+        rows.append(row)
+        measured.append(measures)
+    return tuple(rows), tuple(measured)
 
 
-def _scored(row: SplitRow, attacks: dict[str, dict[str, Any]], best: dict[str, str],
-            best_pp: dict[str, list[float]], measures: dict[str, Measurement]) -> SplitRow:
+def _scored(row: SplitRow, best: dict[str, str], best_pp: PerImage, measures: Margins) -> SplitRow:
     """Return ``row`` with the best attack per metric, its mean score, its margin and the verdict filled in."""
     per_metric = {}
     for m in METRICS:
-        per_metric[m] = attacks[best[m]][f"{m}_mean"]
-        per_metric[f"{m}_margin"] = round(measures[m].margin or 0.0, 4)
-        per_metric[f"{m}_margin_ci"] = [round(v, 4) for v in measures[m].ci or []]
-    return replace(row, best_attack=best["psnr"], best_attack_ssim=best["ssim"], leaky=leaks(measures),
-                   severity=severity(measures), per_probe=best_pp, **per_metric)
+        per_metric[m] = row.attacks[best[m]].mean(m)
+        per_metric[f"{m}_margin"] = round(measures.of(m).margin or 0.0, 4)
+        per_metric[f"{m}_margin_ci"] = [round(v, 4) for v in measures.of(m).ci or []]
+    psnr, ssim = (best[m] for m in METRICS)
+    return replace(row, best_attack=psnr, best_attack_ssim=ssim, leaky=leaks(measures), severity=severity(measures),
+                   per_probe=best_pp, **per_metric)
 
 
 def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
@@ -353,34 +315,35 @@ def run_dci(model: nn.Module, blocks: list[nn.Module], inputs: Inputs, cfg: Spli
     if inputs.aux is not None:
         jobs.append(("dci-aux", inputs.aux.to(device)))
     snapshots, train_sets, records, synthesis = {}, {}, {}, None
+    dci_steps = (budget.layer_steps + len(blocks) * budget.dci_steps) if budget.layer_steps or budget.dci_steps else 0
     for name, data in jobs:
         if data is None:
-            clock.stage("synthesis")
+            clock.stage("synthesis", total=-(-budget.n_synth // budget.batch) * budget.synth_steps)
             t0, c0 = time.monotonic(), time.process_time()
             with seeded(seed, "synthesis", device=device):
                 data, rec = synthesize(model, shape, n=budget.n_synth, steps=budget.synth_steps,
                                        batch=budget.batch, use_ce=cfg.synth_ce, seed=seed, device=device,
                                        tick=clock.tick)
-            synthesis = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                         "cpu_seconds": round(time.process_time() - c0, 2)}
+            synthesis = replace(rec, seconds=round(time.monotonic() - t0, 2),
+                                cpu_seconds=round(time.process_time() - c0, 2))
             if not len(data):
                 continue
-        clock.stage(name)
+        clock.stage(name, total=dci_steps)
         t0, c0 = time.monotonic(), time.process_time()
         with seeded(seed, name, device=device):
             inv = nn.ModuleList([mirror(b, shapes[i], shapes[i + 1]) for i, b in enumerate(blocks)]).to(device)
             snapshots[name], rec = train_dci(blocks, inv, data, layer_steps=budget.layer_steps,
                                              joint_steps=budget.dci_steps, batch=budget.batch, seed=seed,
                                              tick=clock.tick)
-        records[name] = {**rec, "seconds": round(time.monotonic() - t0, 2),
-                         "cpu_seconds": round(time.process_time() - c0, 2)}
+        records[name] = replace(rec, seconds=round(time.monotonic() - t0, 2),
+                                cpu_seconds=round(time.process_time() - c0, 2))
         train_sets[name] = data
     return Trained(snapshots, train_sets, TrainingRecords(synthesis=synthesis, dci=records))
 
 
-def closeness(scores: dict[str, float], floor: SplitFloor, thresholds: dict[str, float]) -> float:
+def closeness(scores: Summary, floor: SplitFloor, thresholds: Thresholds) -> float:
     """Return how far toward the leak rule mean scores go: the larger margin over the floor, in thresholds."""
-    return max((scores[f"{m}_mean"] - floor.mean(m)) / thresholds[m] for m in METRICS)
+    return max((scores.mean(m) - floor.mean(m)) / thresholds.of(m) for m in METRICS)
 
 
 @torch.no_grad()
@@ -400,7 +363,7 @@ def _pool(model: nn.Module, inputs: Inputs, device: torch.device) -> tuple[torch
     return aux, inputs.aux_labels.to(device) if inputs.aux_labels is not None else predictions(model, aux)[0]
 
 
-def describe(attack: str, scores: dict) -> str:
+def describe(attack: str, scores: AttackScores) -> str:
     """Return ``attack`` with its settings, e.g. ``rmle (tv_weight 0.0, steps 150, lr 0.05)``."""
-    settings = scores.get("settings")
-    return attack if not settings else f"{attack} ({', '.join(f'{k} {v:g}' for k, v in settings.items())})"
+    settings = scores.settings
+    return attack if not settings else f"{attack} ({', '.join(f'{k} {v:g}' for k, v in settings.as_dict().items())})"

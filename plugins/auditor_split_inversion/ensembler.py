@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,7 @@ from torch import nn
 
 from auditor.plugin import (
     ArchitectureProfile,
+    Measurement,
     Recipe,
     derive_seed,
     fit_classifier,
@@ -41,10 +42,17 @@ from auditor.plugin import (
 )
 from auditor_split_inversion.config import EnsemblerConfig
 from auditor_split_inversion.inverse import mirror
-from auditor_split_inversion.metrics import per_image, summarise
-from auditor_split_inversion.outcomes import EnsemblerRow, EnsemblerTable
+from auditor_split_inversion.metrics import PerImage, per_image
+from auditor_split_inversion.outcomes import (
+    Drop,
+    EnsemblerAttack,
+    EnsemblerRow,
+    EnsemblerTable,
+    EvaluatedRow,
+    Evaluation,
+)
 from auditor_split_inversion.rmle import rmle
-from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence, leaks, margins
+from auditor_split_inversion.verdict import METRICS, SplitFloor, Thresholds, judge_defence, leaks, margins
 
 #: How every network of this module is trained (``epochs`` from the config).
 RECIPE = Recipe(lr=3e-3, batch_size=64)
@@ -55,6 +63,20 @@ QUERY_FREE_ORACLE = "shadow, best of N bodies (query-free, oracle)"
 
 class OutOfTime(Exception):
     """The plugin's time budget ran out while training."""
+
+
+@dataclass(frozen=True)
+class EnsemblerData:
+    """The labelled images Ensembler is evaluated on: the client's (defence training), the attacker's auxiliary
+    set (disjoint), the accuracy set, and the probes the attacks invert."""
+
+    client: torch.Tensor
+    client_y: torch.Tensor
+    aux: torch.Tensor
+    aux_y: torch.Tensor
+    eval: torch.Tensor
+    eval_y: torch.Tensor
+    probes: torch.Tensor
 
 
 class Pipeline(nn.Module):
@@ -161,34 +183,32 @@ def shadow_attack(body: nn.Module, head: nn.Module, tail: nn.Module, template: n
     return recon, round(top1_accuracy(shadow, aux, aux_y), 4)
 
 
-def _score(probes: torch.Tensor, recon: torch.Tensor) -> tuple[dict[str, float], dict[str, list[float]]]:
-    per_probe = per_image(probes, recon)
-    s = summarise(per_probe)
-    return ({"psnr_mean": s["psnr_mean"], "psnr_sd": s["psnr_sd"], "ssim_mean": s["ssim_mean"],
-             "ssim_sd": s["ssim_sd"]}, per_probe)
-
-
 def _attack_row(name: str, pipe: Pipeline, target: torch.Tensor,
-                shadows: dict[str, tuple[dict[str, float], dict[str, list[float]]]], data: dict[str, torch.Tensor],
-                template: nn.Module, cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int,
-                tick: Callable[[], bool]) -> dict:
+                shadows: dict[str, tuple[EnsemblerAttack, PerImage]], data: EnsemblerData, template: nn.Module,
+                cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int, tick: Callable[[], bool]
+                ) -> EvaluatedRow:
     """Score the white-box attacks on ``target = pipe.feature(probes)`` next to the shadow attacks; return the row.
 
     ``per_probe`` holds every attack's per-probe PSNR and SSIM (for the verdicts against the ``none`` row).
     """
-    probes = data["probes"]
+    probes = data.probes
     recon, _ = rmle(Known(pipe), target, tuple(probes.shape[1:]), steps=rmle_steps, tv=rmle_tv, tick=tick)
-    scored = {"rmle (white-box)": _score(probes, recon)}
-    recon = decoder_attack(pipe.feature, data["aux"], target, template, epochs=cfg.attack_epochs, seed=seed,
+    white_box = per_image(probes, recon)
+    recon = decoder_attack(pipe.feature, data.aux, target, template, epochs=cfg.attack_epochs, seed=seed,
                            tick=tick)
-    scored["decoder (white-box)"] = _score(probes, recon)
-    scored.update(shadows)
+    scored = {"rmle (white-box)": _scored(white_box), "decoder (white-box)": _scored(per_image(probes, recon)),
+              **shadows}
     attacks = {a: v[0] for a, v in scored.items()}
-    best = max(attacks, key=lambda a: attacks[a]["psnr_mean"])
-    return {"setting": name, "accuracy": round(top1_accuracy(pipe, data["eval"], data["eval_y"]), 4),
-            "attacks": attacks, "best_attack": best, "psnr": attacks[best]["psnr_mean"],
-            "ssim": max(a["ssim_mean"] for a in attacks.values()),
-            "per_probe": {a: v[1] for a, v in scored.items()}}
+    best = max(attacks, key=lambda a: attacks[a].psnr_mean)
+    return EvaluatedRow(setting=name, accuracy=round(top1_accuracy(pipe, data.eval, data.eval_y), 4),
+                        attacks=attacks, best_attack=best, psnr=attacks[best].psnr_mean,
+                        ssim=max(a.ssim_mean for a in attacks.values()),
+                        per_probe={a: v[1] for a, v in scored.items()})
+
+
+def _scored(per_probe: PerImage) -> tuple[EnsemblerAttack, PerImage]:
+    """Return an attack's summary scores beside its per-probe scores."""
+    return EnsemblerAttack.of(per_probe.summary()), per_probe
 
 
 def stage1(pieces: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, cfg: EnsemblerConfig, *,
@@ -242,24 +262,25 @@ def stage2(pieces: Sequence[nn.Module], nets: Sequence[Pipeline], x: torch.Tenso
     return ens, secret, cs_all
 
 
-def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, torch.Tensor], classes: int,
-             cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int, tick: Callable[[], bool]) -> dict:
+def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: EnsemblerData, classes: int,
+             cfg: EnsemblerConfig, *, rmle_steps: int, rmle_tv: float, seed: int, tick: Callable[[], bool]
+             ) -> Evaluation:
     """Train stage 1 and stage 2, attack no defence, noise only and Ensembler, and return the table.
 
     ``pieces`` are the target's head (input to the split), body (split to the penultimate split
     point) and tail; ``template`` is the fx graph of the head, mirrored by the decoders. ``data``
-    holds ``client``/``client_y`` (defence training), ``aux``/``aux_y`` (the attacker's, disjoint),
-    ``eval``/``eval_y`` (accuracy) and ``probes`` (inverted).
+    holds the client's images (defence training), the attacker's (disjoint), the accuracy set and
+    the probes (inverted).
 
     Raises:
         OutOfTime: the time budget ran out.
     """
     head_t, body_t, tail_t = pieces
     gen = torch.Generator().manual_seed(seed)
-    x = data["client"]
+    x = data.client
     target = Pipeline(head_t, [body_t], [1.0], tail_t, sigma=0.0, fresh_noise=False, offset=None).eval()
-    nets = stage1(pieces, x, data["client_y"], cfg, gen=gen, seed=seed, tick=tick)
-    ens, secret, cs_all = stage2(pieces, nets, x, data["client_y"], classes, cfg, gen=gen,
+    nets = stage1(pieces, x, data.client_y, cfg, gen=gen, seed=seed, tick=tick)
+    ens, secret, cs_all = stage2(pieces, nets, x, data.client_y, classes, cfg, gen=gen,
                                  seed=derive_seed(seed, "stage2"), tick=tick)
     width = ens.tail[1].in_features // cfg.n_bodies
     blocks = ens.tail[1].weight.detach().view(classes, cfg.n_bodies, width).norm(dim=(0, 2))
@@ -267,64 +288,65 @@ def evaluate(pieces: Sequence[nn.Module], template: nn.Module, data: dict[str, t
     rows = []
     for name, pipe in (("none", target), ("noise", nets[0]), ("ensembler", ens)):
         with torch.no_grad():
-            feat = pipe.feature(data["probes"])
-        runs = [shadow_attack(b, head_t, tail_t, template, data["aux"], data["aux_y"], feat,
+            feat = pipe.feature(data.probes)
+        runs = [shadow_attack(b, head_t, tail_t, template, data.aux, data.aux_y, feat,
                               epochs=cfg.attack_epochs, seed=derive_seed(seed, "shadow", j), tick=tick)
                 for j, b in enumerate(pipe.bodies)]
-        scores = [(_score(data["probes"], r), acc) for r, acc in runs]
-        best = max(range(len(scores)), key=lambda j: scores[j][0][0]["psnr_mean"])
+        scores = [(per_image(data.probes, r), acc) for r, acc in runs]
+        best = max(range(len(scores)), key=lambda j: scores[j][0].summary().psnr_mean)
         label = QUERY_FREE if len(runs) == 1 else QUERY_FREE_ORACLE
-        (summary, per_probe), acc = scores[best]
-        shadow = {label: ({**summary, "shadow_aux_accuracy": acc, "body": best}, per_probe)}
+        per_probe, acc = scores[best]
+        shadow = {label: (EnsemblerAttack.of(per_probe.summary(), shadow_aux_accuracy=acc, body=best), per_probe)}
         rows.append(_attack_row(name, pipe, feat, shadow, data, template, cfg, rmle_steps=rmle_steps,
                                 rmle_tv=rmle_tv, seed=derive_seed(seed, "white-box"), tick=tick))
-    return {
-        "rows": rows, "secret": secret,
-        "secret_bits": round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
-        "stage1_accuracy": [round(top1_accuracy(n, data["eval"], data["eval_y"]), 4) for n in nets],
-        "cs_to_stage1_heads": cs_all,
-        "tail_block_norms": [round(float(v), 3) for v in blocks],
-        "server_cost": f"{cfg.n_bodies}x one body per request", "n_eval": len(data["eval"]),
-    }
+    return Evaluation(
+        rows=tuple(rows), secret=secret, secret_bits=round(math.log2(math.comb(cfg.n_bodies, cfg.n_selected)), 2),
+        stage1_accuracy=[round(top1_accuracy(n, data.eval, data.eval_y), 4) for n in nets],
+        cs_to_stage1_heads=cs_all, tail_block_norms=[round(float(v), 3) for v in blocks],
+        server_cost=f"{cfg.n_bodies}x one body per request", n_eval=len(data.eval),
+    )
 
 
-def judge(out: dict, floor: SplitFloor, thresholds: dict[str, float], *, classes: int, seed: int) -> EnsemblerTable:
+def _best_per_metric(row: EvaluatedRow) -> PerImage:
+    """Return the per-probe PSNR of the row's best attack by PSNR and the per-probe SSIM of its best by SSIM."""
+    psnr = max(row.attacks, key=lambda a: row.attacks[a].psnr_mean)
+    ssim = max(row.attacks, key=lambda a: row.attacks[a].ssim_mean)
+    return PerImage(row.per_probe[psnr].psnr, row.per_probe[ssim].ssim)
+
+
+def judge(out: Evaluation, floor: SplitFloor, thresholds: Thresholds, *, classes: int, seed: int) -> EnsemblerTable:
     """Judge ``noise`` and ``ensembler`` against ``none`` by the leak rule; return the typed table, no per-probe.
 
-    ``out`` is :func:`evaluate`'s report (left as it is). Each defended row gets the verdict of its
+    ``out`` is :func:`evaluate`'s measurement (left as it is). Each defended row gets the verdict of its
     best attack against the ``none`` row's best attack
     (:func:`auditor_split_inversion.verdict.judge_defence`) and, per attack run on both, the drop
     from ``none`` with its interval. The query-free gate (seed 002 §6.2) passes only when the
     query-free attack meets the leak rule on ``none``; only then is the query-free verdict given.
     """
-    rows = out["rows"]
-    none = rows[0]
-    n_eval = out["n_eval"]
-    gate = margins({m: none["per_probe"][QUERY_FREE][m] for m in METRICS}, floor, thresholds,
+    none = out.rows[0]
+    gate = margins(none.per_probe[QUERY_FREE], floor, thresholds,
                    what="the query-free attack on the undefended model", how=QUERY_FREE, seed=seed)
     gate_note = ("passed: the query-free attack meets the leak rule on the undefended model"
                  if leaks(gate) else
                  "inconclusive: the query-free shadow attack does not meet the leak rule (the same "
                  "margin over the floor as split.leaky-split) even without a defence, so it cannot show "
                  "what Ensembler adds (the no-information sanity gate)")
-    best_pp = {r["setting"]: {m: r["per_probe"][max(r["attacks"], key=lambda a, m=m: r["attacks"][a][f"{m}_mean"])][m]
-                              for m in METRICS} for r in rows}
+    undefended = _best_per_metric(none)
     chance = 1 / classes
-    judged = []
-    for r in rows:
-        scores = {k: v for k, v in r.items() if k != "per_probe"}
-        if r is none:
-            judged.append(EnsemblerRow(**scores))
-            continue
-        common = {"utility": r["accuracy"], "n_utility": n_eval, "chance": chance, "seed": seed}
-        verdict = judge_defence(best_pp[r["setting"]], best_pp["none"], floor, thresholds,
-                                how=f"best attack per row, {r['setting']} against none", **common)
-        drops = {a: {m: measure(f"{m}_drop", m, none["per_probe"][a][m], pp[m], seed=seed).model_dump(
-            include={"margin", "ci"}) for m in METRICS} for a, pp in r["per_probe"].items() if a in none["per_probe"]}
-        shadow = QUERY_FREE_ORACLE if QUERY_FREE_ORACLE in r["per_probe"] else QUERY_FREE
-        query_free = (judge_defence(r["per_probe"][shadow], none["per_probe"][QUERY_FREE], floor,
-                                    thresholds, how=f"{shadow} against {QUERY_FREE} on none", **common)
-                      ["verdict"] if leaks(gate) else "inconclusive (query-free gate)")
-        judged.append(EnsemblerRow(**scores, **verdict, drops=drops, query_free_verdict=query_free))
-    return EnsemblerTable(rows=tuple(judged), query_free_gate=gate_note,
-                          evaluation={k: v for k, v in out.items() if k != "rows"})
+    judged = [EnsemblerRow.measured(none)]
+    for r in out.rows[1:]:
+        common = {"utility": r.accuracy, "n_utility": out.n_eval, "chance": chance, "seed": seed}
+        verdict = judge_defence(_best_per_metric(r), undefended, floor, thresholds,
+                                how=f"best attack per row, {r.setting} against none", **common)
+        drops = {a: {m: _drop(measure(f"{m}_drop", m, none.per_probe[a].of(m), pp.of(m), seed=seed))
+                     for m in METRICS} for a, pp in r.per_probe.items() if a in none.per_probe}
+        shadow = QUERY_FREE_ORACLE if QUERY_FREE_ORACLE in r.per_probe else QUERY_FREE
+        query_free = (judge_defence(r.per_probe[shadow], none.per_probe[QUERY_FREE], floor, thresholds,
+                                    how=f"{shadow} against {QUERY_FREE} on none", **common).verdict
+                      if leaks(gate) else "inconclusive (query-free gate)")
+        judged.append(EnsemblerRow.measured(r, verdict, drops=drops, query_free_verdict=query_free))
+    return EnsemblerTable(rows=tuple(judged), query_free_gate=gate_note, evaluation=out)
+
+
+def _drop(x: Measurement) -> Drop:
+    return Drop(margin=x.margin, ci=x.ci)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 
 import torch
 import torch.fx
@@ -52,7 +53,16 @@ class Unflatten(nn.Module):
         return torch.relu(self.fc(x.flatten(1))).view(-1, *self.shape)
 
 
-def block_structure(block: torch.fx.GraphModule) -> dict[str, int | bool]:
+@dataclass(frozen=True, slots=True)
+class BlockStructure:
+    """What the mirror rules read of a block: its convs, its linears and whether it holds a residual add."""
+
+    convs: int
+    linears: int
+    residual: bool
+
+
+def block_structure(block: torch.fx.GraphModule) -> BlockStructure:
     """Count the convs and linears of a block and tell whether it holds a residual add."""
     mods = dict(block.named_modules())
     convs = sum(1 for n in block.graph.nodes if n.op == "call_module" and isinstance(mods[str(n.target)], nn.Conv2d))
@@ -63,7 +73,7 @@ def block_structure(block: torch.fx.GraphModule) -> dict[str, int | bool]:
         and sum(isinstance(a, torch.fx.Node) for a in n.args) == 2
         for n in block.graph.nodes
     )
-    return {"convs": convs, "linears": linears, "residual": residual}
+    return BlockStructure(convs=convs, linears=linears, residual=residual)
 
 
 def mirror(block: torch.fx.GraphModule, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> nn.Module:
@@ -78,7 +88,7 @@ def mirror(block: torch.fx.GraphModule, in_shape: tuple[int, ...], out_shape: tu
         c, h = width, side_h
     else:
         c, h = out_shape[0], out_shape[1]
-        if info["residual"]:
+        if info.residual:
             layers.append(ResBlock(c))
     if len(in_shape) != 3:
         layers += [nn.Flatten(), nn.Linear(c * h * (h if len(out_shape) == 3 else 1), math.prod(in_shape))]
@@ -89,7 +99,7 @@ def mirror(block: torch.fx.GraphModule, in_shape: tuple[int, ...], out_shape: tu
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c, width, 3, padding=1, bias=False),
                    nn.BatchNorm2d(width), nn.ReLU()]
         c = width
-    extra = max(0, int(info["convs"]) - halvings - 2 * int(info["residual"]))
+    extra = max(0, info.convs - halvings - 2 * int(info.residual))
     for _ in range(min(extra, 2)):
         layers += [nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()]
     layers.append(nn.Upsample(size=tuple(in_shape[1:]), mode="nearest"))

@@ -12,6 +12,7 @@ scores its clean accuracy on feature-matching reconstructions by construction).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,26 +21,56 @@ from torch import nn
 from auditor.plugin import Recipe, fit_classifier, image_scores
 
 
-def per_image(original: torch.Tensor, recon: torch.Tensor) -> dict[str, list[float]]:
+@dataclass(frozen=True, slots=True)
+class PerImage:
+    """Per-image PSNR (dB) and SSIM of a set of reconstructions, in probe order."""
+
+    psnr: tuple[float, ...]
+    ssim: tuple[float, ...]
+
+    def of(self, metric: str) -> tuple[float, ...]:
+        """Return the per-image scores of ``metric`` (``psnr`` or ``ssim``)."""
+        return self.psnr if metric == "psnr" else self.ssim
+
+    def summary(self) -> Summary:
+        """Return the mean and SD of both metrics."""
+        return Summary(*(round(float(fn(v)), 4) for v in (self.psnr, self.ssim) for fn in (np.mean, np.std)))
+
+    def as_dict(self) -> dict[str, list[float]]:
+        """Return the scores as reported (``per_probe``): lists by metric."""
+        return {"psnr": list(self.psnr), "ssim": list(self.ssim)}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The mean and SD over probes of PSNR and SSIM (rounded to 4 places)."""
+
+    psnr_mean: float
+    psnr_sd: float
+    ssim_mean: float
+    ssim_sd: float
+
+    def mean(self, metric: str) -> float:
+        """Return the mean of ``metric`` (``psnr`` or ``ssim``)."""
+        return self.psnr_mean if metric == "psnr" else self.ssim_mean
+
+    def as_dict(self) -> dict[str, float]:
+        """Return the summary as reported: ``psnr_mean``, ``psnr_sd``, ``ssim_mean``, ``ssim_sd``."""
+        return {"psnr_mean": self.psnr_mean, "psnr_sd": self.psnr_sd, "ssim_mean": self.ssim_mean,
+                "ssim_sd": self.ssim_sd}
+
+
+def per_image(original: torch.Tensor, recon: torch.Tensor) -> PerImage:
     """Return per-image PSNR (dB, capped at 100) and SSIM of ``recon`` against ``original``, both clamped to [0, 1]."""
     scores = [image_scores(x, y, "clamp") for x, y in zip(original, recon)]
-    return {"psnr": [s["psnr"] for s in scores], "ssim": [s["ssim"] for s in scores]}
+    return PerImage(tuple(s["psnr"] for s in scores), tuple(s["ssim"] for s in scores))
 
 
-def summarise(values: dict[str, list[float]]) -> dict[str, float]:
-    """Return the mean and SD of every per-image metric."""
-    out: dict[str, float] = {}
-    for key, vals in values.items():
-        out[f"{key}_mean"] = round(float(np.mean(vals)), 4)
-        out[f"{key}_sd"] = round(float(np.std(vals)), 4)
-    return out
-
-
-def floor(probes: torch.Tensor) -> dict[str, float]:
+def floor(probes: torch.Tensor) -> Summary:
     """Score the mean image of the other probes (leave-one-out) as a reconstruction of each probe."""
     n = probes.shape[0]
     mean = (probes.sum(0, keepdim=True) - probes) / max(n - 1, 1)
-    return summarise(per_image(probes, mean))
+    return per_image(probes, mean).summary()
 
 
 class Evaluator(nn.Module):

@@ -6,8 +6,20 @@ The reconstruction grid stays a PNG (it is an image; ``auditor.plugin.image_grid
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Protocol
 
 from auditor.plugin import CHART_COLOURS, chart, figure_svg
+
+
+class DefencePoint(Protocol):
+    """One point of the defence curve (a judged noise setting, ``outcomes.DefenceRow``)."""
+
+    kind: str
+    sigma: float
+    psnr: float
+    utility: float
+    utility_metric: str
 
 
 def leakage_chart(metric: str, unit: str, splits: list[str], series: dict[str, tuple[list[float], list[float]]],
@@ -42,18 +54,18 @@ def leakage_chart(metric: str, unit: str, splits: list[str], series: dict[str, t
         return figure_svg(fig)
 
 
-def defence_chart(rows: list[dict], floor_psnr: float) -> str:
+def defence_chart(rows: Sequence[DefencePoint], floor_psnr: float) -> str:
     """Return an SVG of utility against leakage (best-attack PSNR) per noise kind, points labelled by σ."""
-    metric = rows[0].get("utility_metric", "utility") if rows else "utility"
+    metric = rows[0].utility_metric if rows else "utility"
     with chart(6.4, 3.6) as fig:
         ax = fig.add_subplot()
-        for k, kind in enumerate(sorted({r["kind"] for r in rows})):
-            pts = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["sigma"])
+        for k, kind in enumerate(sorted({r.kind for r in rows})):
+            pts = sorted((r for r in rows if r.kind == kind), key=lambda r: r.sigma)
             colour = CHART_COLOURS[k % len(CHART_COLOURS)]
-            ax.plot([r["psnr"] for r in pts], [r["utility"] for r in pts], color=colour, marker="o",
+            ax.plot([r.psnr for r in pts], [r.utility for r in pts], color=colour, marker="o",
                     markersize=4, linewidth=1.6, label=f"{kind} noise")
             for i, r in enumerate(pts):
-                ax.annotate(f"σ={r['sigma']:g}", (r["psnr"], r["utility"]), textcoords="offset points",
+                ax.annotate(f"σ={r.sigma:g}", (r.psnr, r.utility), textcoords="offset points",
                             xytext=(5, 6 if (i + k) % 2 == 0 else -11), fontsize=7, color=colour)
         ax.axvline(floor_psnr, color="#555555", linestyle="--", linewidth=1.2, label="floor (no-information guess)")
         ax.set_xlabel("leakage: PSNR of the best attack (dB), lower is safer")

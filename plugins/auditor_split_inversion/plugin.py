@@ -26,20 +26,14 @@ from auditor.plugin import (
     svg_artifact,
 )
 from auditor_split_inversion.config import Budget, SplitInversionConfig
-from auditor_split_inversion.control import control_head, dci_power_check, power_check
+from auditor_split_inversion.control import PositiveControl, control_head, dci_power_check, power_check
 from auditor_split_inversion.cutting import Normalize
 from auditor_split_inversion.defences import noise_sweep
-from auditor_split_inversion.engine import (
-    Clock,
-    Inputs,
-    SplitAuditResult,
-    SplitRow,
-    audit,
-    seeded,
-)
-from auditor_split_inversion.ensembler import OutOfTime, cut, evaluate, judge
-from auditor_split_inversion.outcomes import DefenceRow, EnsemblerRun, EnsemblerSkipped, NoiseDefence
+from auditor_split_inversion.engine import Clock, Inputs, audit, seeded, thresholds_of
+from auditor_split_inversion.ensembler import EnsemblerData, OutOfTime, cut, evaluate, judge
+from auditor_split_inversion.outcomes import DefenceRow, EnsemblerRun, EnsemblerSkipped, EnsemblerSplit, NoiseDefence
 from auditor_split_inversion.plots import defence_chart, leakage_chart
+from auditor_split_inversion.rmle import RmleBudget
 from auditor_split_inversion.rules import (
     ENSEMBLER_DEFENCE,
     LEAKY_SPLIT,
@@ -48,6 +42,7 @@ from auditor_split_inversion.rules import (
     RULES,
     WEAK_ATTACKER,
 )
+from auditor_split_inversion.scores import SplitAuditResult, SplitRow
 from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence
 
 #: The margins' 95 % bootstrap intervals are reported over at least this many probes (else undecided).
@@ -109,7 +104,7 @@ class SplitInversionPlugin:
         if len(inputs.probes) < 2:
             return PluginResult(undecided=["fewer than two probe images: the floor (the other probes' mean) and "
                                            "the margins' intervals are undefined"])
-        clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget)
+        clock = Clock(ctx.budget_s, ctx.remaining_s, ctx.check_budget, report=ctx.progress)
         res = audit(ctx.model, ctx.profile, inputs, cfg, budget, seed=ctx.seed, device=ctx.device, clock=clock,
                     graph=ctx.graph)
         rows, fl = res.rows, res.floor
@@ -137,16 +132,15 @@ class SplitInversionPlugin:
         undecided = []
         if len(res.probes) < MIN_PROBES:
             undecided.append(f"only {len(res.probes)} probes: the margins' 95 % intervals need at least {MIN_PROBES}")
+        later = {"evaluator_clean_acc": res.evaluator_clean_acc,
+                 "noise_defence": defence.as_dict() if defence is not None else None,
+                 "ensembler": ensembler.as_dict() if ensembler is not None else None}
         metrics = {
             "floor": fl.as_dict(), "per_split": [r.as_dict() for r in rows], "lpips": res.lpips,
-            "leaky_splits": [r.split for r in rows if r.leaky], "positive_control": control,
+            "leaky_splits": [r.split for r in rows if r.leaky],
+            "positive_control": control.as_dict() if control is not None else None,
+            **{k: v for k, v in later.items() if v is not None},
         }
-        if res.evaluator_clean_acc is not None:
-            metrics["evaluator_clean_acc"] = res.evaluator_clean_acc
-        if defence is not None:
-            metrics["noise_defence"] = defence.as_dict()
-        if ensembler is not None:
-            metrics["ensembler"] = ensembler.as_dict()
         provenance = {
             "threat_model": THREAT_MODEL, "preset": cfg.preset, "work": budget.__dict__,
             "preset_filled": cfg.filled(),
@@ -164,11 +158,11 @@ class SplitInversionPlugin:
         }
         artifacts = _artifacts(res, rows, fl, defence)
         if isinstance(ensembler, EnsemblerRun):
-            artifacts.append(_ensembler_csv(ensembler.as_dict(), fl))
+            artifacts.append(_ensembler_csv(ensembler, fl))
         return PluginResult(findings=findings, metrics=metrics, provenance=provenance, artifacts=artifacts,
                             headline=_headline(res), power=power, undecided=undecided)
 
-    def _defence(self, res: SplitAuditResult, rows: list[SplitRow], inputs: Inputs, cfg: SplitInversionConfig,
+    def _defence(self, res: SplitAuditResult, rows: tuple[SplitRow, ...], inputs: Inputs, cfg: SplitInversionConfig,
                  ctx: RunContext, clock: Clock) -> NoiseDefence | None:
         """Sweep noise at the earliest leaky split (else the first); judge every σ against σ = 0 (same attacks)."""
         if not cfg.noise_sigmas or not rows:
@@ -178,13 +172,14 @@ class SplitInversionPlugin:
         head = nn.Sequential(*blocks[:k + 1])
         tail = nn.Sequential(*blocks[k + 1:], res.server)
         snaps = [s[k] for s in res.snapshots.values() if len(s) > k]
-        rmle_settings = rows[k].attacks.get("rmle", {}).get("settings")
-        clock.stage("noise defence")
+        rmle_settings = rows[k].settings_of("rmle")
+        sigmas, kinds = sorted({0.0, *cfg.noise_sigmas}), list(cfg.noise_kinds)
+        steps = rmle_settings.steps if rmle_settings else 0
+        clock.stage("noise defence", total=len(kinds) * len(sigmas) * (1 + steps))
         with seeded(ctx.seed, "defence", device=ctx.device):
             sweep = noise_sweep(head, tail, res.probes, inputs.probe_labels, snapshot=snaps[0] if snaps else None,
-                                 sigmas=sorted({0.0, *cfg.noise_sigmas}), kinds=list(cfg.noise_kinds),
-                                 rmle_steps=rmle_settings["steps"] if rmle_settings else 0,
-                                 tv=rmle_settings["tv_weight"] if rmle_settings else 0.0, seed=ctx.seed,
+                                 sigmas=sigmas, kinds=kinds, rmle_steps=steps,
+                                 tv=rmle_settings.tv_weight if rmle_settings else 0.0, seed=ctx.seed,
                                  tick=clock.tick)
         chance = 1 / res.classes if res.classes else 0.0
         judged: dict[int, DefenceRow] = {}  # by the row's place in the sweep; a kind without σ = 0 is not judged
@@ -200,8 +195,8 @@ class SplitInversionPlugin:
             return None
         return NoiseDefence(rows[k].split, tuple(judged[i] for i in sorted(judged)), rmle_settings)
 
-    def _ensembler(self, res: SplitAuditResult, rows: list[SplitRow], defence: NoiseDefence | None, inputs: Inputs,
-                   cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock
+    def _ensembler(self, res: SplitAuditResult, rows: tuple[SplitRow, ...], defence: NoiseDefence | None,
+                   inputs: Inputs, cfg: SplitInversionConfig, budget: Budget, ctx: RunContext, clock: Clock
                    ) -> EnsemblerRun | EnsemblerSkipped | None:
         """Retrain the model as Ensembler at the defence split, attack it, and return the table (or why not)."""
         ens = cfg.ensembler
@@ -221,26 +216,26 @@ class SplitInversionPlugin:
         perm = torch.randperm(len(inputs.aux), generator=torch.Generator().manual_seed(ctx.seed))
         a, b = int(0.4 * len(perm)), int(0.8 * len(perm))
         x, y = inputs.aux.to(ctx.device), inputs.aux_labels.to(ctx.device)
-        data = {"client": x[perm[:a]], "client_y": y[perm[:a]], "aux": x[perm[a:b]], "aux_y": y[perm[a:b]],
-                "eval": x[perm[b:]], "eval_y": y[perm[b:]], "probes": res.probes}
-        settings = next((r.attacks["rmle"]["settings"] for r in rows if r.split == split
-                         and "rmle" in r.attacks), {"steps": budget.rmle_steps, "tv_weight": cfg.rmle_tvs[0]})
+        data = EnsemblerData(client=x[perm[:a]], client_y=y[perm[:a]], aux=x[perm[a:b]], aux_y=y[perm[a:b]],
+                             eval=x[perm[b:]], eval_y=y[perm[b:]], probes=res.probes)
+        searched = next((r.settings_of("rmle") for r in rows if r.split == split and "rmle" in r.attacks), None)
+        settings = searched or RmleBudget(steps=budget.rmle_steps, tv_weight=cfg.rmle_tvs[0])
         clock.stage("ensembler")
         try:
             with seeded(ctx.seed, "ensembler", device=ctx.device):
-                out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings["steps"],
-                                     rmle_tv=settings["tv_weight"], seed=ctx.seed, tick=clock.tick),
+                out = judge(evaluate(pieces, template, data, inputs.classes, ens, rmle_steps=settings.steps,
+                                     rmle_tv=settings.tv_weight, seed=ctx.seed, tick=clock.tick),
                             res.floor, thresholds_of(cfg), classes=inputs.classes, seed=ctx.seed)
         except OutOfTime:
             return EnsemblerSkipped(f"the wall-clock safety net stopped Ensembler's training ({ens.n_bodies} bodies, "
                                     f"{ens.epochs} epochs); give the plugin a larger --budget")
-        return EnsemblerRun(out, split, ens.model_dump(), settings,
-                            {"client_images": a, "attacker_images": b - a, "accuracy_images": len(perm) - b,
-                             "source": f"{inputs.aux_source}, seeded 40/40/20 split"})
+        return EnsemblerRun(out, split, ens, settings,
+                            EnsemblerSplit(client_images=a, attacker_images=b - a, accuracy_images=len(perm) - b,
+                                           source=f"{inputs.aux_source}, seeded 40/40/20 split"))
 
 
 def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitInversionConfig, budget: Budget,
-             clock: Clock) -> tuple[list[PowerCheck], dict | None]:
+             clock: Clock) -> tuple[list[PowerCheck], PositiveControl | None]:
     """Run each attack's positive control (rMLE, and DCI when it trained) on the control head; return checks, record."""
     if not res.rows:
         return [], None
@@ -248,35 +243,32 @@ def controls(ctx: RunContext, res: SplitAuditResult, inputs: Inputs, cfg: SplitI
     ctrl = control_head(ctx.model, ctx.profile, res.probes[:1], ctx.seed, norm, graph=ctx.graph)
     thresholds = thresholds_of(cfg)
     power, records = [], []
-    clock.stage("positive control")
+    rmle = res.records.rmle
+    sets = list(res.train_sets.items())[:1]
+    dci_ticks = budget.layer_steps + budget.dci_steps if budget.layer_steps or budget.dci_steps else 0
+    clock.stage("positive control", total=(rmle.steps_per_run if rmle else 0) + len(sets) * dci_ticks)
     with seeded(ctx.seed, "control", device=ctx.device):
-        if res.records.rmle is not None:
+        if rmle is not None:
             check, rec = power_check(ctrl, res.probes, res.floor, thresholds, tvs=list(cfg.rmle_tvs),
-                                     steps=res.records.rmle.steps_per_run, seed=ctx.seed, tick=clock.tick)
+                                     steps=rmle.steps_per_run, seed=ctx.seed, tick=clock.tick)
             power.append(check)
             records.append(rec)
-        for name, data in list(res.train_sets.items())[:1]:
+        for name, data in sets:
             check, rec = dci_power_check(ctrl, res.probes, data, res.floor, thresholds, layer_steps=budget.layer_steps,
                                          joint_steps=budget.dci_steps, batch=budget.batch, seed=ctx.seed,
                                          tick=clock.tick, source=name)
             power.append(check)
             records.append(rec)
-    return power, {"control": ctrl.what, "kind": ctrl.kind, "why": ctrl.why, "attacks": records,
-                   "passed": all(p.passed for p in power)} if records else None
+    return power, PositiveControl(ctrl, tuple(records)) if records else None
 
 
-def _ensembler_csv(ens: dict, fl: SplitFloor) -> Artifact:
+def _ensembler_csv(ens: EnsemblerRun, fl: SplitFloor) -> Artifact:
     """Return the Ensembler table (setting, accuracy, every attack's PSNR/SSIM) as CSV."""
     lines = ["setting,accuracy,attack,psnr_mean,ssim_mean,psnr_floor,ssim_floor"] + [
-        f"{r['setting']},{r['accuracy']},\"{a}\",{v['psnr_mean']},{v['ssim_mean']},{fl.psnr_mean},{fl.ssim_mean}"
-        for r in ens["rows"] for a, v in r["attacks"].items()]
+        f"{r.setting},{r.accuracy},\"{a}\",{v.psnr_mean},{v.ssim_mean},{fl.psnr_mean},{fl.ssim_mean}"
+        for r in ens.rows for a, v in r.attacks.items()]
     return Artifact(name="split-ensembler.csv", media_type="text/csv", text="\n".join(lines),
-                    description=f"no defence, noise only and Ensembler at {ens['split']} (settings: metrics.ensembler)")
-
-
-def thresholds_of(cfg: SplitInversionConfig) -> dict[str, float]:
-    """Return the leak rule's thresholds per metric."""
-    return {"psnr": cfg.psnr_margin_db, "ssim": cfg.ssim_margin}
+                    description=f"no defence, noise only and Ensembler at {ens.split} (settings: metrics.ensembler)")
 
 
 def _ci(ci: list[float] | None) -> str:
@@ -285,12 +277,12 @@ def _ci(ci: list[float] | None) -> str:
 
 def _headline(res: SplitAuditResult) -> list[Measurement]:
     """Return the worst split's PSNR margin and the worst split's SSIM margin (each the largest over splits)."""
-    measured = [m for m in res.measures if m]
-    return [max((m[metric] for m in measured), key=lambda x: x.margin or 0.0)
+    measured = [m for m in res.measures if m is not None]
+    return [max((m.of(metric) for m in measured), key=lambda x: x.margin or 0.0)
             for metric in METRICS] if measured else []
 
 
-def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
+def _findings(rows: tuple[SplitRow, ...], res: SplitAuditResult) -> list:
     """Return the leaky-split, no-safe-split and weak-attacker findings."""
     findings = []
     fl = res.floor
@@ -313,21 +305,21 @@ def _findings(rows: list[SplitRow], res: SplitAuditResult) -> list:
             severity=Severity.HIGH if all(r.severity == Severity.HIGH for r in before_head) else Severity.MEDIUM,
             message=f"every evaluated split before the head leaks ({', '.join(r.split for r in before_head)})",
             location=before_head[-1].split, evidence={"splits": [r.split for r in before_head]}))
-    synth = res.records.synthesis or {}
-    if synth.get("source") == "image-prior-only":
-        findings.append(WEAK_ATTACKER.finding(message=res.notes[0], evidence={"synthesis": synth}))
+    synth = res.records.synthesis
+    if synth is not None and synth.source == "image-prior-only":
+        findings.append(WEAK_ATTACKER.finding(message=res.notes[0], evidence={"synthesis": synth.as_dict()}))
     return findings
 
 
-def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: SplitFloor, defence: NoiseDefence | None
+def _artifacts(res: SplitAuditResult, rows: tuple[SplitRow, ...], fl: SplitFloor, defence: NoiseDefence | None
                 ) -> list[Artifact]:
     """Return the reconstruction grid (PNG), the PSNR/SSIM curves and the defence curve (SVG) as artifacts."""
     labels = [r.split for r in rows]
     attacks = sorted({a for r in rows for a in r.attacks})
     arts = []
     for metric, unit in (("psnr", "dB"), ("ssim", "")):
-        series = {a: ([r.attacks.get(a, {}).get(f"{metric}_mean", float("nan")) for r in rows],
-                      [r.attacks.get(a, {}).get(f"{metric}_sd", 0.0) for r in rows]) for a in attacks}
+        series = {a: ([r.attacks[a].mean(metric) if a in r.attacks else float("nan") for r in rows],
+                      [r.attacks[a].sd(metric) if a in r.attacks else 0.0 for r in rows]) for a in attacks}
         series = {a: v for a, v in series.items() if not any(math.isnan(m) for m in v[0])}
         svg = leakage_chart(metric, unit, labels, series, fl.mean(metric), getattr(fl, f"{metric}_sd"))
         arts.append(svg_artifact(svg, f"split-curve-{metric}.svg",
@@ -335,8 +327,8 @@ def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: SplitFloor, defe
                                  "floor (strongest no-information guess)"))
     header = "split,shape,numel_ratio,attack,psnr_mean,psnr_sd,ssim_mean,ssim_sd,psnr_floor,ssim_floor,leaky"
     lines = [header] + [
-        f"{r.split},{'x'.join(map(str, r.shape))},{r.numel_ratio:g},{a},{v['psnr_mean']},{v['psnr_sd']},"
-        f"{v['ssim_mean']},{v['ssim_sd']},{fl.psnr_mean},{fl.ssim_mean},{r.leaky and a == r.best_attack}"
+        f"{r.split},{'x'.join(map(str, r.shape))},{r.numel_ratio:g},{a},{v.psnr_mean},{v.psnr_sd},"
+        f"{v.ssim_mean},{v.ssim_sd},{fl.psnr_mean},{fl.ssim_mean},{r.leaky and a == r.best_attack}"
         for r in rows for a, v in r.attacks.items()]
     arts.append(Artifact(name="split-leakage.csv", media_type="text/csv", text="\n".join(lines),
                          description="per split and attack, next to the floor (settings: provenance)"))
@@ -344,12 +336,12 @@ def _artifacts(res: SplitAuditResult, rows: list[SplitRow], fl: SplitFloor, defe
     grid_rows = [("original", probes)]
     for k, r in enumerate(rows):
         if r.best_attack:
-            grid_rows.append((f"{r.split} ({r.best_attack})", res.recons[r.best_attack][k][:8]))
+            grid_rows.append((f"{r.split} ({r.best_attack})", res.recons_of(r.best_attack)[k][:8]))
     arts.append(Artifact(name="split-grid.png", media_type="image/png",
                          description="originals (top) and the best attack's reconstruction at each split",
                          data_base64=png_base64(image_grid(grid_rows, label_width=170))))
     if defence:
-        arts.append(svg_artifact(defence_chart(defence.as_dict()["rows"], fl.psnr_mean), "split-noise-defence.svg",
+        arts.append(svg_artifact(defence_chart(defence.rows, fl.psnr_mean), "split-noise-defence.svg",
                                  f"noise at {defence.split}: utility against best-attack PSNR, points = σ"))
     return arts
 

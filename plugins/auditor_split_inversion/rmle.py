@@ -11,9 +11,38 @@ not one hand-set λ).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+#: Adam's learning rate in every rMLE run.
+LR = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class RmleSetting:
+    """One setting rMLE was scored at: the TV weight, the steps run and Adam's learning rate."""
+
+    tv_weight: float
+    steps: int
+    lr: float = LR
+
+    def as_dict(self) -> dict[str, float]:
+        """Return the setting as reported (``settings``): ``tv_weight``, ``steps``, ``lr``."""
+        return {"tv_weight": self.tv_weight, "steps": self.steps, "lr": self.lr}
+
+
+@dataclass(frozen=True, slots=True)
+class RmleBudget:
+    """The rMLE steps and TV weight a later stage runs with when no searched setting is at hand (the preset's)."""
+
+    steps: int
+    tv_weight: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Return the budget as reported (``rmle_settings``): ``steps``, ``tv_weight``."""
+        return {"steps": self.steps, "tv_weight": self.tv_weight}
 
 
 def rmle(
@@ -38,7 +67,7 @@ def search(
     steps: int,
     tvs: Sequence[float],
     tick: Callable[[], bool],
-) -> list[tuple[dict, torch.Tensor]]:
+) -> list[tuple[RmleSetting, torch.Tensor]]:
     """Run rMLE once per TV weight in ``tvs``; return ``(settings, reconstruction)`` at half and at all of the steps.
 
     The runs share one batch (one pass through the head per step for every TV weight); each run's
@@ -47,8 +76,8 @@ def search(
     xs, done, kept = _descend(head, feature, shape, steps=steps, tvs=tvs, tick=tick, keep=(steps // 2,))
     out = []
     for i, tv in enumerate(tvs):
-        out += [({"tv_weight": tv, "steps": n, "lr": 0.05}, r[i]) for n, r in kept.items() if n < done]
-        out.append(({"tv_weight": tv, "steps": done, "lr": 0.05}, xs[i]))
+        out += [(RmleSetting(tv, n), r[i]) for n, r in kept.items() if n < done]
+        out.append((RmleSetting(tv, done), xs[i]))
     return out
 
 
@@ -61,7 +90,7 @@ def _descend(head: nn.Module, feature: torch.Tensor, shape: tuple[int, ...], *, 
     target = feature.repeat(runs, *[1] * (feature.dim() - 1))
     weights = torch.tensor(list(tvs), dtype=feature.dtype, device=feature.device)
     x = torch.full((runs * n, *shape), 0.5, device=feature.device, requires_grad=True)
-    opt = torch.optim.Adam([x], lr=0.05)
+    opt = torch.optim.Adam([x], lr=LR)
     done, kept = 0, {}
     for _ in range(steps):
         if not tick():

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from auditor_split_inversion.records import SynthesisRecord
+
 
 def bn_layers(model: torch.nn.Module) -> list[torch.nn.modules.batchnorm._BatchNorm]:
     """Return the BatchNorm layers that hold running statistics."""
@@ -41,7 +43,7 @@ def synthesize(
     seed: int,
     device: torch.device,
     tick: Callable[[], bool],
-) -> tuple[torch.Tensor, dict]:
+) -> tuple[torch.Tensor, SynthesisRecord]:
     """Return ``n`` synthetic images in [0, 1] and a record of how they were made.
 
     The first ``low_res_share`` of the steps feed the model a 2×2 average-pooled copy of the
@@ -82,16 +84,15 @@ def synthesize(
         for h in handles:
             h.remove()
     out = torch.cat(images) if images else torch.empty((0, *shape), device=device)
-    record = {
-        "source": "bn-statistics" if bns else "image-prior-only",
-        "bn_layers": len(bns), "images": len(out), "images_planned": n,
-        "steps_per_batch": done_steps, "steps_planned": steps, "half_resolution_steps": low_steps,
-        "half_resolution": "on" if low_steps else ("off (< 32 px)" if not large else "off (the model takes only its "
-                                                   "input size)"),
-        "batch": batch, "cross_entropy": use_ce,
-        "priors": f"TV-l2 1e-4, l2 1e-5, jitter {f'±{shift} px' if shift else 'off (< 32 px)'}, flip, first BN x10",
-        "optimiser": "Adam lr 0.1 cosine",
-    }
+    record = SynthesisRecord(
+        source="bn-statistics" if bns else "image-prior-only", bn_layers=len(bns), images=len(out), images_planned=n,
+        steps_per_batch=done_steps, steps_planned=steps, half_resolution_steps=low_steps,
+        half_resolution="on" if low_steps else ("off (< 32 px)" if not large else "off (the model takes only its "
+                                                "input size)"),
+        batch=batch, cross_entropy=use_ce,
+        priors=f"TV-l2 1e-4, l2 1e-5, jitter {f'±{shift} px' if shift else 'off (< 32 px)'}, flip, first BN x10",
+        optimiser="Adam lr 0.1 cosine",
+    )
     return out, record
 
 

@@ -14,7 +14,6 @@ above chance has lost the model, it has not held.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,9 +21,57 @@ import numpy as np
 import torch
 
 from auditor.plugin import Floor, LeakJudgement, Measurement, Severity, floor_images, image_scores, judge_leak, measure
+from auditor_split_inversion.metrics import PerImage, Summary
 
 #: The leak rule reads these two margins; each has its own threshold in the configuration.
 METRICS = ("psnr", "ssim")
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The leak rule's thresholds: the PSNR margin (dB) and the SSIM margin a leak must reach."""
+
+    psnr: float
+    ssim: float
+
+    def of(self, metric: str) -> float:
+        """Return the threshold of ``metric`` (``psnr`` or ``ssim``)."""
+        return self.psnr if metric == "psnr" else self.ssim
+
+
+@dataclass(frozen=True, slots=True)
+class Margins:
+    """The PSNR and SSIM margins of one set of per-probe scores over the floor, each with its 95 % interval."""
+
+    psnr: Measurement
+    ssim: Measurement
+
+    def of(self, metric: str) -> Measurement:
+        """Return the margin of ``metric`` (``psnr`` or ``ssim``)."""
+        return self.psnr if metric == "psnr" else self.ssim
+
+    def both(self) -> tuple[Measurement, Measurement]:
+        """Return the PSNR margin, then the SSIM margin."""
+        return self.psnr, self.ssim
+
+
+@dataclass(frozen=True, slots=True)
+class DefenceJudgement:
+    """One defended setting judged against the undefended one (:func:`judge_defence`): the verdict, the
+    defended margins over the floor, the drops from the undefended setting (each with its interval) and the
+    utility's Wilson lower bound beside chance."""
+
+    verdict: str
+    psnr_margin: float
+    ssim_margin: float
+    psnr_margin_ci: list[float] | None
+    ssim_margin_ci: list[float] | None
+    psnr_drop: float
+    ssim_drop: float
+    psnr_drop_ci: list[float] | None
+    ssim_drop_ci: list[float] | None
+    utility_ci_low: float
+    chance: float
 
 
 @dataclass(frozen=True)
@@ -44,7 +91,7 @@ class SplitFloor:
     ssim_sd: float
     kind: str
     guesses: dict[str, dict[str, float]]
-    mean_image_only: dict[str, float] | None = None
+    mean_image_only: Summary | None = None
     evaluator_acc: float | None = None
 
     def of(self, metric: str) -> Floor:
@@ -58,9 +105,7 @@ class SplitFloor:
     def as_dict(self) -> dict[str, Any]:
         """Return the floor as reported in ``metrics.floor`` (``evaluator_acc`` only when measured)."""
         out = {**asdict(self), "psnr": list(self.psnr), "ssim": list(self.ssim)}
-        if self.evaluator_acc is None:
-            del out["evaluator_acc"]
-        return out
+        return out if self.evaluator_acc is not None else {k: v for k, v in out.items() if k != "evaluator_acc"}
 
 
 def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: torch.Tensor | None = None,
@@ -91,32 +136,32 @@ def floor_scores(probes: torch.Tensor, predicted: torch.Tensor | None, labels: t
     return SplitFloor(**best, **means, kind="best per probe of: " + "; ".join(scored), guesses=guessed)
 
 
-def margins(scores: dict[str, Sequence[float]], floor: SplitFloor, thresholds: dict[str, float], *, what: str, how: str,
-            seed: int) -> dict[str, Measurement]:
+def margins(scores: PerImage, floor: SplitFloor, thresholds: Thresholds, *, what: str, how: str, seed: int
+            ) -> Margins:
     """Return the PSNR and SSIM margins of per-probe ``scores`` over the per-probe ``floor``, with 95 % intervals."""
     units = {"psnr": "dB", "ssim": ""}
-    return {m: measure(m, f"{m.upper()} of {what}", scores[m], floor.of(m),
-                       threshold=thresholds[m], unit=units[m], how=how, seed=seed) for m in METRICS}
+    return Margins(*(measure(m, f"{m.upper()} of {what}", scores.of(m), floor.of(m), threshold=thresholds.of(m),
+                             unit=units[m], how=how, seed=seed) for m in METRICS))
 
 
-def judged(measures: dict[str, Measurement]) -> dict[str, LeakJudgement]:
-    """Apply the one leak rule (:func:`auditor.plugin.judge_leak`) to each margin.
+def judge_one(margin: Measurement) -> LeakJudgement:
+    """Apply the one leak rule (:func:`auditor.plugin.judge_leak`) to one margin.
 
     A margin leaks when it reaches its threshold with its 95 % interval above zero; it is high when
     the interval's low end clears the threshold by the threshold again (e.g. 6 dB for the 3 dB rule);
     a margin without an interval is unresolved, never a leak nor its absence.
     """
-    return {m: judge_leak(x, high_by=x.threshold or 0.0) for m, x in measures.items()}
+    return judge_leak(margin, high_by=margin.threshold or 0.0)
 
 
-def leaks(measures: dict[str, Measurement]) -> bool:
-    """Tell whether some margin is a leak by :func:`judged`."""
-    return any(j.leak for j in judged(measures).values())
+def leaks(measures: Margins) -> bool:
+    """Tell whether the PSNR or the SSIM margin is a leak by :func:`judge_one`."""
+    return any(judge_one(x).leak for x in measures.both())
 
 
-def severity(measures: dict[str, Measurement]) -> Severity | None:
+def severity(measures: Margins) -> Severity | None:
     """Return the highest severity a leaking margin earns (None when none leaks)."""
-    found = [j.severity for j in judged(measures).values() if j.leak and j.severity is not None]
+    found = [j.severity for j in map(judge_one, measures.both()) if j.leak and j.severity is not None]
     return Severity.HIGH if Severity.HIGH in found else (found[0] if found else None)
 
 
@@ -129,9 +174,8 @@ def wilson_low(rate: float, n: int, z: float = 1.96) -> float:
     return (centre - spread) / (1 + z * z / n)
 
 
-def judge_defence(defended: dict[str, Sequence[float]], baseline: dict[str, Sequence[float]], floor: SplitFloor,
-                  thresholds: dict[str, float], *, utility: float, n_utility: int, chance: float, how: str,
-                  seed: int) -> dict:
+def judge_defence(defended: PerImage, baseline: PerImage, floor: SplitFloor, thresholds: Thresholds, *,
+                  utility: float, n_utility: int, chance: float, how: str, seed: int) -> DefenceJudgement:
     """Judge one defended setting against the undefended one under the same attack and budget.
 
     ``defended`` and ``baseline`` hold per-probe ``psnr`` and ``ssim`` of the best attack. Verdicts:
@@ -141,20 +185,15 @@ def judge_defence(defended: dict[str, Sequence[float]], baseline: dict[str, Sequ
     """
     now = margins(defended, floor, thresholds, what="the defended setting", how=how, seed=seed)
     base = margins(baseline, floor, thresholds, what="the undefended setting", how=how, seed=seed)
-    drops = {m: measure(f"{m}_drop", f"{m.upper()} drop from the undefended setting", baseline[m], defended[m],
-                        floor_kind="the defended setting, same attack and budget", how=how, seed=seed)
-             for m in METRICS}
+    drops = [measure(f"{m}_drop", f"{m.upper()} drop from the undefended setting", baseline.of(m), defended.of(m),
+                     floor_kind="the defended setting, same attack and budget", how=how, seed=seed) for m in METRICS]
     low = wilson_low(utility, n_utility)
     verdict = ("leaks" if leaks(now) else "utility lost" if low <= chance
                else "nothing to defend" if not leaks(base) else "held")
-    return {
-        "verdict": verdict,
-        **{f"{m}_margin": round(now[m].margin or 0.0, 4) for m in METRICS},
-        **{f"{m}_margin_ci": _rounded(now[m].ci) for m in METRICS},
-        **{f"{m}_drop": round(drops[m].margin or 0.0, 4) for m in METRICS},
-        **{f"{m}_drop_ci": _rounded(drops[m].ci) for m in METRICS},
-        "utility_ci_low": round(low, 4), "chance": round(chance, 4),
-    }
+    return DefenceJudgement(
+        verdict, *(round(x.margin or 0.0, 4) for x in now.both()), *(_rounded(x.ci) for x in now.both()),
+        *(round(x.margin or 0.0, 4) for x in drops), *(_rounded(x.ci) for x in drops),
+        utility_ci_low=round(low, 4), chance=round(chance, 4))
 
 
 def _rounded(ci: list[float] | None) -> list[float] | None:

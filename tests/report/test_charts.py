@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -50,8 +51,9 @@ def test_roc_chart_has_auc_in_the_legend_and_low_fpr_marks(roc_svg: str) -> None
 
 
 def test_defence_chart_labels_axes_and_sigmas() -> None:
-    rows = [{"kind": k, "sigma": s, "psnr": 20 - 3 * s, "utility": 0.95 - 0.1 * s,
-             "utility_metric": "accuracy on probe labels"} for k in ("gaussian", "laplace") for s in (0.0, 1.0)]
+    rows = [SimpleNamespace(kind=k, sigma=s, psnr=20 - 3 * s, utility=0.95 - 0.1 * s,
+                            utility_metric="accuracy on probe labels")
+            for k in ("gaussian", "laplace") for s in (0.0, 1.0)]
     svg = defence_chart(rows, 12.0)
     assert "utility: accuracy on probe labels" in svg and "PSNR of the best attack (dB)" in svg
     assert "σ=1" in svg and "laplace noise" in svg

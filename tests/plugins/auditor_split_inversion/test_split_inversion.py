@@ -35,11 +35,30 @@ from auditor_split_inversion.config import BUDGETS, EnsemblerConfig, SplitInvers
 from auditor_split_inversion.control import control_head, dci_power_check, power_check
 from auditor_split_inversion.cutting import choose_splits
 from auditor_split_inversion.defences import add_noise, noise_sweep
-from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit
-from auditor_split_inversion.ensembler import cut, evaluate, judge
-from auditor_split_inversion.metrics import per_image
+from auditor_split_inversion.engine import Clock, Inputs, audit
+from auditor_split_inversion.ensembler import EnsemblerData, cut, evaluate, judge
+from auditor_split_inversion.metrics import PerImage, per_image
+from auditor_split_inversion.outcomes import (
+    EnsemblerAttack,
+    EnsemblerRow,
+    EnsemblerRun,
+    EnsemblerSplit,
+    EnsemblerTable,
+    EvaluatedRow,
+    Evaluation,
+)
 from auditor_split_inversion.plugin import _ensembler_csv
-from auditor_split_inversion.verdict import SplitFloor, floor_scores, judge_defence, leaks, margins, wilson_low
+from auditor_split_inversion.rmle import RmleBudget
+from auditor_split_inversion.scores import SplitAuditResult
+from auditor_split_inversion.verdict import (
+    SplitFloor,
+    Thresholds,
+    floor_scores,
+    judge_defence,
+    leaks,
+    margins,
+    wilson_low,
+)
 from PIL import Image
 from pydantic import ValidationError
 from torch import nn
@@ -113,9 +132,9 @@ def test_dci_beats_the_floor_at_the_first_split_and_not_at_the_logits(digits: di
                 clock=Clock(None, lambda: None, lambda: None))
     floor, rows = res.floor, res.rows
     first, logits = rows[0].attacks["dci"], rows[-1]
-    assert res.records.synthesis is not None and res.records.synthesis["source"] == "bn-statistics"
-    assert first["psnr_mean"] - floor.psnr_mean >= 4.0, (first, floor)
-    assert first["ssim_mean"] - floor.ssim_mean >= 0.15, (first, floor)
+    assert res.records.synthesis is not None and res.records.synthesis.source == "bn-statistics"
+    assert first.psnr_mean - floor.psnr_mean >= 4.0, (first, floor)
+    assert first.ssim_mean - floor.ssim_mean >= 0.15, (first, floor)
     assert logits.split == "fc" and logits.psnr_margin <= 1.0 and logits.ssim_margin <= 0.05, logits
 
 
@@ -163,13 +182,19 @@ SMALL = {"n_synth": 64, "synth_steps": 60, "layer_steps": 200, "dci_steps": 30, 
 def test_the_plugin_runs_within_its_budget_and_puts_curve_and_grid_in_the_html(digits: dict, tmp_path: Path) -> None:
     _write_digits(tmp_path, digits)
     budget_s = 300.0
+    reports: list[tuple[str, int | None, int | None]] = []
     runs, findings = run_plugins(
         [PluginEntry("split-inversion", plugin, "test", "0")], model=digits["net"], profile=digits["profile"],
         configs={"split-inversion": SplitInversionConfig(noise_sigmas=[0.0, 1.0], noise_kinds=["gaussian"], **SMALL)},
         settings=RunSettings(device=torch.device("cpu"), selected=("split-inversion",), budget_s=budget_s,
-                             data=load_data_dir(tmp_path)))
+                             data=load_data_dir(tmp_path), on_progress=lambda _n, *r: reports.append(r)))
     run = runs[0]
     assert run.status == "ok", run.reason
+    # Every long loop reports through ctx.progress: each optimiser step of a stage counts, up to the planned total.
+    done = {stage: max(d for st, d, _ in reports if st == stage) for stage, _, t in reports if t is not None}
+    totals = {stage: t for stage, _, t in reports if t is not None}
+    assert list(done) == ["synthesis", "dci", "dci-aux", "rmle", "evaluator", "positive control", "noise defence"]
+    assert done == totals and totals["rmle"] == 4 * SMALL["rmle_steps"], totals  # 4 splits (the fast preset)
     assert run.duration_s is not None and run.duration_s <= budget_s
     names = {a.name for a in run.artifacts}
     assert {"split-grid.png", "split-curve-psnr.svg", "split-curve-ssim.svg", "split-leakage.csv"} <= names
@@ -222,19 +247,18 @@ def test_ensembler_config_is_opt_in_and_validated() -> None:
 
 def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
     x, y, tr, te = digits["x"], digits["y"], digits["tr"], digits["te"]
-    data = {"client": x[tr[:700]], "client_y": y[tr[:700]], "aux": x[tr[700:]], "aux_y": y[tr[700:]],
-            "eval": x[te[16:]], "eval_y": y[te[16:]], "probes": x[te[:16]]}
+    data = EnsemblerData(client=x[tr[:700]], client_y=y[tr[:700]], aux=x[tr[700:]], aux_y=y[tr[700:]],
+                         eval=x[te[16:]], eval_y=y[te[16:]], probes=x[te[:16]])
     cfg = EnsemblerConfig(n_bodies=3, n_selected=1, epochs=6, attack_epochs=4)
-    floor = floor_scores(data["probes"], digits["net"](data["probes"]).argmax(1), y[te[:16]], data["aux"],
-                         data["aux_y"])
+    floor = floor_scores(data.probes, digits["net"](data.probes).argmax(1), y[te[:16]], data.aux, data.aux_y)
     pieces = cut(digits["net"], digits["profile"], "stem_2")
     res = judge(evaluate(pieces, pieces[0], data, 10, cfg, rmle_steps=100, rmle_tv=0.0, seed=0, tick=lambda: True),
-                floor, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0)
+                floor, THRESHOLDS, classes=10, seed=0)
     table = res.as_dict()
     rows = {r["setting"]: r for r in table["rows"]}
     assert list(rows) == ["none", "noise", "ensembler"] and res.rows[0].verdict is None
     with torch.no_grad():
-        target_acc = float((digits["net"](data["eval"]).argmax(1) == data["eval_y"]).float().mean())
+        target_acc = float((digits["net"](data.eval).argmax(1) == data.eval_y).float().mean())
     assert rows["none"]["accuracy"] == pytest.approx(target_acc, abs=1e-4)
     for r in rows.values():
         assert 0.0 <= r["accuracy"] <= 1.0 and "per_probe" not in r
@@ -258,9 +282,13 @@ def test_ensembler_rows_hold_measured_utility_and_leakage(digits: dict) -> None:
 
 def test_the_ensembler_csv_keeps_attack_names_with_commas_in_one_column() -> None:
     attack = "shadow, best of N bodies (query-free, oracle)"
-    art = _ensembler_csv({"split": "stem_2", "rows": [{"setting": "ensembler", "accuracy": 0.86,
-                                                       "attacks": {attack: {"psnr_mean": 10.7, "ssim_mean": 0.58}}}]},
-                         _floor(12.0, 0.63, 0))
+    row = EnsemblerRow(setting="ensembler", accuracy=0.86, attacks={attack: EnsemblerAttack(10.7, 0.1, 0.58, 0.01)},
+                       best_attack=attack, psnr=10.7, ssim=0.58)
+    evaluation = Evaluation(rows=(), secret=[0], secret_bits=1.0, stage1_accuracy=[], cs_to_stage1_heads=[],
+                            tail_block_norms=[], server_cost="", n_eval=0)
+    run = EnsemblerRun(EnsemblerTable((row,), "passed", evaluation), "stem_2", EnsemblerConfig(),
+                       RmleBudget(steps=10, tv_weight=0.0), EnsemblerSplit(1, 1, 1, "test"))
+    art = _ensembler_csv(run, _floor(12.0, 0.63, 0))
     header, row = list(csv.reader(io.StringIO(art.text)))
     assert dict(zip(header, row)) == {"setting": "ensembler", "accuracy": "0.86", "attack": attack, "psnr_mean": "10.7",
                                       "ssim_mean": "0.58", "psnr_floor": "12.0", "ssim_floor": "0.63"}
@@ -298,10 +326,10 @@ def test_a_vit_is_attacked_at_token_split_points() -> None:
     assert [r.split for r in res.rows] == [chosen[0].id, chosen[1].id]
     assert any("'conv_proj' skipped" in n for n in res.notes)
     assert any(n.startswith("DCI not run") for n in res.notes) and res.records.synthesis is None
-    assert all(list(r.attacks) == ["rmle"] and r.attacks["rmle"]["psnr_mean"] > 0 for r in res.rows)
+    assert all(list(r.attacks) == ["rmle"] and r.attacks["rmle"].psnr_mean > 0 for r in res.rows)
 
 
-THRESHOLDS = {"psnr": 3.0, "ssim": 0.1}
+THRESHOLDS = Thresholds(psnr=3.0, ssim=0.1)
 
 
 def _floor(psnr: float, ssim: float, n: int) -> SplitFloor:
@@ -352,7 +380,7 @@ def test_negative_controls_stay_quiet_and_the_trained_first_split_fires(digits: 
     trained = _rmle_audit(digits["net"], digits)
     assert [r.leaky for r in trained.rows] == [True, False]  # logits with labels: at the floor
     first = trained.rows[0]
-    assert first.psnr_margin_ci[0] > 3.0 and first.attacks["rmle"]["settings"]["tv_weight"] == 0.0
+    assert first.psnr_margin_ci[0] > 3.0 and first.attacks["rmle"].settings.tv_weight == 0.0
     torch.manual_seed(1)
     random_init = _rmle_audit(DigitsNet().eval(), digits)
     assert not random_init.rows[-1].leaky  # its first conv is invertible (a real leak); its logits are not
@@ -376,7 +404,7 @@ def test_the_positive_control_passes_at_the_budget_and_fails_without_one(digits:
     assert ctrl.kind == "audited architecture" and "'stem_2'" in ctrl.what  # the model's first over-complete cut
     check, record = power_check(ctrl, probes, floor, THRESHOLDS, steps=40, tvs=[0.0, 0.05, 0.2], seed=0,
                                 tick=lambda: True)
-    assert check.passed and check.value >= 3.0 and record["settings"]["steps"] in (20, 40)
+    assert check.passed and check.value >= 3.0 and record.settings.steps in (20, 40)
     weak, _ = power_check(ctrl, probes, floor, THRESHOLDS, steps=2, tvs=[0.0, 0.05, 0.2], seed=0, tick=lambda: True)
     assert not weak.passed and weak.value < check.value
     synthetic = digits["x"][digits["tr"][:200]]
@@ -400,29 +428,31 @@ def test_heavy_noise_at_the_split_is_not_a_leak_and_says_when_it_costs_the_model
     verdict = judge_defence(heavy.per_probe, base.per_probe, floor, THRESHOLDS, utility=heavy.utility,
                             n_utility=16, chance=0.1, how="", seed=0)
     assert judge_defence(base.per_probe, base.per_probe, floor, THRESHOLDS, utility=base.utility,
-                         n_utility=16, chance=0.1, how="", seed=0)["verdict"] == "leaks"
-    assert verdict["verdict"] != "leaks" and verdict["psnr_drop_ci"][0] > 3.0
-    assert verdict["verdict"] == ("utility lost" if wilson_low(heavy.utility, 16) <= 0.1 else "held")
+                         n_utility=16, chance=0.1, how="", seed=0).verdict == "leaks"
+    assert verdict.verdict != "leaks" and verdict.psnr_drop_ci[0] > 3.0
+    assert verdict.verdict == ("utility lost" if wilson_low(heavy.utility, 16) <= 0.1 else "held")
 
 
-def _pp(rng: np.random.Generator, psnr: float, ssim: float, n: int = 16) -> dict[str, list[float]]:
-    return {"psnr": list(psnr + rng.normal(0, 0.5, n)), "ssim": list(ssim + rng.normal(0, 0.01, n))}
+def _pp(rng: np.random.Generator, psnr: float, ssim: float, n: int = 16) -> PerImage:
+    return PerImage(tuple(psnr + rng.normal(0, 0.5, n)), tuple(ssim + rng.normal(0, 0.01, n)))
 
 
 def test_an_ensembler_at_chance_accuracy_lost_the_model_and_a_half_db_gate_does_not_pass() -> None:
     """Issue 12, measurement 4: the query-free gate "passed" at +0.5 dB; an Ensembler at 0.125 on 8 classes held."""
     rng = np.random.default_rng(0)
     floor = _floor(14.0, 0.70, 16)
-    attacks = {"rmle (white-box)": None, "shadow (query-free)": None}
-    none = {"setting": "none", "accuracy": 0.95, "attacks": {a: {"psnr_mean": 0, "ssim_mean": 0} for a in attacks},
-            "per_probe": {"rmle (white-box)": _pp(rng, 30.0, 0.95), "shadow (query-free)": _pp(rng, 14.5, 0.70)}}
-    ens = {"setting": "ensembler", "accuracy": 0.125, "attacks": {a: {"psnr_mean": 0, "ssim_mean": 0} for a in attacks},
-           "per_probe": {"rmle (white-box)": _pp(rng, 14.0, 0.70), "shadow (query-free)": _pp(rng, 13.0, 0.60)}}
-    for row in (none, ens):
-        row.update(best_attack="rmle (white-box)", psnr=0.0, ssim=0.0)  # the summary keys evaluate() gives every row
-        for a, pp in row["per_probe"].items():
-            row["attacks"][a] = {"psnr_mean": float(np.mean(pp["psnr"])), "ssim_mean": float(np.mean(pp["ssim"]))}
-    out = judge({"rows": [none, ens], "n_eval": 200}, floor, THRESHOLDS, classes=8, seed=0)
+
+    def row(setting: str, accuracy: float, per_probe: dict[str, PerImage]) -> EvaluatedRow:
+        attacks = {a: EnsemblerAttack.of(pp.summary()) for a, pp in per_probe.items()}
+        return EvaluatedRow(setting=setting, accuracy=accuracy, attacks=attacks, best_attack="rmle (white-box)",
+                            psnr=0.0, ssim=0.0, per_probe=per_probe)
+
+    none = row("none", 0.95, {"rmle (white-box)": _pp(rng, 30.0, 0.95), "shadow (query-free)": _pp(rng, 14.5, 0.70)})
+    ens = row("ensembler", 0.125, {"rmle (white-box)": _pp(rng, 14.0, 0.70),
+                                   "shadow (query-free)": _pp(rng, 13.0, 0.60)})
+    evaluation = Evaluation(rows=(none, ens), secret=[0], secret_bits=1.0, stage1_accuracy=[], cs_to_stage1_heads=[],
+                            tail_block_norms=[], server_cost="", n_eval=200)
+    out = judge(evaluation, floor, THRESHOLDS, classes=8, seed=0)
     assert out.query_free_gate.startswith("inconclusive")
     judged = out.rows[1]
     assert judged.verdict == "utility lost" and judged.query_free_verdict == "inconclusive (query-free gate)"
@@ -438,7 +468,7 @@ def test_defence_verdicts_follow_the_leak_rule_and_the_utility(defended: tuple, 
     floor = _floor(14.0, 0.70, 16)
     got = judge_defence(_pp(rng, *defended), _pp(rng, *baseline), floor, THRESHOLDS, utility=utility, n_utility=200,
                         chance=0.125, how="", seed=0)
-    assert got["verdict"] == verdict, got
+    assert got.verdict == verdict, got
 
 
 class NoisyDigitsNet(DigitsNet):
@@ -480,10 +510,10 @@ def test_same_seed_gives_the_same_numbers_with_the_cpu_busy_on_a_noisy_model() -
 
 
 def test_the_mean_image_floor_leaves_the_scored_probe_out(digits: dict) -> None:
-    from auditor_split_inversion.metrics import floor, summarise
+    from auditor_split_inversion.metrics import floor
 
     probes = digits["x"][digits["te"][:2]]
-    assert floor(probes) == summarise(per_image(probes, probes.flip(0)))  # each probe's guess is the other one
+    assert floor(probes) == per_image(probes, probes.flip(0)).summary()  # each probe's guess is the other one
 
 
 def test_no_fx_graph_is_a_tooling_gap_and_no_split_point_is_not_applicable(digits: dict) -> None:
@@ -498,8 +528,8 @@ def test_a_leaky_split_is_high_only_when_its_interval_clears_the_threshold_by_th
     from auditor_split_inversion.verdict import severity
 
     floor = _floor(10.0, 0.5, 4)
-    clear = margins({"psnr": [20.0, 21.0, 19.5, 20.5], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
-    near = margins({"psnr": [13.5, 14.0, 13.2, 13.8], "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="", seed=0)
+    clear = margins(PerImage((20.0, 21.0, 19.5, 20.5), (0.5,) * 4), floor, THRESHOLDS, what="x", how="", seed=0)
+    near = margins(PerImage((13.5, 14.0, 13.2, 13.8), (0.5,) * 4), floor, THRESHOLDS, what="x", how="", seed=0)
     assert severity(clear).value == "high" and severity(near).value == "medium"
-    assert severity(margins({"psnr": [10.0] * 4, "ssim": [0.5] * 4}, floor, THRESHOLDS, what="x", how="",
+    assert severity(margins(PerImage((10.0,) * 4, (0.5,) * 4), floor, THRESHOLDS, what="x", how="",
                             seed=0)) is None

@@ -89,8 +89,17 @@ def test_vae_prior_from_public_data_succeeds_and_links_skip_remedies(tmp_path: P
     data = write_manifest(tmp_path, {"train": ORDER[:400], "test": ORDER[400:600], "public": ORDER[600:1000]})
     torch.manual_seed(0)
     target = fit(TinyResNet(), data, epochs=10)
-    res = plugin.run(context(target, data, ModelInversionConfig(prior_epochs=20, **_FAST)))
+    ctx = context(target, data, ModelInversionConfig(prior_epochs=20, **_FAST))
+    reports: list[tuple[str, int | None, int | None]] = []
+    ctx.on_progress = lambda *r: reports.append(r)
+    res = plugin.run(ctx)
     m = res.metrics
+    # Every training batch and search step is reported through ctx.progress, up to the stage's planned total.
+    done = {stage: max(d for st, d, _ in reports if st == stage) for stage, _, _ in reports}
+    assert list(done) == ["evaluation model", "VAE prior", "inverting classes through the target", "control model",
+                          "inverting classes through the control"]
+    assert done == {stage: t for stage, _, t in reports}
+    assert done["inverting classes through the target"] == 10 * _FAST["steps"]
     # public/ holds every private class too: the report says this is not the GMI layout (no privacy test).
     assert m["layout"].startswith("public/ shares 10 class(es) with train/") and m["prior_class_frequency_top1"] > 0
     assert res.headline[0].ci[0] > 0 and res.power[0].passed
