@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup
+.PHONY: demo test test-quick setup
 
 setup: $(STAMP)
 
@@ -24,3 +24,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q -n 2
+
+# While editing: the same without the tests marked slow (fresh venvs, jail payload runs, trained attacks); CI and
+# `make test` run them all.
+test-quick: $(STAMP)
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"

@@ -16,12 +16,9 @@ Run: ``python benchmarks/cli_startup.py [--repeat 3]``; results in ``benchmarks/
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,28 +43,12 @@ ACCEPTED = "auditor scan tiny_cnn.pt --input-shape 3,16,16 -q --json (accepted, 
 FLOOR_NAME = "floor: import torch + torch.load + torch.fx.symbolic_trace (python -c)"
 
 
-def measure(cmd: list[str]) -> dict[str, float]:
-    """Run ``cmd`` once; its wall and CPU seconds and peak RSS in MB."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mb": usage.ru_maxrss / 1024,
-            "exit": proc.returncode}
-
-
 def main() -> None:
     """Time each command ``--repeat`` times, interleaved, and store the medians and every run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    results.add_arguments(parser)
-    args = parser.parse_args()
-    run = results.begin()
+    args, run = results.parse(parser, repeat=3)
     with tempfile.TemporaryDirectory() as tmp:
-        bad, tiny = Path(tmp) / "poisoned_sd.pt", Path(tmp) / "tiny_cnn.pt"
-        subprocess.run([sys.executable, "-c", POISON, str(bad), str(tiny)], check=True)
+        bad, tiny = results.build(POISON, Path(tmp), "poisoned_sd.pt", "tiny_cnn.pt")
         auditor = [sys.executable, "-m", "auditor"]
         accepted = [*auditor, "scan", str(tiny), "--input-shape", "3,16,16", "-q", "--json", f"{tmp}/t.json"]
         commands = {
@@ -80,11 +61,11 @@ def main() -> None:
             f"{ACCEPTED}, result cache warm)": [*accepted, "--cache-dir", f"{tmp}/cache"],
             "plugin discovery (python -c, whole process)": [sys.executable, "-c", DISCOVER],
         }
-        measure(commands[f"{ACCEPTED}, result cache warm)"])  # fills the cache
+        results.measure(commands[f"{ACCEPTED}, result cache warm)"])  # fills the cache
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
         for _ in range(args.repeat):
             for name, cmd in commands.items():
-                runs[name].append(measure(cmd))
+                runs[name].append(results.measure(cmd))
     rows = [{"command": name, "runs": got, **{k: statistics.median(r[k] for r in got)
                                               for k in ("wall_s", "cpu_s", "max_rss_mb")}}
             for name, got in runs.items()]

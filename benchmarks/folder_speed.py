@@ -18,12 +18,10 @@ an unchanged folder costs). Run: ``python benchmarks/folder_speed.py [--repeat 3
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +45,6 @@ for name in sorted(os.listdir(sys.argv[1])):
 SCAN = ["-c", "from auditor.cli import main; main()", "scan"]
 
 
-def measure(cmd: list[str], *, jail: bool = True, cwd: str | None = None) -> dict[str, float]:
-    """Run ``cmd`` once; wall and CPU seconds (with its children), peak RSS in MB and the exit status."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("AUDITOR_UNSAFE_NO_JAIL", None)
-    if not jail:
-        env["AUDITOR_UNSAFE_NO_JAIL"] = "1"
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-    _, status, usage = os.wait4(proc.pid, 0)
-    return {"wall_s": round(time.perf_counter() - start, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-            "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": os.waitstatus_to_exitcode(status)}
-
-
 def commands(folder: Path, peers: Path | None) -> dict[str, tuple[list[str], bool]]:
     """Side -> (command, jailed)."""
     py = sys.executable
@@ -78,30 +63,26 @@ def commands(folder: Path, peers: Path | None) -> dict[str, tuple[list[str], boo
 def warm(folder: Path, out: Path) -> dict[str, Any]:
     """The same scan twice with one cache dir; the second run's cost (a re-scan of an unchanged folder)."""
     cmd = [sys.executable, *SCAN, str(folder), "-q", "--cache-dir", str(out / "cache"), "-f", "json"]
-    first = measure(cmd)
-    second = measure(cmd)
+    first = results.measure(cmd)
+    second = results.measure(cmd)
     return {"first": first, "second": second}
 
 
 def main() -> None:
     """Build the folder, run every side ``--repeat`` times interleaved, write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm", action="store_true", help="also run the scan twice with one cache dir")
     parser.add_argument("--peers-venv", type=Path, default=None, help="a venv with picklescan and modelscan")
-    results.add_arguments(parser)
-    args = parser.parse_args()
-    run = results.begin()
+    args, run = results.parse(parser, repeat=3)
     with tempfile.TemporaryDirectory(prefix="folder-speed-") as tmp:
         folder, out = Path(tmp) / "models", Path(tmp) / "out"
         folder.mkdir()
-        subprocess.run([sys.executable, "-c", MAKE, str(folder)], check=True, env={**os.environ,
-                                                                                   "OMP_NUM_THREADS": "1"})
+        subprocess.run([sys.executable, "-c", MAKE, str(folder)], check=True, env=results.child_env())
         sides = commands(folder, args.peers_venv)
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
         for _ in range(args.repeat):
             for name, (cmd, jailed) in sides.items():
-                runs[name].append(measure(cmd, jail=jailed))
+                runs[name].append(results.measure(cmd, results.child_env(jail=jailed)))
                 print(name, runs[name][-1], file=sys.stderr)
         med = {name: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s", "max_rss_mb")}
                for name, rs in runs.items()}

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,24 +43,10 @@ run_cli(["scan", sys.argv[1], "-q", "--json", sys.argv[2]])
 """
 
 
-def measure(cmd: list[str], *, jail: bool) -> dict[str, float]:
-    """Run ``cmd`` once; its wall and CPU seconds (with its children) and peak RSS in MB."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("AUDITOR_UNSAFE_NO_JAIL", None)
-    if not jail:
-        env["AUDITOR_UNSAFE_NO_JAIL"] = "1"
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-            "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": os.waitstatus_to_exitcode(status)}
-
-
 def _enforced(poison: Path, tmp: str) -> str:
     out = Path(tmp) / "probe.json"
     subprocess.run([sys.executable, "-c", PROBE, str(poison), str(out)], check=False,
-                   env={k: v for k, v in os.environ.items() if k != "AUDITOR_UNSAFE_NO_JAIL"})
+                   env=results.child_env())
     notes = json.loads(out.read_text())["notes"] if out.exists() else []
     return next((n for n in notes if n.startswith("jail: ")), "jail: no report")
 
@@ -70,21 +54,17 @@ def _enforced(poison: Path, tmp: str) -> str:
 def main() -> None:
     """Time each scan ``--repeat`` times, jailed and not, interleaved; store the medians and every run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    results.add_arguments(parser)
-    args = parser.parse_args()
-    run = results.begin()
+    args, run = results.parse(parser, repeat=3)
     with tempfile.TemporaryDirectory() as tmp:
-        tiny, poison = Path(tmp) / "tiny.pt", Path(tmp) / "poisoned.pt"
-        subprocess.run([sys.executable, "-c", MAKE, str(tiny), str(poison)], check=True)
+        tiny, poison = results.build(MAKE, Path(tmp), "tiny.pt", "poisoned.pt")
         scan = [sys.executable, "-m", "auditor", "scan", "-q", "--device", "cpu"]
         commands = {"tiny CNN, default plugins": [*scan, str(tiny), "--input-shape", "3,16,16"],
                     "refused pickle (no torch import)": [*scan, str(poison)]}
         runs: dict[str, dict[str, list[dict[str, float]]]] = {n: {"jail": [], "in-process": []} for n in commands}
         for _ in range(args.repeat):
             for name, cmd in commands.items():
-                runs[name]["jail"].append(measure(cmd, jail=True))
-                runs[name]["in-process"].append(measure(cmd, jail=False))
+                runs[name]["jail"].append(results.measure(cmd, results.child_env(jail=True)))
+                runs[name]["in-process"].append(results.measure(cmd, results.child_env(jail=False)))
         enforced = _enforced(poison, tmp)
     rows = []
     for name, sides in runs.items():

@@ -8,7 +8,7 @@ independent LiRA's shadow models use (the target's own recipe and architecture):
   test/ with 10 % wrong labels (three seeded draws), claim 0.1;
 * ``mem-cnn-s0`` .. ``mem-cnn-s2``: a small CNN memorising (Adam 60 epochs) three random splits of digits with
   pixel noise 0.3 (train 1.00, test about 0.8), no claim;
-* ``mem-vit``: a tiny ViT (patch 2, one block of width 16; ``--import benchmarks.mia_validity_rows``) memorising
+* ``mem-vit``: a tiny ViT (patch 2, one block of width 16; ``--import fixtures.models``) memorising
   digits with pixel noise 0.2 (Adam 150 epochs), no claim;
 * ``untestable``: the DP-SGD machinery with the noise off for 5 epochs (a small leak), claim 0.1 (below what 300 +
   300 targets resolve).
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fixtures.mia_scenarios import DP, N_TARGETS, Recipe, Scenario, Spec, digits, split, tensors, write_split
 from fixtures.mia_scenarios import train as train_mlp
+from fixtures.models import TinyViT, train_epochs
 
 Trainer = Callable[[torch.Tensor, torch.Tensor, int], nn.Module]
 #: The rows this module builds, with what each is.
@@ -36,8 +36,8 @@ ROWS = {
     "mem-vit": "tiny ViT, Adam 150 epochs on the members; pixel noise 0.2; no claim",
     "untestable": "DP-SGD machinery, noise multiplier 0, 5 epochs; claim 0.1",
 }
-#: What the ViT row needs on the command line (its class lives here).
-IMPORTS = {"mem-vit": ["--import", "benchmarks.mia_validity_rows"]}
+#: What the ViT row needs on the command line (its class lives in fixtures.models).
+IMPORTS = {"mem-vit": ["--import", "fixtures.models"]}
 
 
 def cnn() -> nn.Sequential:
@@ -46,26 +46,9 @@ def cnn() -> nn.Sequential:
                          nn.ReLU(), nn.Flatten(), nn.Linear(16 * 16, 10))
 
 
-class TinyViT(nn.Module):
-    """A patch-2 ViT on 1x8x8: 16 patch tokens and a class token, learnt positions, one pre-LN block."""
-
-    def __init__(self, dim: int = 16, heads: int = 2, classes: int = 10) -> None:
-        super().__init__()
-        self.patch = nn.Conv2d(1, dim, 2, stride=2)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
-        self.norm1, self.norm2, self.norm = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
-        self.head = nn.Linear(dim, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = self.patch(x).flatten(2).transpose(1, 2)
-        t = torch.cat([self.cls_token.expand(len(t), -1, -1), t], dim=1) + self.pos_embed
-        h = self.norm1(t)
-        t = t + self.attn(h, h, h, need_weights=False)[0]
-        t = t + self.mlp(self.norm2(t))
-        return self.head(self.norm(t)[:, 0])
+def vit() -> TinyViT:
+    """The memorising ViT: patch 2 on 1x8x8 (16 patch tokens and a class token), one pre-LN block of width 16."""
+    return TinyViT(16, image=8, patch=2, channels=1, heads=2)
 
 
 def _adam(make: Callable[[], nn.Module], epochs: int) -> Trainer:
@@ -73,17 +56,8 @@ def _adam(make: Callable[[], nn.Module], epochs: int) -> Trainer:
     def fit(x: torch.Tensor, y: torch.Tensor, seed: int) -> nn.Module:
         torch.manual_seed(seed)
         model = make()
-        opt = torch.optim.Adam(model.parameters(), lr=2e-3)
         model.train()
-        for _ in range(epochs):
-            order = torch.randperm(len(x))
-            for s in range(0, len(x), 32):
-                b = order[s : s + 32]
-                loss = F.cross_entropy(model(x[b]), y[b])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        return model.eval()
+        return train_epochs(model, x, y, torch.optim.Adam(model.parameters(), lr=2e-3), epochs=epochs).eval()
 
     return fit
 
@@ -96,7 +70,7 @@ def _recipe(name: str) -> tuple[Trainer, float, float | None]:
     if name.startswith("mem-cnn"):
         return _adam(cnn, 60), 0.3, None
     if name == "mem-vit":
-        return _adam(TinyViT, 150), 0.2, None
+        return _adam(vit, 150), 0.2, None
     rec = Recipe(**{**DP, "epochs": 5}, noise_off=True)
     return (lambda x, y, seed: train_mlp(rec, x, y, seed)[0]), 0.0, 0.1
 

@@ -23,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +60,43 @@ def begin() -> dict[str, object]:
             "python": platform.python_version(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads() if torch else None,
             "started": _now(), "load_start": [round(v, 2) for v in os.getloadavg()]}
+
+
+def child_env(*, jail: bool = True, **extra: str) -> dict[str, str]:
+    """This process's environment for a measured child: one OpenMP thread, the jail on (or off), ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if k != "AUDITOR_UNSAFE_NO_JAIL"}
+    return {**env, "OMP_NUM_THREADS": "1", **({} if jail else {"AUDITOR_UNSAFE_NO_JAIL": "1"}), **extra}
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None, *, cwd: str | None = None,
+            stderr: Path | None = None) -> dict[str, float]:
+    """Run ``cmd`` once (``env`` default :func:`child_env`); its wall and CPU seconds (user + system, with the
+    children it waited for: ``os.wait4``), peak RSS in MB and exit status. Its output is dropped (stderr to
+    ``stderr`` when given)."""
+    start = time.perf_counter()
+    with open(stderr or os.devnull, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env or child_env(), cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+    return {"wall_s": round(time.perf_counter() - start, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": os.waitstatus_to_exitcode(status)}
+
+
+def build(script: str, folder: Path, *names: str) -> list[Path]:
+    """Run ``python -c script`` with ``folder/NAME`` for each name as its arguments (one OpenMP thread); return
+    those paths (what the script wrote there)."""
+    paths = [folder / n for n in names]
+    subprocess.run([sys.executable, "-c", script, *map(str, paths)], check=True, env=child_env())
+    return paths
+
+
+def parse(parser: argparse.ArgumentParser, *, repeat: int | None = None) -> tuple[argparse.Namespace,
+                                                                                 dict[str, object]]:
+    """Add the results options (and ``--repeat``, default ``repeat``, when given) to ``parser``, parse the
+    command line; return the arguments and :func:`begin`."""
+    if repeat is not None:
+        parser.add_argument("--repeat", type=int, default=repeat, help="rounds, interleaved")
+    add_arguments(parser)
+    return parser.parse_args(), begin()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

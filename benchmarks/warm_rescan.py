@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,35 +40,23 @@ for p in sorted(Path(sys.argv[1]).glob("*.pt")):
 """
 
 
-def measure(cmd: list[str], env: dict[str, str], stderr: Path | None = None) -> dict[str, float]:
-    """Run ``cmd`` once; wall and CPU seconds (with its children) and the exit code."""
-    start = time.perf_counter()
-    with open(stderr or os.devnull, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    return {"wall_s": round(time.perf_counter() - start, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "exit": os.waitstatus_to_exitcode(status)}
-
-
 def main() -> None:
     """Build the folder, measure floor, cold and warm, write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    results.add_arguments(parser)
-    args = parser.parse_args()
-    run = results.begin()
+    args, run = results.parse(parser)
     with tempfile.TemporaryDirectory(prefix="auditor-warm-") as tmp:
         folder, store = Path(tmp) / "folder", Path(tmp) / "store"
         folder.mkdir()
-        env = {k: v for k, v in os.environ.items() if k not in ("AUDITOR_UNSAFE_NO_JAIL", "AUDITOR_NO_CACHE")}
-        env.update({"OMP_NUM_THREADS": "1", "XDG_CONFIG_HOME": str(Path(tmp) / "config"),
-                    "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")])})
+        env = results.child_env(XDG_CONFIG_HOME=str(Path(tmp) / "config"),
+                                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins")]))
+        env.pop("AUDITOR_NO_CACHE", None)
         subprocess.run([sys.executable, "-c", MAKE, str(folder)], check=True, env=env)
-        floor = measure([sys.executable, "-c", FLOOR, str(folder)], env)
+        floor = results.measure([sys.executable, "-c", FLOOR, str(folder)], env)
         scan = [sys.executable, "-m", "auditor", "scan", str(folder), "--cache-dir", str(store), "-q"]
-        cold = measure(scan, env)
-        warm = measure(scan, env)
+        cold = results.measure(scan, env)
+        warm = results.measure(scan, env)
         imports = Path(tmp) / "imports.txt"
-        again = measure([sys.executable, "-X", "importtime", *scan[1:]], env, stderr=imports)
+        again = results.measure([sys.executable, "-X", "importtime", *scan[1:]], env, stderr=imports)
         torch_imported = any(line.rstrip().endswith("| torch") for line in imports.read_text().splitlines())
     rows = {"files": 20, "floor": floor, "cold": cold, "warm": warm, "warm_importtime": again,
             "warm_imports_torch": torch_imported,

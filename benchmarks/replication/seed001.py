@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.replication.common import Claim, Condition, auditor, command_line, compare, judge, separated
 from examples.digits import digits, write_manifest
+from fixtures.models import train_epochs
 
 #: Split ids of :func:`digits_cnn` (from ``auditor split MODEL --input-shape 1,8,8``), shallow to deep.
 SPLITS = ("_0_2", "_1_2", "_2_2", "_3_2", "_6")
@@ -60,17 +60,8 @@ def prepare(seed: int, work: Path, epochs: int) -> tuple[Path, Path, float]:
     torch.manual_seed(seed)
     net = digits_cnn()
     opt = torch.optim.Adam(net.parameters(), 3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        net.train()
-        order = torch.randperm(len(y), generator=gen)
-        for i in range(0, len(y), 64):
-            b = order[i:i + 64]
-            loss = F.cross_entropy(net(x[b]), y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    net.eval()
+    net.train()
+    train_epochs(net, x, y, opt, epochs=epochs, batch=64, generator=torch.Generator().manual_seed(seed)).eval()
     with torch.no_grad():
         acc = float((net(xt).argmax(1) == yt).float().mean())
     path = work / "cnn.pt"

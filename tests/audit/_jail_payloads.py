@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,9 @@ from pathlib import Path
 import torch
 
 MODULE = "jailbait"
+#: CPU seconds a TorchScript payload may use under the plain loader before it counts as hanging (importing torch,
+#: loading and running a model that ends take under 3).
+PLAIN_CPU_S = 8
 SOURCE = '''
 import ctypes, os, socket, struct, time
 import torch
@@ -204,10 +209,12 @@ def run_plain(paths: list[Path], module_dir: Path) -> dict[str, str]:
                           text=True, timeout=300, check=True)
     out: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
     for path in (p for p in paths if p.suffix == ".ts"):  # TorchScript's loop never checks Python's signals
-        try:
-            subprocess.run([sys.executable, "-c", PLAIN_RUN, str(path)], env=env, capture_output=True, timeout=20,
-                           check=True)
-            out[str(path)] = "ran"
-        except subprocess.TimeoutExpired:
-            out[str(path)] = "hangs"
+        done = subprocess.run([sys.executable, "-c", PLAIN_RUN, str(path)], env=env, capture_output=True,
+                              timeout=300, check=False, preexec_fn=_cpu_limit)
+        out[str(path)] = "hangs" if done.returncode == -signal.SIGXCPU else json.loads(done.stdout)[str(path)]
     return out
+
+
+def _cpu_limit() -> None:
+    """In the child: stop it with SIGXCPU after :data:`PLAIN_CPU_S` CPU seconds (a budget no load can shorten)."""
+    resource.setrlimit(resource.RLIMIT_CPU, (PLAIN_CPU_S, PLAIN_CPU_S + 5))

@@ -144,6 +144,7 @@ LOOPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LOOPS))
 def test_input_dependent_torchscript_loop_hangs_plain_runs_and_is_refused(tmp_path: Path, name: str) -> None:
     path = torchscript_with_setstate(tmp_path / f"{name}.ts", LOOPS[name], method="forward")

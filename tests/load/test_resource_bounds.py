@@ -53,6 +53,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_tuple_hash_bomb_hangs_plain_load_and_is_refused_statically(tmp_path: Path, name: str) -> None:
     path = tmp_path / "bomb.pt"

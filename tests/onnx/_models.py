@@ -1,12 +1,21 @@
-"""Small models exported to ONNX by the ONNX tests (random init, seeded)."""
+"""Small models exported to ONNX by the ONNX tests (random init, seeded), and the runaway tests' Loop pieces."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    import onnx
+
+#: How long a plain onnxruntime session must keep running for a graph to count as live (it spins for hours).
+LIVE_S = 3
 
 
 class TinyViT(nn.Module):
@@ -57,3 +66,32 @@ def export(model: nn.Module, shape: tuple[int, ...], path: Path, *, opset: int |
         torch.onnx.export(model, (torch.rand(1, *shape),), str(path), dynamo=False, input_names=["input"],
                           dynamic_axes=axes, **({"opset_version": opset} if opset else {}))
     return path
+
+
+def spin_body() -> onnx.GraphProto:
+    """The body of a Loop that never changes its condition (``cond_in`` and ``v_in`` passed through)."""
+    from onnx import TensorProto, helper
+
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 4])],
+    )
+
+
+def runs_past(path: Path, seconds: float = LIVE_S) -> bool:
+    """Run the model on a zero ``x`` (1 x 4) in a plain one-thread onnxruntime session in a child; True when it is
+    still running after ``seconds`` (a graph that spins for hours does at any load)."""
+    code = ("import numpy as np, onnxruntime as ort\n"
+            "o = ort.SessionOptions(); o.intra_op_num_threads = 1; o.inter_op_num_threads = 1\n"
+            f"s = ort.InferenceSession({str(path)!r}, o, providers=['CPUExecutionProvider'])\n"
+            "s.run(None, {'x': np.zeros((1, 4), np.float32)})\n")
+    try:
+        subprocess.run([sys.executable, "-c", code], timeout=seconds, capture_output=True, check=True)
+    except subprocess.TimeoutExpired:
+        return True
+    return False

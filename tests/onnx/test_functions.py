@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,22 +15,10 @@ from onnx import TensorProto, helper  # noqa: E402
 from auditor.errors import OnnxRuntimeFailed  # noqa: E402
 from auditor.onnx.reader import runaway_problems  # noqa: E402
 from auditor.onnx.runtime import run_onnx  # noqa: E402
+from tests.onnx._models import runs_past, spin_body  # noqa: E402
 
 _DOMAIN = "local"
 _OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid(_DOMAIN, 1)]
-_LIVE_S = 3
-
-
-def _spin_body() -> onnx.GraphProto:
-    return helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 4])],
-    )
 
 
 def _function_loop(trips: int | None, *, nested: bool = False) -> onnx.ModelProto:
@@ -41,7 +27,7 @@ def _function_loop(trips: int | None, *, nested: bool = False) -> onnx.ModelProt
     if trips is not None:
         nodes.append(helper.make_node("Constant", [], ["M"], value=helper.make_tensor("m", TensorProto.INT64, [],
                                                                                         [trips])))
-    nodes.append(helper.make_node("Loop", ["M" if trips is not None else "", "cond", "x"], ["y"], body=_spin_body()))
+    nodes.append(helper.make_node("Loop", ["M" if trips is not None else "", "cond", "x"], ["y"], body=spin_body()))
     spin = helper.make_function(_DOMAIN, "Spin", ["x"], ["y"], nodes, _OPSETS)
     functions = [spin]
     callee = "Spin"
@@ -55,24 +41,12 @@ def _function_loop(trips: int | None, *, nested: bool = False) -> onnx.ModelProt
     return helper.make_model(graph, opset_imports=_OPSETS, functions=functions)
 
 
-def _runs_past(path: Path, seconds: int) -> bool:
-    """Run the model in a plain onnxruntime session in a child; True when it is still running after ``seconds``."""
-    code = ("import numpy as np, onnxruntime as ort\n"
-            f"s = ort.InferenceSession({str(path)!r}, providers=['CPUExecutionProvider'])\n"
-            "s.run(None, {'x': np.zeros((1, 4), np.float32)})\n")
-    try:
-        subprocess.run([sys.executable, "-c", code], timeout=seconds, capture_output=True, check=True)
-    except subprocess.TimeoutExpired:
-        return True
-    return False
-
-
 @pytest.mark.parametrize(("trips", "nested"), [(None, False), (1 << 40, False), (None, True)],
                          ids=["unbounded", "2**40", "through-a-second-function"])
 def test_a_loop_inside_a_function_is_live_then_refused(tmp_path: Path, trips: int | None, nested: bool) -> None:
     path = tmp_path / "spin.onnx"
     onnx.save(_function_loop(trips, nested=nested), path)
-    assert _runs_past(path, _LIVE_S), "the plain onnxruntime session should spin"
+    assert runs_past(path), "the plain onnxruntime session should spin"
     with pytest.raises(OnnxRuntimeFailed, match="no constant trip count"):
         run_onnx(path, {"x": np.zeros((1, 4), np.float32)})
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = r'''
 import sys, torch
 from torch import nn
@@ -32,6 +34,7 @@ main()
 '''
 
 
+@pytest.mark.slow
 def test_an_overrun_exits_with_the_documented_code_not_sigabrt(tmp_path: Path) -> None:
     for _ in range(3):  # the abort was intermittent (3 of 4 runs)
         proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "m.pt")], capture_output=True, text=True,

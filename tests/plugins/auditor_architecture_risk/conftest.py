@@ -47,6 +47,23 @@ def _stages(skips: list[dict[str, Any]], resolutions: list[list[int] | None]) ->
     ]
 
 
+def _profile(family: str, node_count: int, **fields: Any) -> ArchitectureProfile:
+    """A traced 3x224x224 profile staged by resolution (``fields`` add to or override that)."""
+    base: dict[str, Any] = {"traced_with": "fx", "input_shape": [3, 224, 224], "stage_rule": "resolution"}
+    return ArchitectureProfile(**{**base, "family": family, "node_count": node_count, **fields})
+
+
+def _fc(module: str, in_features: int) -> dict[str, Any]:
+    """The first fully connected layer after the flatten: ``module``, biased."""
+    return {"node": module, "module": module, "in_features": in_features, "bias": True}
+
+
+def _stem(kind: str, module: str, kernel: int, stride: int, **more: Any) -> dict[str, Any]:
+    """A square ``kernel`` / ``stride`` stem at ``module`` (``more``: padding, activation_after, pool_after)."""
+    return {"kind": kind, "node": module, "module": module, "kernel": [kernel, kernel], "stride": [stride, stride],
+            **{k: [v, v] if k == "padding" else v for k, v in more.items()}}
+
+
 def _resnet18(scale: float | None = None) -> ArchitectureProfile:
     res = [[56, 56], [28, 28], [14, 14], [7, 7]]
     skips = [
@@ -61,29 +78,11 @@ def _resnet18(scale: float | None = None) -> ArchitectureProfile:
         for s in range(4)
         for b in range(2)
     ]
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="resnet",
-        node_count=70,
-        skip_connections=skips,
-        stage_rule="resolution",
-        stages=_stages(skips, res),
-        last_stage=3,
-        norms={"BatchNorm": 20},
-        batchnorm_in_eval=True,
-        activations={"ReLU": 17},
-        stem={
-            "kind": "conv",
-            "node": "conv1",
-            "module": "conv1",
-            "kernel": [7, 7],
-            "stride": [2, 2],
-            "padding": [3, 3],
-            "activation_after": "ReLU",
-            "pool_after": "MaxPool2d",
-        },
-        first_linear_after_flatten={"node": "fc", "module": "fc", "in_features": 512, "bias": True},
+    return _profile(
+        "resnet", 70, skip_connections=skips, stages=_stages(skips, res), last_stage=3, norms={"BatchNorm": 20},
+        batchnorm_in_eval=True, activations={"ReLU": 17},
+        stem=_stem("conv", "conv1", 7, 2, padding=3, activation_after="ReLU", pool_after="MaxPool2d"),
+        first_linear_after_flatten=_fc("fc", 512),
     )
 
 
@@ -107,11 +106,9 @@ def vit_profile() -> ArchitectureProfile:
         for i in range(4)
         for name, acts in (("add", 0), ("add_1", 1))
     ]
-    return ArchitectureProfile(
-        traced_with="fx",
+    return _profile(
+        "vit", 120,
         input_shape=[3, 64, 64],
-        family="vit",
-        node_count=120,
         skip_connections=skips,
         stage_rule="depth-quartiles (heuristic)",
         stages=_stages(skips, [None] * 4),
@@ -126,14 +123,7 @@ def vit_profile() -> ArchitectureProfile:
             }
             for i in range(4)
         ],
-        stem={
-            "kind": "patchify",
-            "node": "conv_proj",
-            "module": "conv_proj",
-            "kernel": [8, 8],
-            "stride": [8, 8],
-            "padding": [0, 0],
-        },
+        stem=_stem("patchify", "conv_proj", 8, 8, padding=0),
         positional_embedding={
             "node": "encoder.add",
             "param": "encoder.pos_embedding",
@@ -146,19 +136,10 @@ def vit_profile() -> ArchitectureProfile:
 @pytest.fixture
 def vgg_profile() -> ArchitectureProfile:
     """VGG-16-like: no skips, no norms, ReLU everywhere, a biased FC after the flatten."""
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="vgg",
-        node_count=40,
-        stage_rule="resolution",
-        stages=_stages([], [[224, 224], [112, 112], [56, 56], [28, 28], [14, 14]]),
-        activations={"ReLU": 15},
-        stem={"kind": "conv", "node": "features.0", "module": "features.0", "kernel": [3, 3],
-              "stride": [1, 1], "activation_after": "ReLU"},
-        first_linear_after_flatten={
-            "node": "classifier.0", "module": "classifier.0", "in_features": 25088, "bias": True
-        },
+    return _profile(
+        "vgg", 40, stages=_stages([], [[224, 224], [112, 112], [56, 56], [28, 28], [14, 14]]),
+        activations={"ReLU": 15}, stem=_stem("conv", "features.0", 3, 1, activation_after="ReLU"),
+        first_linear_after_flatten=_fc("classifier.0", 25088),
     )
 
 
@@ -171,20 +152,10 @@ def convnext_profile() -> ArchitectureProfile:
         for s, depth in enumerate((3, 3, 9, 3))
         for b in range(depth)
     ]
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="convnext",
-        node_count=300,
-        skip_connections=skips,
-        stage_rule="resolution",
-        stages=_stages(skips, res),
-        last_stage=3,
-        norms={"LayerNorm (channels-first)": 4, "LayerNorm": 19},
-        activations={"GELU": 18},
-        stem={"kind": "patchify", "node": "stem.0", "module": "stem.0", "kernel": [4, 4],
-              "stride": [4, 4], "padding": [0, 0]},
-        first_linear_after_flatten={"node": "head.fc", "module": "head.fc", "in_features": 768, "bias": True},
+    return _profile(
+        "convnext", 300, skip_connections=skips, stages=_stages(skips, res), last_stage=3,
+        norms={"LayerNorm (channels-first)": 4, "LayerNorm": 19}, activations={"GELU": 18},
+        stem=_stem("patchify", "stem.0", 4, 4, padding=0), first_linear_after_flatten=_fc("head.fc", 768),
     )
 
 
@@ -192,19 +163,10 @@ def convnext_profile() -> ArchitectureProfile:
 def repvgg_deploy_profile() -> ArchitectureProfile:
     """RepVGG-A0 deploy form: fused convs, no skips, no norms."""
     hints = [f"stages.{s}.{b}.reparam_conv" for s, depth in enumerate((2, 4, 14, 1)) for b in range(depth)]
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="repvgg",
-        node_count=60,
-        stage_rule="resolution",
-        stages=_stages([], [[56, 56], [28, 28], [14, 14], [7, 7]]),
-        activations={"ReLU": 22},
-        stem={"kind": "overlapping-conv", "node": "stem.reparam_conv", "module": "stem.reparam_conv",
-              "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "activation_after": "ReLU"},
-        first_linear_after_flatten={
-            "node": "head.fc", "module": "head.fc", "in_features": 1280, "bias": True
-        },
+    return _profile(
+        "repvgg", 60, stages=_stages([], [[56, 56], [28, 28], [14, 14], [7, 7]]), activations={"ReLU": 22},
+        stem=_stem("overlapping-conv", "stem.reparam_conv", 3, 2, padding=1, activation_after="ReLU"),
+        first_linear_after_flatten=_fc("head.fc", 1280),
         fused_conv_hints=["stem.reparam_conv", *hints],
         hidden_skips=[
             {"node": f"stages_{s}_{b}_reparam_conv", "module": f"stages.{s}.{b}.reparam_conv", "stage": s + 1,
@@ -231,23 +193,11 @@ def repvgg_train_profile() -> ArchitectureProfile:
     ]
     for skip in skips:
         skip["source"] = f"{skip['module']}.input"
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="repvgg",
-        node_count=40,
-        skip_connections=skips,
-        stage_rule="resolution",
-        stages=_stages(skips, res),
-        last_stage=3,
-        norms={"BatchNorm": 9},
-        batchnorm_in_eval=True,
-        activations={"ReLU": 4},
-        stem={"kind": "overlapping-conv", "node": "stem", "module": "stem", "kernel": [3, 3],
-              "stride": [2, 2], "activation_after": "ReLU"},
-        first_linear_after_flatten={
-            "node": "head.fc", "module": "head.fc", "in_features": 1280, "bias": True
-        },
+    return _profile(
+        "repvgg", 40, skip_connections=skips, stages=_stages(skips, res), last_stage=3, norms={"BatchNorm": 9},
+        batchnorm_in_eval=True, activations={"ReLU": 4},
+        stem=_stem("overlapping-conv", "stem", 3, 2, activation_after="ReLU"),
+        first_linear_after_flatten=_fc("head.fc", 1280),
     )
 
 
@@ -260,13 +210,9 @@ def densenet_profile() -> ArchitectureProfile:
         for s, depth in enumerate((6, 12, 24, 16))
         for b in range(depth)
     ]
-    return ArchitectureProfile(
-        traced_with="fx",
-        input_shape=[3, 224, 224],
-        family="densenet",
-        node_count=400,
+    return _profile(
+        "densenet", 400,
         skip_connections=skips,
-        stage_rule="resolution",
         stages=[
             {"index": i + 1, "resolution": r, "skip_count": sum(k["stage"] == i + 1 for k in skips)}
             for i, r in enumerate(res)
@@ -275,11 +221,8 @@ def densenet_profile() -> ArchitectureProfile:
         norms={"BatchNorm": 121},
         batchnorm_in_eval=True,
         activations={"ReLU": 120},
-        stem={"kind": "conv", "node": "features.conv0", "module": "features.conv0", "kernel": [7, 7],
-              "stride": [2, 2], "activation_after": "ReLU", "pool_after": "MaxPool2d"},
-        first_linear_after_flatten={
-            "node": "classifier", "module": "classifier", "in_features": 1024, "bias": True
-        },
+        stem=_stem("conv", "features.conv0", 7, 2, activation_after="ReLU", pool_after="MaxPool2d"),
+        first_linear_after_flatten=_fc("classifier", 1024),
     )
 
 
@@ -293,5 +236,5 @@ def mlp_profile() -> ArchitectureProfile:
         stage_rule="resolution",
         activations={"ReLU": 1},
         stem={"kind": "linear", "node": "1", "module": "1", "activation_after": "ReLU"},
-        first_linear_after_flatten={"node": "1", "module": "1", "in_features": 12, "bias": True},
+        first_linear_after_flatten=_fc("1", 12),
     )
