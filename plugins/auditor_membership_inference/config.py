@@ -96,11 +96,6 @@ class MembershipInferenceConfig(BaseModel):
         "bound (joint 95% over every test) exceeds this: no (leak_epsilon, delta)-DP training could produce "
         "these outputs.",
     )
-    tail_max_epsilon: float = Field(
-        default=0.0, ge=0,
-        description="Tail guard: the DP tests run on no-signal scores (the references' OUT scores, else the blind "
-        "baseline's) may show at most this epsilon lower bound before the tails count as a data problem.",
-    )
     claimed_epsilon: float | None = Field(
         default=None, ge=0,
         description="The (epsilon, delta)-DP guarantee the model was trained with; mia.dp-claim-violated (high) "

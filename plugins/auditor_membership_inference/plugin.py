@@ -36,7 +36,7 @@ from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.rules import RULES
 from auditor_membership_inference.scoring import HEADLINE_ORDER, References, headline_attack, phi, scores
 from auditor_membership_inference.tail import tail_guard, target_names
-from auditor_membership_inference.verdict import Evidence, headline, judge
+from auditor_membership_inference.verdict import Evidence, headline, judge, net_epsilon
 
 
 class MembershipInferencePlugin:
@@ -209,9 +209,9 @@ def _evidence(
         Exchangeability(checked=False, why="not checked: it needs reference models (references >= 2)"),
         fit=extra.get("recipe_fit", {}),
         resolve=resolvability(eps.members, eps.non_members, eps.tests, cfg.claimed_delta,
-                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded),
+                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded, counted_all=eps.cross_fitted),
         tail=tail_guard(no_signal, member, select, delta=cfg.claimed_delta, fpr=cfg.low_fpr,
-                        tolerance=cfg.tail_max_epsilon, source=source, names=names, sides=sides, cross_fit=guarded),
+                        source=source, names=names, sides=sides, cross_fit=guarded),
     )
 
 
@@ -225,7 +225,7 @@ def _metrics(
         **ev.gap.as_dict(), "blind_baseline": ev.blind.as_dict(), "best_attack": ev.best,
         "best_attack_chosen_on": f"fixed order {' > '.join(HEADLINE_ORDER)} (the first that ran)",
         "held_out": ev.held, "auc_over_blind": ev.excess.as_dict(), "low_fpr": ev.low.as_dict(),
-        "epsilon": ev.eps.as_dict(),
+        "epsilon": ev.eps.as_dict(), "epsilon_net_of_tail": net_epsilon(ev),
         "tail_guard": None if ev.tail is None else ev.tail.as_dict(),
         "smallest_detectable_epsilon": ev.resolve.smallest_epsilon,
         "exchangeability": ev.shift.as_dict(), "recipe_fit": ev.fit, "attacks": results,
@@ -234,7 +234,7 @@ def _metrics(
     }
     if cfg.claimed_epsilon is not None:
         metrics["dp_claim"] = {"claimed_epsilon": cfg.claimed_epsilon, "claimed_delta": cfg.claimed_delta,
-                               "epsilon_lower_bound": ev.eps.epsilon_lower_bound,
+                               "epsilon_lower_bound": net_epsilon(ev),
                                "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta),
                                "testable": ev.resolve.testable(cfg.claimed_epsilon),
                                "members_needed": ev.resolve.members_needed,
