@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+from auditor.plugin import Recipe
+from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.metrics import summarise
 from auditor_membership_inference.references import train_cached
 

@@ -9,7 +9,7 @@ from auditor.plugin import Finding, Measurement, judge_leak
 from auditor_membership_inference.blind import BlindBaseline, Excess
 from auditor_membership_inference.checks import Exchangeability
 from auditor_membership_inference.config import MembershipInferenceConfig
-from auditor_membership_inference.control import Gap
+from auditor_membership_inference.control import Gap, Held
 from auditor_membership_inference.dp import AucTest, EpsilonAudit, auc_limit
 from auditor_membership_inference.lowfpr import LowFpr
 from auditor_membership_inference.resolve import Resolvability
@@ -30,7 +30,7 @@ class Evidence:
     """Everything a verdict rests on, each measured on the report half."""
 
     best: str  # the headline attack (fixed order: lira-offline, else loss)
-    held: dict[str, Any]  # its held-out AUC (and bootstrap intervals): control.held_out
+    held: Held  # its held-out AUC (and bootstrap intervals): control.held_out
     gap: Gap  # the model's train/test accuracy and their gap
     low: LowFpr  # the best attack at low FPR, counted
     eps: EpsilonAudit  # every DP test and the joint bound
@@ -74,7 +74,7 @@ def _not_exchangeable(ev: Evidence) -> str | None:
             f"members and non-members differ in distribution: reference models trained on members only score the "
             f"members they did not see and the non-members with AUC {ev.shift.auc:.3f} (95% CI "
             f"{ev.shift.auc_ci95[0]:.3f}-{ev.shift.auc_ci95[1]:.3f}, {ev.shift.attack}) against the "
-            f"tolerance {list(ev.shift.tolerance)}; the model's own AUC {ev.held['auc']:.3f} cannot be read as "
+            f"tolerance {list(ev.shift.tolerance)}; the model's own AUC {ev.held.auc:.3f} cannot be read as "
             "membership; draw test/ from the same source as train/ and re-run"
         )
     return None
@@ -103,12 +103,12 @@ def judge(
     auc_m = headline(cfg, ev)[0]
     auc = judge_leak(auc_m, high_by=round(cfg.high_auc - cfg.medium_auc, 6))
     if auc.leak:
-        lo, hi = ev.held["auc_ci95"]
+        lo, hi = ev.held.auc_ci95
         findings.append(AUC.finding(
-            message=f"{ev.best}: AUC {ev.held['auc']:.3f} (95% CI {lo:.3f}-{hi:.3f}, held out on the report half), "
+            message=f"{ev.best}: AUC {ev.held.auc:.3f} (95% CI {lo:.3f}-{hi:.3f}, held out on the report half), "
             f"{auc_m.margin:+.3f} over the floor {ev.excess.floor:.3f}, with a train-test "
             f"gap of {ev.gap.train_test_gap:.3f}; {auc.severity.value}: {auc.reason}",
-            evidence={"attack": ev.best, "auc": ev.held["auc"], "auc_ci95": ev.held["auc_ci95"], **ev.gap.as_dict(),
+            evidence={"attack": ev.best, "auc": ev.held.auc, "auc_ci95": list(ev.held.auc_ci95), **ev.gap.as_dict(),
                       "auc_over_blind": ev.excess.as_dict(), "medium_auc": cfg.medium_auc, "high_auc": cfg.high_auc},
             severity=auc.severity,
         ))
@@ -203,6 +203,9 @@ def _side(eps: EpsilonAudit) -> str:
 def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
     """Return the held-out AUC over the blind baseline, the TPR at low FPR and the epsilon lower bound.
 
+    The epsilon measurement's label names the smallest epsilon these targets could detect (and, with a
+    claim, whether the claim is testable); with a claim it comes first, so every summary line prints it.
+
     The AUC and TPR headlines carry the thresholds their rules judge with :func:`judge_leak`; the
     epsilon bound is itself a joint 95 % lower bound (no interval, no threshold: ``mia.dp-claim-violated``
     compares it with the claim).
@@ -230,9 +233,13 @@ def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
                 f", so each model test has the guard's upper bound of its side subtracted: "
                 f"{eps.epsilon_lower_bound:.2f} before, {net:.2f} after (the value)" if ev.tail.tripped
                 else ", nothing subtracted"))
-    return [
+    smallest = f"smallest detectable here {ev.resolve.smallest_epsilon:.2f}"
+    if cfg.claimed_epsilon is not None:
+        testable = "testable" if ev.resolve.testable(cfg.claimed_epsilon) else "NOT testable"
+        smallest = f"claim {cfg.claimed_epsilon:g}, {testable}: {smallest}"
+    measured = [
         Measurement(
-            name="auc", label=f"membership AUC ({ev.best}, held out) over the blind baseline", value=held["auc"],
+            name="auc", label=f"membership AUC ({ev.best}, held out) over the blind baseline", value=held.auc,
             floor=ev.excess.floor,
             floor_kind="blind baseline: its AUC when its 95% CI lies above 0.5, else 0.5",
             margin=ev.excess.margin, ci=list(ev.excess.ci95), threshold=round(cfg.medium_auc - 0.5, 4),
@@ -253,10 +260,12 @@ def headline(cfg: MembershipInferenceConfig, ev: Evidence) -> list[Measurement]:
             f"the CI clears it exactly when TPR_lo >= {cfg.high_tpr_multiple:g} x FPR_hi{tpr_net}",
         ),
         Measurement(
-            name="epsilon_lower_bound", label=f"empirical DP epsilon lower bound (delta {eps.delta:g})",
+            name="epsilon_lower_bound", label=f"empirical DP epsilon lower bound (delta {eps.delta:g}; {smallest})",
             value=net, floor=0.0, floor_kind="no membership signal (epsilon 0)", margin=net,
             how=f"{eps.how}; this bound from {eps.attack}, {_side(eps)}; already a joint 95% lower bound, so "
             f"no interval; {ev.resolve.words()}; at most {eps.epsilon_resolvable:.2f} can be shown with these "
             f"targets{tail}{claim}",
         ),
     ]
+    # With a claim the DP verdict is the run's question: its measurement comes first (the summary line's).
+    return measured[2:] + measured[:2] if cfg.claimed_epsilon is not None else measured
