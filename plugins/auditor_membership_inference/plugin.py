@@ -65,9 +65,10 @@ class MembershipInferencePlugin:
         cfg = ctx.config_as(MembershipInferenceConfig)
         bundle = ctx.data
         shape = tuple(ctx.profile.input_shape)
-        xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
-        xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
-        names = target_names([split.paths[i] for split in (bundle.splits["train"], bundle.splits["test"])
+        train_split, test_split = (bundle.splits[side] for side in self.requires.splits)
+        xm, ym = train_split.tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        xn, yn = test_split.tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        names = target_names([split.paths[i] for split in (train_split, test_split)
                               for i in split.subset(limit=cfg.max_targets_per_side, seed=ctx.seed)], bundle.root)
         x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
         member = np.arange(len(x)) < len(xm)
@@ -78,10 +79,10 @@ class MembershipInferencePlugin:
         ctx.progress("blind baseline (inputs and labels alone)", None, None)
         blind = blind_baseline(x, y, member, select, margin=cfg.blind_margin, n_boot=cfg.bootstrap, seed=ctx.seed)
         refs: References | None = None
-        extra: dict[str, Any] = {"references": cfg.references, "reference_attacks": "not run: references < 2"}
-        if blind.shifted:
-            extra["reference_attacks"] = "not run: the blind baseline says members and non-members differ"
-        elif cfg.references >= 2:
+        why_not = ("not run: the blind baseline says members and non-members differ" if blind.shifted
+                   else "not run: references < 2")
+        extra: dict[str, Any] = {"references": cfg.references, "reference_attacks": why_not}
+        if not blind.shifted and cfg.references >= 2:
             refs, extra = self._references(ctx, cfg, x, y, member, target_logits)
         ctx.progress("scoring the targets with every attack", None, None)
         got, how = scores(cfg, ctx.device, model, x, y, target_logits, refs)
@@ -240,14 +241,13 @@ def _metrics(
         "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
         "positive_control": control,
     }
-    if cfg.claimed_epsilon is not None:
-        metrics["dp_claim"] = {"claimed_epsilon": cfg.claimed_epsilon, "claimed_delta": cfg.claimed_delta,
-                               "epsilon_lower_bound": net_epsilon(ev),
-                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta),
-                               "testable": ev.resolve.testable(cfg.claimed_epsilon),
-                               "members_needed": ev.resolve.members_needed,
-                               "non_members_needed": ev.resolve.non_members_needed}
-    return metrics
+    claim = cfg.claimed_epsilon
+    if claim is None:
+        return metrics
+    return metrics | {"dp_claim": {
+        "claimed_epsilon": claim, "claimed_delta": cfg.claimed_delta, "epsilon_lower_bound": net_epsilon(ev),
+        "auc_limit_at_claim": dp.auc_limit(claim, cfg.claimed_delta), "testable": ev.resolve.testable(claim),
+        "members_needed": ev.resolve.members_needed, "non_members_needed": ev.resolve.non_members_needed}}
 
 
 def _provenance(cfg: MembershipInferenceConfig, seed: int, member: np.ndarray) -> dict[str, Any]:
