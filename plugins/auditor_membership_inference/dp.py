@@ -14,8 +14,8 @@ Kairouz et al. 2015 / Dong et al. 2019), ``e^eps / (1 + e^eps)`` at delta = 0.
 For every audited attack and each side, a threshold is chosen on one half of the targets and
 counted on the other, both ways (cross-fitted, as the low-FPR test is): every target is counted
 once, by a threshold chosen without it, so the bound rests on all the targets, not half of them
-(counted on the report half only, a memoriser with TNR 0.16 at FNR 0 read 0/150 non-members'
-FNR as at most 0.037 and its bound stayed below ``leak_epsilon``; 0/300 reads at most 0.019). The
+(counted on the report half only, the exact upper bound of an FNR of 0 of 150 non-members is about
+twice that of 0 of 300, and a memoriser's bound stayed below ``leak_epsilon``). The
 headline attack is fixed in advance, so the AUC test reads every target too. Scores fitted on the
 selection half (the blind baseline's) are counted on the report half only (``cross_fit=False``).
 Bonferroni: with ``m`` = 2 x attacks + 1 (the AUC test) tests, each uses ``alpha = 0.05 / m``

@@ -100,7 +100,7 @@ def judge(
     where = f"counted on {ev.eps.members} members and {ev.eps.non_members} non-members"
     if not ev.shift.checked:
         where += f"; reference exchangeability check {ev.shift.why}"
-    auc_m = headline(cfg, ev)[0]
+    auc_m = next(m for m in headline(cfg, ev) if m.name == "auc")
     auc = judge_leak(auc_m, high_by=round(cfg.high_auc - cfg.medium_auc, 6))
     if auc.leak:
         lo, hi = ev.held.auc_ci95
