@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,7 @@ def main() -> None:
                 rows.append(
                     f"| {seed} | {name} | | | | | *wall time* | {time.monotonic() - started:.0f} s | | |"
                 )
-    print(f"references={args.references}, recipe={recipe.model_dump()}, members=non-members=449\n")
+    print(f"references={args.references}, recipe={asdict(recipe)}, members=non-members=449\n")
     print(
         "| seed | model | params | train acc | test acc | gap | attack | AUC [95% CI] | TPR@1%FPR [95% CI] | "
         "bal. acc (held-out threshold) |"

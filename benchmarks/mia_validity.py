@@ -103,6 +103,8 @@ def plugin_row(got: dict[str, Any], allow_missing: bool) -> dict[str, Any]:
         "train_test_accuracy": [_get(m, "train_accuracy"), _get(m, "test_accuracy")],
         # issue 41: the tail guard, what the targets resolve, the claim's testability (None before it)
         "tail_guard": _get(m, "tail_guard"), "smallest_detectable_epsilon": _get(m, "smallest_detectable_epsilon"),
+        # issue 41, round 2: the bound the verdict reads (net of the tail guard), every target counted
+        "epsilon_net_of_tail": _get(m, "epsilon_net_of_tail"), "epsilon_cross_fitted": _get(m, "epsilon.cross_fitted"),
         "claim_testable": _get(m, "dp_claim.testable"), "auc_over_blind": _get(m, "auc_over_blind"),
         "low_fpr": {k: _get(m, f"low_fpr.{k}") for k in ("tpr", "fpr", "ratio_lo")},
     }

@@ -111,14 +111,13 @@ def blind_baseline(
     ``shifted`` is true when the 95 % CI's lower end exceeds ``0.5 + margin``: the folders differ in a
     way a model can learn without any membership, so no membership or DP finding may be read from them.
     """
-    from auditor_membership_inference.metrics import summarise
+    from auditor_membership_inference.metrics import auc_interval
 
     scores = blind_scores(image_features(x, y), member, select, seed)
     rep = ~select
-    s = summarise(member[rep], scores[rep], [], n_boot=n_boot, seed=seed)
-    lo, hi = s["auc_ci95"]
+    auc, (lo, hi) = auc_interval(member[rep], scores[rep], n_boot=n_boot, seed=seed)
     return BlindBaseline(
-        auc=s["auc"], auc_ci95=(lo, hi), shifted=bool(lo > 0.5 + margin), limit=round(0.5 + margin, 4),
+        auc=auc, auc_ci95=(lo, hi), shifted=bool(lo > 0.5 + margin), limit=round(0.5 + margin, 4),
         scores=scores,
         how="blind baseline (Das et al. 2024): gradient-boosted trees on the inputs and labels alone (pixels "
         f"pooled to at most {_MAX_SIDE}x{_MAX_SIDE}, intensity quantiles, border/centre means, sharpness, centre "

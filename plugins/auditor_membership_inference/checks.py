@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
-from auditor_membership_inference.metrics import summarise
+from auditor.plugin import Recipe
+from auditor_membership_inference.config import MembershipInferenceConfig
+from auditor_membership_inference.metrics import auc_interval
 from auditor_membership_inference.references import train_cached
 
 
@@ -65,8 +66,8 @@ def exchangeability(
     """
     aucs: dict[str, tuple[float, list[float]]] = {}
     for name, score in scores.items():
-        s = summarise(member, score, [], n_boot=cfg.bootstrap, seed=seed)
-        aucs[name] = (s["auc"], s["auc_ci95"])
+        auc, ci = auc_interval(member, score, n_boot=cfg.bootstrap, seed=seed)
+        aucs[name] = (auc, list(ci))
     per_attack = {name: {"auc": auc, "auc_ci95": ci} for name, (auc, ci) in aucs.items()}
     worst = max(aucs, key=lambda k: abs(aucs[k][0] - 0.5))
     lo, hi = aucs[worst][1]

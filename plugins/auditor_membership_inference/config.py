@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-
-class Recipe(BaseModel):
-    """How reference (shadow) models are trained: set it to the target's own recipe when known."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    epochs: int = Field(default=30, ge=1)
-    batch_size: int = Field(default=64, ge=1)
-    lr: float = Field(default=1e-3, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    shift_augment: int = Field(default=0, ge=0, description="Random roll by up to this many pixels.")
-    hflip_augment: bool = False
+from auditor.plugin import Recipe
 
 
 class MembershipInferenceConfig(BaseModel):
@@ -39,9 +27,10 @@ class MembershipInferenceConfig(BaseModel):
     )
     recipe: Recipe | None = Field(
         default=None,
-        description="How reference models are trained; default (null): fitted to the target (fit_epochs x "
-        "fit_weight_decay, Adam lr 1e-3, batch 64) so the references' train/held-out accuracy and loss gap "
-        "match the target's. A recipe given here is used as it is.",
+        description="How reference models are trained (the kit's Recipe: epochs, batch_size, lr, weight_decay, "
+        "optimizer, momentum, shift, hflip; give epochs, its default is 1); default (null): fitted to the target "
+        "(fit_epochs x fit_weight_decay, Adam lr 1e-3, batch 64) so the references' train/held-out accuracy and "
+        "loss gap match the target's. A recipe given here is used as it is.",
     )
     fit_epochs: list[int] = Field(default_factory=lambda: [3, 10, 30, 100, 300],
                                   description="Recipe fit: the epoch counts tried (one probe run per weight decay).")
@@ -96,11 +85,6 @@ class MembershipInferenceConfig(BaseModel):
         "bound (joint 95% over every test) exceeds this: no (leak_epsilon, delta)-DP training could produce "
         "these outputs.",
     )
-    tail_max_epsilon: float = Field(
-        default=0.0, ge=0,
-        description="Tail guard: the DP tests run on no-signal scores (the references' OUT scores, else the blind "
-        "baseline's) may show at most this epsilon lower bound before the tails count as a data problem.",
-    )
     claimed_epsilon: float | None = Field(
         default=None, ge=0,
         description="The (epsilon, delta)-DP guarantee the model was trained with; mia.dp-claim-violated (high) "
@@ -140,3 +124,12 @@ class MembershipInferenceConfig(BaseModel):
         description="mia.auc is high when the held-out AUC's CI lower bound exceeds this (clears medium_auc by "
         "0.15 at the defaults).",
     )
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_in_range(cls, recipe: Recipe | None) -> Recipe | None:
+        """Refuse a reference recipe that cannot train (no epochs, an empty batch, a rate of 0)."""
+        if recipe is not None and (recipe.epochs < 1 or recipe.batch_size < 1 or recipe.lr <= 0
+                                   or recipe.weight_decay < 0 or recipe.shift < 0):
+            raise ValueError("recipe needs epochs >= 1, batch_size >= 1, lr > 0, weight_decay >= 0 and shift >= 0")
+        return recipe

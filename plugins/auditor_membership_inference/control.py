@@ -37,15 +37,29 @@ def accuracy(model_logits: torch.Tensor, y: torch.Tensor, member: np.ndarray) ->
     return Gap(train_accuracy=train, test_accuracy=test, train_test_gap=round(train - test, 4))
 
 
+@dataclass(frozen=True)
+class Held:
+    """One attack on the report half: its AUC and bootstrap CI (what rules read), and every held-out metric."""
+
+    auc: float
+    auc_ci95: tuple[float, float]
+    values: dict[str, object]  # AUC, TPR@FPR and balanced accuracy with their intervals, for the report
+
+    def as_dict(self) -> dict[str, object]:
+        """Return every held-out metric for the report."""
+        return dict(self.values)
+
+
 def held_out(cfg: MembershipInferenceConfig, member: np.ndarray, select: np.ndarray, score: np.ndarray,
-             seed: int) -> dict[str, Any]:
+             seed: int) -> Held:
     """Return one attack's AUC (bootstrap CI), TPR@FPR and held-out balanced accuracy on the report half."""
     rep = ~select
     held = summarise(member[rep], score[rep], cfg.fprs, n_boot=cfg.bootstrap, seed=seed)
     for key in ("roc", "balanced_accuracy_upper_bound", "balanced_accuracy_upper_bound_ci95"):
         held.pop(key)
     held.update(held_out_balanced_accuracy(member, score, select, n_boot=cfg.bootstrap, seed=seed))
-    return held
+    lo, hi = held["auc_ci95"]
+    return Held(auc=float(held["auc"]), auc_ci95=(float(lo), float(hi)), values=held)
 
 
 def best_on_selection(got: dict[str, np.ndarray], member: np.ndarray, select: np.ndarray) -> str:
@@ -83,7 +97,7 @@ def run_control(
     best = best_on_selection(got, canary, select)
     held = held_out(cfg, canary, select, got[best], ctx.seed)
     fit = accuracy(control_logits, planted, canary)
-    low = held["auc_ci95"][0]
+    low = held.auc_ci95[0]
     how = (
         f"{best} (best AUC on the selection half) on the report half. The control: a copy of the audited model "
         f"(its trained weights) fine-tuned on {int(canary.sum())} canaries, a seeded half of the non-members "
@@ -104,7 +118,7 @@ def run_control(
         passed=bool(low >= cfg.control_min_auc),
         how=how,
     )
-    return {"best_attack": best, **held, "canary_fit": fit.train_accuracy,
+    return {"best_attack": best, **held.as_dict(), "canary_fit": fit.train_accuracy,
             "non_canary_fit": fit.test_accuracy, "canaries": int(canary.sum()),
             "non_canaries": int((~canary).sum()), "lr_scale": [round(min(scales), 4), round(max(scales), 4)],
             "how": how}, check

@@ -12,7 +12,7 @@ are read after each epoch count of the grid. The candidate closest to the target
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from auditor.plugin import cached_json, content_hash
-from auditor_membership_inference.config import MembershipInferenceConfig, Recipe
+from auditor.plugin import Recipe, cached_json, content_hash
+from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor_membership_inference.references import fresh_copy, logits, train
 
 #: The fitted recipe's fixed parts: the plugin's default optimiser, rate and batch.
@@ -83,7 +83,7 @@ def _probe(model: nn.Module, x: torch.Tensor, y: torch.Tensor, half: np.ndarray,
         if epoch in wanted:
             rows.append(Probe(epoch, wd, target_stats(logits(m, x, device).float(), y, half)))
 
-    recipe = BASE.model_copy(update={"epochs": max(epochs), "weight_decay": wd})
+    recipe = replace(BASE, epochs=max(epochs), weight_decay=wd)
     train(probe, x[idx], y[idx], recipe, seed=seed + 2000, tick=tick, on_epoch=record)
     return rows
 
@@ -120,11 +120,11 @@ def fit_recipe(
     pool = allowed or [min(rows, key=lambda r: r.epochs)]
     best = min(pool, key=lambda r: (round(_distance(r.stats, target, cfg.fit_tolerance), 6), r.epochs, r.weight_decay))
     d, got = _distance(best.stats, target, cfg.fit_tolerance), best.stats
-    recipe = BASE.model_copy(update={"epochs": int(best.epochs), "weight_decay": float(best.weight_decay)})
+    recipe = replace(BASE, epochs=int(best.epochs), weight_decay=float(best.weight_decay))
     report = {
         "fitted": True, "matched": bool(d <= 1), "distance": round(d, 3), "from_cache": cached,
         "target": target.rounded(), "references": got.rounded(),
-        "recipe": recipe.model_dump(), "candidates": len(rows), "within_work_budget": len(allowed),
+        "recipe": asdict(recipe), "candidates": len(rows), "within_work_budget": len(allowed),
         "how": f"recipe fitted to the target: {recipe.epochs} epochs, weight decay {recipe.weight_decay:g} (Adam lr "
         f"{recipe.lr:g}, batch {recipe.batch_size}) of {len(rows)} candidates; a probe trained on half the members "
         f"reaches train/held-out accuracy {got.train_accuracy:.3f}/{got.test_accuracy:.3f} and loss gap "
@@ -137,6 +137,6 @@ def fit_recipe(
 
 def given_recipe(recipe: Recipe) -> dict[str, Any]:
     """Return the fit report for a recipe the user gave (used as it is)."""
-    return {"fitted": False, "recipe": recipe.model_dump(),
+    return {"fitted": False, "recipe": asdict(recipe),
             "how": f"the recipe given in the config ({recipe.epochs} epochs, {recipe.optimizer} lr {recipe.lr:g}, "
             f"weight decay {recipe.weight_decay:g})"}

@@ -98,10 +98,8 @@ class LowFpr:
 
     def as_dict(self) -> dict[str, object]:
         """Return the evidence for the report (intervals as lists)."""
-        out = asdict(self)
-        out["folds"] = [asdict(f) for f in self.folds]
-        out["tpr_ci95"], out["fpr_ci95"] = list(self.tpr_ci95), list(self.fpr_ci95)
-        return out
+        return asdict(self) | {"folds": [asdict(f) for f in self.folds], "tpr_ci95": list(self.tpr_ci95),
+                               "fpr_ci95": list(self.fpr_ci95)}
 
 
 def low_fpr(

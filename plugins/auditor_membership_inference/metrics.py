@@ -85,6 +85,14 @@ def summarise(
     return out
 
 
+def auc_interval(member: np.ndarray, score: np.ndarray, *, n_boot: int, seed: int
+                 ) -> tuple[float, tuple[float, float]]:
+    """Return the AUC and its 95 % stratified bootstrap CI (what the blind baseline and exchangeability read)."""
+    s = summarise(member, score, [], n_boot=n_boot, seed=seed)
+    lo, hi = s["auc_ci95"]
+    return s["auc"], (lo, hi)
+
+
 def weighted_metrics(
     s_in: np.ndarray, s_out: np.ndarray, w_in: np.ndarray, w_out: np.ndarray, fprs: Sequence[float]
 ) -> dict[str, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,7 +37,7 @@ from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.rules import RULES
 from auditor_membership_inference.scoring import HEADLINE_ORDER, References, headline_attack, phi, scores
 from auditor_membership_inference.tail import tail_guard, target_names
-from auditor_membership_inference.verdict import Evidence, headline, judge
+from auditor_membership_inference.verdict import Evidence, headline, judge, net_epsilon
 
 
 class MembershipInferencePlugin:
@@ -64,9 +65,10 @@ class MembershipInferencePlugin:
         cfg = ctx.config_as(MembershipInferenceConfig)
         bundle = ctx.data
         shape = tuple(ctx.profile.input_shape)
-        xm, ym = bundle.splits["train"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
-        xn, yn = bundle.splits["test"].tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
-        names = target_names([split.paths[i] for split in (bundle.splits["train"], bundle.splits["test"])
+        train_split, test_split = (bundle.splits[side] for side in self.requires.splits)
+        xm, ym = train_split.tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        xn, yn = test_split.tensors(shape, limit=cfg.max_targets_per_side, seed=ctx.seed)
+        names = target_names([split.paths[i] for split in (train_split, test_split)
                               for i in split.subset(limit=cfg.max_targets_per_side, seed=ctx.seed)], bundle.root)
         x, y = torch.cat([xm, xn]), torch.cat([ym, yn])
         member = np.arange(len(x)) < len(xm)
@@ -74,24 +76,29 @@ class MembershipInferencePlugin:
         model = ctx.model.eval()
         target_logits = logits(model, x, ctx.device)
         gap = accuracy(target_logits, y, member)
+        ctx.progress("blind baseline (inputs and labels alone)", None, None)
         blind = blind_baseline(x, y, member, select, margin=cfg.blind_margin, n_boot=cfg.bootstrap, seed=ctx.seed)
         refs: References | None = None
-        extra: dict[str, Any] = {"references": cfg.references, "reference_attacks": "not run: references < 2"}
-        if blind.shifted:
-            extra["reference_attacks"] = "not run: the blind baseline says members and non-members differ"
-        elif cfg.references >= 2:
+        why_not = ("not run: the blind baseline says members and non-members differ" if blind.shifted
+                   else "not run: references < 2")
+        extra: dict[str, Any] = {"references": cfg.references, "reference_attacks": why_not}
+        if not blind.shifted and cfg.references >= 2:
             refs, extra = self._references(ctx, cfg, x, y, member, target_logits)
+        ctx.progress("scoring the targets with every attack", None, None)
         got, how = scores(cfg, ctx.device, model, x, y, target_logits, refs)
         results: dict[str, Any] = {}
-        for name, score in got.items():
+        for j, (name, score) in enumerate(got.items()):
             ctx.check_budget()
+            ctx.progress("measuring every attack (bootstrap intervals)", j, len(got))
             results[name] = {
                 "how": how[name],
                 **summarise(member, score, cfg.fprs, n_boot=cfg.bootstrap, seed=ctx.seed),
                 **held_out_balanced_accuracy(member, score, select, n_boot=cfg.bootstrap, seed=ctx.seed),
                 **gap.as_dict(),
             }
+        ctx.progress("DP audit, low-FPR test and tail guard", None, None)
         evidence = _evidence(ctx, cfg, (member, select), got, gap, blind, refs, extra, names)
+        ctx.progress("positive control (canaries planted in a copy)", None, None)
         control, power = run_control(ctx, cfg, x, y, member, refs, int(target_logits.shape[1]), _cache(cfg))
         findings, undecided = judge(cfg, evidence, power_passed=power.passed)
         metrics = _metrics(cfg, member, select, evidence, results, control, int(target_logits.shape[1]))
@@ -125,6 +132,7 @@ class MembershipInferencePlugin:
         keep = np.argsort(rng.random((k, len(pool_x))), axis=0) < k // 2
         pseudo = np.argsort(rng.random((k, len(x) - n_m)), axis=0) < k // 2  # non-members: never trained on
         out = ~np.concatenate([keep[:, :n_m], pseudo], axis=1)
+        ctx.progress("fitting the reference recipe to the target", None, None)
         if cfg.recipe is not None:
             recipe, fit = cfg.recipe, given_recipe(cfg.recipe)
         else:
@@ -135,10 +143,10 @@ class MembershipInferencePlugin:
         workers, why = resolve_workers(cfg.workers, ctx.model, x[:2], k)
         refs, hits, uncovered = train_references(ctx.model, pool_x, pool_y, keep, recipe, seed=ctx.seed,
                                                  device=ctx.device, workers=workers, cache_dir=_cache(cfg),
-                                                 tick=ctx.check_budget)
+                                                 tick=ctx.check_budget, progress=ctx.progress)
         fitted = _fit_attacks(ctx, cfg, x, y, n_m, pool_x, pool_y, keep, out, refs, int(target_logits.shape[1]))
         return fitted, {
-            "references": k, "references_from_cache": hits, "reference_recipe": recipe.model_dump(),
+            "references": k, "references_from_cache": hits, "reference_recipe": asdict(recipe),
             "recipe_fit": fit, "workers": workers, "workers_why": why,
             "reference_pool": f"{n_m} members" + (" + public/" if public is not None else "")
             + f"; each pool sample is IN for exactly {k // 2} references, no non-member is IN for any; every "
@@ -156,8 +164,9 @@ def _fit_attacks(
 ) -> References:
     """Query the trained references; fit the shadow/classwise attacks on reference 0 and LiRA's statistics."""
     ref_pool, ref_targets = [], []
-    for ref in refs:
+    for j, ref in enumerate(refs):
         ctx.check_budget()
+        ctx.progress("querying the reference models", j, len(refs))
         pool_logits = logits(ref, pool_x, ctx.device)
         ref_pool.append(pool_logits)
         ref_targets.append(torch.cat([pool_logits[:n_m], logits(ref, x[n_m:], ctx.device)]))
@@ -209,9 +218,9 @@ def _evidence(
         Exchangeability(checked=False, why="not checked: it needs reference models (references >= 2)"),
         fit=extra.get("recipe_fit", {}),
         resolve=resolvability(eps.members, eps.non_members, eps.tests, cfg.claimed_delta,
-                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded),
+                              cfg.claimed_epsilon, with_auc=guarded, two_sided=guarded, counted_all=eps.cross_fitted),
         tail=tail_guard(no_signal, member, select, delta=cfg.claimed_delta, fpr=cfg.low_fpr,
-                        tolerance=cfg.tail_max_epsilon, source=source, names=names, sides=sides, cross_fit=guarded),
+                        source=source, names=names, sides=sides, cross_fit=guarded),
     )
 
 
@@ -224,22 +233,21 @@ def _metrics(
         "members": int(member.sum()), "non_members": int((~member).sum()), "classes": n_classes,
         **ev.gap.as_dict(), "blind_baseline": ev.blind.as_dict(), "best_attack": ev.best,
         "best_attack_chosen_on": f"fixed order {' > '.join(HEADLINE_ORDER)} (the first that ran)",
-        "held_out": ev.held, "auc_over_blind": ev.excess.as_dict(), "low_fpr": ev.low.as_dict(),
-        "epsilon": ev.eps.as_dict(),
+        "held_out": ev.held.as_dict(), "auc_over_blind": ev.excess.as_dict(), "low_fpr": ev.low.as_dict(),
+        "epsilon": ev.eps.as_dict(), "epsilon_net_of_tail": net_epsilon(ev),
         "tail_guard": None if ev.tail is None else ev.tail.as_dict(),
         "smallest_detectable_epsilon": ev.resolve.smallest_epsilon,
         "exchangeability": ev.shift.as_dict(), "recipe_fit": ev.fit, "attacks": results,
         "low_fpr_warnings": resolution_warnings(int((~member & ~select).sum()), cfg.fprs),
         "positive_control": control,
     }
-    if cfg.claimed_epsilon is not None:
-        metrics["dp_claim"] = {"claimed_epsilon": cfg.claimed_epsilon, "claimed_delta": cfg.claimed_delta,
-                               "epsilon_lower_bound": ev.eps.epsilon_lower_bound,
-                               "auc_limit_at_claim": dp.auc_limit(cfg.claimed_epsilon, cfg.claimed_delta),
-                               "testable": ev.resolve.testable(cfg.claimed_epsilon),
-                               "members_needed": ev.resolve.members_needed,
-                               "non_members_needed": ev.resolve.non_members_needed}
-    return metrics
+    claim = cfg.claimed_epsilon
+    if claim is None:
+        return metrics
+    return metrics | {"dp_claim": {
+        "claimed_epsilon": claim, "claimed_delta": cfg.claimed_delta, "epsilon_lower_bound": net_epsilon(ev),
+        "auc_limit_at_claim": dp.auc_limit(claim, cfg.claimed_delta), "testable": ev.resolve.testable(claim),
+        "members_needed": ev.resolve.members_needed, "non_members_needed": ev.resolve.non_members_needed}}
 
 
 def _provenance(cfg: MembershipInferenceConfig, seed: int, member: np.ndarray) -> dict[str, Any]:

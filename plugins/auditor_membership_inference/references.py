@@ -6,15 +6,15 @@ import copy
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from threading import Lock
 
 import numpy as np
 import torch
 from torch import nn
 
-from auditor.plugin import Recipe as TrainRecipe
-from auditor.plugin import fit_cached, fit_classifier, parallel_map, ray_active
-from auditor_membership_inference.config import Recipe
+from auditor.plugin import Recipe, fit_cached, fit_classifier, parallel_map, ray_active
 
 
 def fresh_copy(model: nn.Module, seed: int) -> tuple[nn.Module, list[str]]:
@@ -65,10 +65,7 @@ def train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fit_classifier(
-            model, x, y,
-            TrainRecipe(epochs=recipe.epochs, batch_size=recipe.batch_size, lr=recipe.lr,
-                        weight_decay=recipe.weight_decay, optimizer=recipe.optimizer, shift=recipe.shift_augment,
-                        hflip=recipe.hflip_augment, stop_loss=stop_loss),
+            model, x, y, recipe if stop_loss is None else replace(recipe, stop_loss=stop_loss),
             seed=seed, tick=tick, device=next(model.parameters()).device, lr_scale=lr_scale, on_epoch=on_epoch,
         )
     return model.eval()
@@ -110,8 +107,11 @@ def train_references(
     workers: int,
     cache_dir: Path | None,
     tick: Callable[[], None],
+    progress: Callable[[str, int | None, int | None], None] = lambda stage, done, total: None,
 ) -> tuple[list[nn.Module], int, list[str]]:
     """Train one reference model per row of ``keep`` (a boolean in/out mask over the pool).
+
+    ``progress(stage, done, total)`` is told each reference that is ready (the scan's ``ctx.progress``).
 
     Returns:
         The trained models, how many were loaded from the cache, and the parameters that were
@@ -124,13 +124,21 @@ def train_references(
         ref, uncovered = fresh_copy(model, seed + 1000 + k)
         jobs.append((ref.to(device), x[idx], y[idx], seed + 2000 + k))
 
+    stage, ready, lock = f"training {len(jobs)} reference models ({recipe.epochs} epochs each)", [0], Lock()
+    progress(stage, 0, len(jobs))
+
     def run(job: tuple[nn.Module, torch.Tensor, torch.Tensor, int]) -> tuple[nn.Module, bool]:
         ref, xs, ys, s = job
-        return train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=tick)
+        out = train_cached(ref, xs, ys, recipe, seed=s, cache_dir=cache_dir, tick=tick)
+        with lock:
+            ready[0] += 1
+            progress(stage, ready[0], len(jobs))
+        return out
 
     if ray_active():  # one Ray task per reference; the runner's budget still bounds the whole plugin
         trained = parallel_map(_train_task, [(ref.cpu(), xs, ys, s, recipe, cache_dir) for ref, xs, ys, s in jobs])
         done = [(ref.to(device), hit) for ref, hit in trained]
+        progress(stage, len(done), len(jobs))
     elif workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             done = list(pool.map(run, jobs))

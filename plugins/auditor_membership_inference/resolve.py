@@ -29,10 +29,10 @@ class Resolvability:
     """What the DP audit could have detected with these targets: printed with every DP verdict."""
 
     smallest_epsilon: float  # the weakest (eps, delta) leak whose optimal test clears 0 at these sizes
-    members: int  # report-half targets the bound was counted on
+    members: int  # targets the bound was counted on (all when cross-fitted, else the report half)
     non_members: int
     tests: int  # Bonferroni: the tests sharing the 95 %
-    members_needed: int | None = None  # both folders (selection + report half) for the claim to be testable
+    members_needed: int | None = None  # in train/ (all targets, both halves) for the claim to be testable
     non_members_needed: int | None = None
 
     def testable(self, claim: float) -> bool:
@@ -41,7 +41,7 @@ class Resolvability:
 
     def words(self) -> str:
         """Say what could have been detected, for a report's ``how`` and messages."""
-        return (f"the smallest epsilon these {self.members}+{self.non_members} report-half targets and {self.tests} "
+        return (f"the smallest epsilon these {self.members}+{self.non_members} counted targets and {self.tests} "
                 f"tests could detect is {self.smallest_epsilon:.2f} (an optimal attack on a mechanism exactly at "
                 "that epsilon, expected counts)")
 
@@ -96,12 +96,12 @@ def smallest_epsilon(n_in: int, n_out: int, tests: int, delta: float, *, with_au
 
 
 def resolvability(n_in: int, n_out: int, tests: int, delta: float, claim: float | None, *, with_auc: bool = True,
-                  two_sided: bool = True) -> Resolvability:
-    """Return what these report-half targets resolve; for an untestable claim, how many targets would test it.
+                  two_sided: bool = True, counted_all: bool = True) -> Resolvability:
+    """Return what these counted targets resolve; for an untestable claim, how many targets would test it.
 
     The targets needed scale both folders by the same factor (doubling, then bisection) until the
-    smallest detectable epsilon is at most the claim; they count both halves (the selection half is
-    as large as the report half).
+    smallest detectable epsilon is at most the claim; ``counted_all`` says the counts are every target
+    (cross-fitted), else the report half (the folders then need twice the counted number).
     """
     def at(scale: float) -> float:
         return smallest_epsilon(int(n_in * scale), int(n_out * scale), tests, delta, with_auc=with_auc,
@@ -118,5 +118,6 @@ def resolvability(n_in: int, n_out: int, tests: int, delta: float, claim: float 
     for _ in range(12):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if at(mid) <= claim else (mid, hi)
-    return Resolvability(eps, n_in, n_out, tests, members_needed=2 * math.ceil(n_in * hi),
-                         non_members_needed=2 * math.ceil(n_out * hi))
+    per = 1 if counted_all else 2
+    return Resolvability(eps, n_in, n_out, tests, members_needed=per * math.ceil(n_in * hi),
+                         non_members_needed=per * math.ceil(n_out * hi))

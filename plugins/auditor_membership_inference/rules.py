@@ -48,8 +48,9 @@ LOW_FPR_LEAK = Rule(
         "pair is counted on the other half, both ways (cross-fitted, every target counted once); the "
         "summed counts have a Clopper-Pearson TPR lower bound at least high_tpr_multiple (5) times "
         "their FPR upper bound (high; there is no medium level): some members are identified with few "
-        "false alarms, the regime that matters for individual privacy. Not read when the tail guard "
-        "(the same test on scores with no membership signal) shows TPR_lo >= FPR_hi."
+        "false alarms, the regime that matters for individual privacy. When the tail guard (the same "
+        "pick on scores with no membership signal) shows TPR_lo >= FPR_hi, its excess TPR_hi - FPR_lo is "
+        "subtracted from the model's TPR_lo first."
     ),
 )
 LOW_FPR_UNRESOLVED = Rule(
@@ -80,8 +81,11 @@ DP_CLAIM = Rule(
         "delta (calling non-members) at thresholds chosen on the selection half, counted on the report "
         "half with Clopper-Pearson bounds, and the headline attack's AUC lower bound against the "
         "largest AUC an (eps, delta)-DP test allows (e^eps/(1+e^eps) at delta 0); Bonferroni over all "
-        "these tests, so the bound holds at 95 % jointly. Never raised when the blind baseline, the "
-        "exchangeability check, the tail guard or the positive control failed; without references "
+        "these tests, so the bound holds at 95 % jointly; each threshold is chosen on one half and "
+        "counted on the other, both ways, so every target is counted. Read net of the tail guard (the "
+        "guard's upper bound subtracted on every side where its own lower bound is above 0). Never "
+        "raised when the blind baseline, the exchangeability check or the positive control failed; "
+        "without references "
         "only the members' side and the AUC test are read (no guard reads the non-members' tail). "
         "No (claimed_epsilon, claimed_delta)-DP "
         "training could have produced these outputs: the DP pipeline is broken (noise off, wrong "
@@ -99,10 +103,12 @@ SHIFT = Rule(
         "A blind classifier on the inputs and labels alone (no model query), trained on the selection "
         "half, separates members from non-members on the report half (AUC CI above 0.5 + "
         "blind_margin), or reference models trained on members only score unseen members and "
-        "non-members apart, or the tail guard (the DP and low-FPR tests on those no-signal scores) "
-        "shows an epsilon bound above tail_max_epsilon: what the attacks measure on the model is the "
-        "difference between the two folders (e.g. a share of wrong labels in test/, named in the "
-        "message), not membership. The run is inconclusive and no membership or DP finding is raised."
+        "non-members apart: what the attacks measure on the model is the difference between the two "
+        "folders, not membership; the run is inconclusive and no membership or DP finding is raised. "
+        "Also raised when a DP or low-FPR finding rests only on what the tail guard (the same tests "
+        "on those no-signal scores) shows without any model: with the guard's bounds subtracted the "
+        "model's evidence no longer clears the level (e.g. a share of wrong labels in test/, named "
+        "with the most outlying files in the message); the run is then inconclusive."
     ),
 )
 
@@ -117,8 +123,8 @@ EPSILON_LEAK = Rule(
         "Without a claimed_epsilon, the empirical epsilon lower bound (the same tests as "
         "mia.dp-claim-violated, Bonferroni over every test, jointly 95 %) exceeds leak_epsilon (1): "
         "some membership test tells members from non-members with a likelihood ratio above e^1 at "
-        "a threshold chosen without the counted targets. Read only when the blind baseline, the "
-        "exchangeability check and the tail guard passed."
+        "a threshold chosen without the counted targets (every target counted once, cross-fitted). Read "
+        "only when the blind baseline and the exchangeability check passed, net of the tail guard."
     ),
 )
 DP_UNTESTABLE = Rule(

@@ -9,7 +9,7 @@ import pytest
 from auditor_membership_inference.blind import BlindBaseline
 from auditor_membership_inference.checks import Exchangeability
 from auditor_membership_inference.config import MembershipInferenceConfig
-from auditor_membership_inference.control import Gap
+from auditor_membership_inference.control import Gap, Held
 from auditor_membership_inference.dp import epsilon_audit
 from auditor_membership_inference.lowfpr import LowFpr, clopper_pearson, epsilon_from, low_fpr
 from auditor_membership_inference.metrics import selection_half
@@ -48,7 +48,7 @@ def test_the_low_fpr_rule_reads_the_best_attack_at_low_fpr_not_the_best_auc() ->
 
 
 def _evidence(low: LowFpr, member: np.ndarray, select: np.ndarray) -> Evidence:
-    held = {"auc": 0.5, "auc_ci95": [0.45, 0.55]}
+    held = Held(auc=0.5, auc_ci95=(0.45, 0.55), values={"auc": 0.5, "auc_ci95": [0.45, 0.55]})
     eps = epsilon_audit({"a": np.zeros(len(member))}, member, select, 1e-5, "a")
     blind = BlindBaseline(auc=0.5, auc_ci95=(0.45, 0.55), shifted=False, limit=0.53, scores=np.zeros(len(member)))
     return Evidence(best="a", held=held, gap=Gap(1.0, 1.0, 0.0), low=low, eps=eps,
