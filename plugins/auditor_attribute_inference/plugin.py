@@ -30,6 +30,7 @@ from auditor.plugin import (
 from auditor_attribute_inference import control
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from auditor_attribute_inference.rules import ATTRIBUTE_LEAK, RULES
+from auditor_attribute_inference.threat import THREAT
 
 
 class AttributeInferencePlugin:
@@ -43,6 +44,7 @@ class AttributeInferencePlugin:
 
     name = "attribute-inference"
     family = "attribute-inference"
+    threat = THREAT
     summary = "2-layer MLP from a hooked representation (default: penultimate) to an attributes.csv column."
     requires = Requirements(labels=True, attributes=True, budget_s=600, expensive=True)
     Config: ClassVar[type[AttributeInferenceConfig]] = AttributeInferenceConfig

@@ -47,6 +47,7 @@ from auditor_gradient_inversion.report import Attacked
 from auditor_gradient_inversion.rows import Floors, IGRow, Skip
 from auditor_gradient_inversion.search import Search, search
 from auditor_gradient_inversion.stochastic import StochasticSplit, split_parameters
+from auditor_gradient_inversion.threat import THREAT
 
 
 class GradientInversionPlugin:
@@ -54,6 +55,7 @@ class GradientInversionPlugin:
 
     name = "gradient-inversion"
     family = "gradient-inversion"
+    threat = THREAT
     summary = "Inverting Gradients (searched), DLG/iDLG, analytic FC and pos-emb recovery, Ignore, joint-eps."
     requires = Requirements(budget_s=600, expensive=True, gradients=True, image_input=True)
     Config: ClassVar[type[GradientInversionConfig]] = GradientInversionConfig

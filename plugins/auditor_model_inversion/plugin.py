@@ -33,6 +33,7 @@ from auditor_model_inversion.nets import VAE, EvalNet, linear_control, reinitial
 from auditor_model_inversion.prepare import Setup, fit_judge, setup
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
+from auditor_model_inversion.threat import THREAT
 
 #: What a model-inversion finding means, stated in every report.
 MEASURED = (
@@ -54,6 +55,7 @@ class ModelInversionPlugin:
 
     name = "model-inversion"
     family = "model-inversion"
+    threat = THREAT
     summary = (
         "White-box class inversion (VAE latent search on public/, or pixels) judged by a model trained on train/."
     )

@@ -30,6 +30,7 @@ from auditor_text_membership.reference import load_reference, public_reference
 from auditor_text_membership.rules import RULES
 from auditor_text_membership.scores import HOW, attack_scores
 from auditor_text_membership.stats import auc, auc_ci, epsilon_bound, paired_excess, rate_difference, selection_half
+from auditor_text_membership.threat import THREAT
 from auditor_text_membership.verdict import Evidence, headline, judge
 
 _LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -46,6 +47,7 @@ class TextMembershipPlugin:
 
     name = "text-membership"
     family = "text-membership"
+    threat = THREAT
     summary = "Blind baseline, loss/zlib/Min-K %/Min-K %++/reference attacks, verbatim extraction, canary exposure."
     requires = Requirements(data=True, splits=("train", "test"), budget_s=1800, expensive=True)
     Config: ClassVar[type[TextMembershipConfig]] = TextMembershipConfig
