@@ -41,7 +41,8 @@ def attack_scores(stats: TokenStats, texts: list[str], min_k: float, ref: TokenS
                                                                                      stats.sigma)]),
     }
     if ref is not None:
-        out.update({"reference-ratio": np.array([-lp.mean() if lp.size else 0.0 for lp in ref.logp]) - nll})
+        ref_nll = np.array([-lp.mean() if lp.size else 0.0 for lp in ref.logp])
+        out["reference-ratio"] = ref_nll - nll
     return {name: out[name] for name in ORDER if name in out}
 
 
