@@ -234,6 +234,20 @@ class RunContext:
         if self.on_progress is not None:
             self.on_progress(stage, done, total)
 
+    def ticking(self, stage: str, total: int | None = None) -> Callable[[], None]:
+        """Return a ``tick`` for a long loop (call it once per unit of work): it checks the budget
+        (:meth:`check_budget`) and reports ``stage`` with the units done so far of ``total``
+        (:meth:`progress`)."""
+        done = 0
+
+        def tick() -> None:
+            nonlocal done
+            self.check_budget()
+            self.progress(stage, done, total)
+            done += 1
+
+        return tick
+
     def config_as(self, cls: type[ConfigT]) -> ConfigT:
         """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""
         return self.config if isinstance(self.config, cls) else cls.model_validate(self.config.model_dump())

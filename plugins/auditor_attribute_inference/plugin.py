@@ -177,7 +177,7 @@ class AttributeInferencePlugin:
         planted = control.planted_attribute(x, predicted[:n], ctx.seed_for("planted-attribute"))
         copy = control.plant(ctx.model, layer, cfg.layer is None, x, predicted[:n], planted,
                              epochs=cfg.control_epochs, seed=ctx.seed_for("control"), device=ctx.device,
-                             tick=ctx.check_budget)
+                             tick=ctx.ticking("positive control: planting an attribute"))
         module = dict(copy.named_modules())[layer]
         feats, pred = self._representations(ctx, copy, module, cfg.layer is None, paths[:n])
         tr, te = train_test_split(np.arange(n), test_size=cfg.attack_test_fraction, random_state=ctx.seed,
@@ -249,11 +249,12 @@ class AttributeInferencePlugin:
         model.eval()  # ctx.model and the control's copy are both on ctx.device already
         handle = module.register_forward_hook(hook)
         predicted = []
+        tick = ctx.ticking("reading the representation", -(-len(paths) // 128))
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 for start in range(0, len(paths), 128):
-                    ctx.check_budget()
+                    tick()
                     batch = torch.stack([load_image(p, shape) for p in paths[start : start + 128]])
                     predicted.append(model(batch.to(ctx.device)).argmax(1).cpu())
         finally:

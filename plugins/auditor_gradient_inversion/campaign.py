@@ -66,7 +66,8 @@ class Campaign:
 
     ``net`` is the wall-clock safety net each stage asks before it starts (:meth:`SafetyNet.stops`).
     ``on_step`` (optional) is handed every IG iteration's :class:`~auditor_gradient_inversion.attacks.ig.IGStep`
-    (benchmarks read the attack's progress through it).
+    (benchmarks read the attack's progress through it); ``progress`` (``ctx.progress``) is told each attack's
+    iteration (IG) or probe (DLG) out of its total.
     """
 
     model: torch.nn.Module
@@ -82,6 +83,7 @@ class Campaign:
     check_budget: Callable[[], None] = lambda: None
     net: SafetyNet = field(default_factory=SafetyNet)
     on_step: Callable[[IGStep], None] | None = None
+    progress: Callable[[str, int | None, int | None], None] = lambda stage, done, total: None
 
     @property
     def device(self) -> torch.device:
@@ -177,6 +179,13 @@ class Campaign:
             cut[:] = [self.net.cut_mid_attack(key)]
             return True
 
+        iterations = max(s.iterations for s in settings)
+
+        def step(s: IGStep) -> None:
+            self.progress(f"{attack} {key}", s.iteration, iterations)
+            if self.on_step is not None:
+                self.on_step(s)
+
         res = invert(
             oracle,
             targets,
@@ -188,7 +197,7 @@ class Campaign:
             noise_shapes=shapes,
             noise=mode,
             check_budget=tick,
-            on_step=self.on_step,
+            on_step=step,
         )
         rows, recons = [], []
         for j, setting in enumerate(settings):
@@ -246,6 +255,7 @@ class Campaign:
         start = time.monotonic()
         recon, guessed = [], []
         for i in range(x.shape[0]):
+            self.progress(f"{'iDLG' if idlg else 'DLG'} {key}", i, x.shape[0])
             with seeded_rng(self.seed * 7919 + i, self.device):
                 xi, yi, _ = dlg(
                     oracle,

@@ -192,6 +192,7 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
         num_classes=camp.num_classes,
         scaling=camp.scaling,
         check_budget=camp.check_budget,
+        progress=camp.progress,
     )
     names = [name for name, _ in ref.named_parameters()]
     attempt = ref_camp.run_ig("control", "IG", names, 1, [best], known_labels=known)

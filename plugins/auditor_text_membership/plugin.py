@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,7 +78,8 @@ class TextMembershipPlugin:
         select = selection_half(member, ctx.seed_for("halves"))
         blind, blind_scores = blind_baseline(texts, member, select, margin=cfg.blind_margin, n_boot=cfg.bootstrap,
                                              seed=ctx.seed_for("blind"))
-        stats = token_stats(model, seqs, ctx.device, cfg.batch_size, ctx.check_budget)
+        stats = token_stats(model, seqs, ctx.device, cfg.batch_size, ctx.ticking(
+            "scoring the texts with the audited LM", math.ceil(len(seqs) / cfg.batch_size)))
         ref_stats, ref_info = self._reference(ctx, cfg, data, tokenizer, seqs, max_tokens)
         got = attack_scores(stats, texts, cfg.min_k, ref_stats)
         best = max(got, key=lambda name: auc(member[select], got[name][select]))
@@ -87,7 +89,7 @@ class TextMembershipPlugin:
         extraction, shown = self._extraction(ctx, cfg, tokenizer, seqs, member)
         canaries = exposures(model, tokenizer, data.canaries, budget=cfg.canary_candidates, max_tokens=max_tokens,
                              batch=cfg.batch_size, seed=ctx.seed_for("canaries"), device=ctx.device,
-                             show=cfg.show_text, tick=ctx.check_budget)
+                             show=cfg.show_text, tick=ctx.ticking("canary exposure"))
         ev = Evidence(best=best, held=results[best], blind=blind,
                       excess=paired_excess(member[rep], got[best][rep], blind_scores[rep], cfg.bootstrap,
                                            ctx.seed_for("excess")),
@@ -97,7 +99,7 @@ class TextMembershipPlugin:
                             "non-members")
         control, power = run_control(model, cfg, data.non_members, seqs[len(data.members):],
                                      _subset(ref_stats, len(data.members)), seed=ctx.seed_for("control"),
-                                     device=ctx.device, tick=ctx.check_budget)
+                                     device=ctx.device, tick=ctx.ticking("positive control"))
         heads = headline(cfg, ev)
         findings, undecided = judge(cfg, ev, heads, power_passed=power.passed)
         if cfg.reference and ref_stats is None:
@@ -127,13 +129,16 @@ class TextMembershipPlugin:
             info = ReferenceInfo(how)
         elif data.public:
             public = [s for s in encode(tokenizer, data.public, max_tokens) if len(s) > 1]
+            used = len(public[: cfg.reference_max_texts])
             ref, fit = public_reference(model, public, cfg, seed=ctx.seed_for("reference"), device=ctx.device,
-                                        tick=ctx.check_budget)
+                                        tick=ctx.ticking("training the reference LM on public.jsonl",
+                                                         cfg.reference_epochs * math.ceil(used / cfg.batch_size)))
             info = ReferenceInfo(f"the audited architecture re-initialised and trained on {fit.texts} public texts",
                                  fit)
         if ref is None:
             return None, info
-        return token_stats(ref, seqs, ctx.device, cfg.batch_size, ctx.check_budget), info
+        return token_stats(ref, seqs, ctx.device, cfg.batch_size, ctx.ticking(
+            "scoring the texts with the reference LM", math.ceil(len(seqs) / cfg.batch_size))), info
 
     def _extraction(self, ctx: RunContext, cfg: TextMembershipConfig, tokenizer: Any, seqs: list[list[int]],
                     member: np.ndarray) -> tuple[Extraction, list[Extracted]]:
@@ -144,7 +149,7 @@ class TextMembershipPlugin:
         outs = rng.permutation(np.flatnonzero(~member))[: cfg.max_extraction_prompts]
         idx = np.concatenate([ins, outs])
         hits, _, where = extract(ctx.model, [seqs[i] for i in idx], cfg.prefix_tokens, cfg.suffix_tokens,
-                                 ctx.device, cfg.batch_size, ctx.check_budget)
+                                 ctx.device, cfg.batch_size, ctx.ticking("verbatim extraction"))
         used = np.array([w is not None for w in where])
         h_in, h_out = hits[: len(ins)][used[: len(ins)]], hits[len(ins):][used[len(ins):]]
         if len(h_in) == 0 or len(h_out) == 0:
