@@ -17,11 +17,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from auditor._version import __version__
 from auditor.audit.progress import stage_reporter, started_message
 from auditor.baseline import Baseline, mark_acceptances
 from auditor.config import ScanConfig
 from auditor.gate import GatePolicy, apply_severity_policy, decide
+from auditor.report.declared import Threat
 from auditor.report.files import not_judged
 from auditor.report.model import (
     ArchitectureProfile,
@@ -73,6 +76,8 @@ class DraftReport(Report):
     """A report assembled but not judged yet: :func:`judge` gives it its summary."""
 
     summary: Summary | None = None  # type: ignore[assignment]
+    #: The loaded plugins' threat declarations (the report's threat table); internal, not in the public JSON.
+    declared: dict[str, Threat] = Field(default_factory=dict)
 
 
 def assemble_report(
@@ -115,7 +120,8 @@ def judge(
                      unjudged_files=[f"{f.file} ({f.kind}): {f.reason}" for f in not_judged(safety.files)],
                      model_path=draft.model.path, command=draft.tool.command, today=today)
     fields = {name: getattr(draft, name) for name in Report.model_fields if name != "summary"}
-    return Report(**fields, summary=summary), messages
+    return Report(**fields, summary=summary).with_threats(
+        draft.declared if isinstance(draft, DraftReport) else draft.threats), messages
 
 
 def _torch_version() -> str:

@@ -19,7 +19,7 @@ from auditor.load.formats import Sniffed, sniff
 from auditor.load.loaders import LoadedModel, LoadOptions, load
 from auditor.load.offline import force_offline
 from auditor.load.static_check import StaticCheck, check
-from auditor.plugin.registry import PluginEntry, discover_plugins
+from auditor.plugin.registry import PluginEntry, declared_threats, discover_plugins
 from auditor.plugin.results import identity_hash
 from auditor.plugin.runner import run_plugins
 from auditor.report.model import (
@@ -80,7 +80,8 @@ def audit(
     from auditor.audit.cached import job
 
     with job(Path(path), config):
-        return _audit(path, config, entries=entries, progress=progress, checked=checked, loaded=loaded)
+        draft = _audit(path, config, entries=entries, progress=progress, checked=checked, loaded=loaded)
+    return draft.model_copy(update={"declared": declared_threats(discover_plugins() if entries is None else entries)})
 
 
 def _audit(

@@ -123,6 +123,12 @@ from auditor.report.charts import (
 from auditor.report.charts import (
     svg_artifact as svg_artifact,
 )
+from auditor.report.declared import (
+    HeadlinePick as HeadlinePick,
+)
+from auditor.report.declared import (
+    Threat as Threat,
+)
 from auditor.report.model import (
     ArchitectureProfile as ArchitectureProfile,
 )
@@ -158,6 +164,7 @@ __all__ = [
     "Finding",
     "Fit",
     "Floor",
+    "HeadlinePick",
     "ImageSplit",
     "LeakJudgement",
     "Measurement",
@@ -174,6 +181,7 @@ __all__ = [
     "RunContext",
     "Scaling",
     "Severity",
+    "Threat",
     "UnsplittableModel",
     "against_floor",
     "chart",

@@ -47,7 +47,7 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 #: 6: Finding.severity_override (set by the core's severity policy);
 #: 5: Floor/against_floor, judge_leak, top1_accuracy, PresetConfig, PowerCheck.comparison, Applicability.category,
 #: RunContext.cut_short; 4: content_hash/fit_cached; 3: headline/power/undecided; 2: Requirements.torch_model
-PLUGIN_API_VERSION = 9
+PLUGIN_API_VERSION = 10
 
 
 class NoConfig(BaseModel):
@@ -234,6 +234,20 @@ class RunContext:
         if self.on_progress is not None:
             self.on_progress(stage, done, total)
 
+    def ticking(self, stage: str, total: int | None = None) -> Callable[[], None]:
+        """Return a ``tick`` for a long loop (call it once per unit of work): it checks the budget
+        (:meth:`check_budget`) and reports ``stage`` with the units done so far of ``total``
+        (:meth:`progress`)."""
+        done = 0
+
+        def tick() -> None:
+            nonlocal done
+            self.check_budget()
+            self.progress(stage, done, total)
+            done += 1
+
+        return tick
+
     def config_as(self, cls: type[ConfigT]) -> ConfigT:
         """Return the run's configuration as the plugin's own ``Config`` class (validated if need be)."""
         return self.config if isinstance(self.config, cls) else cls.model_validate(self.config.model_dump())
@@ -291,6 +305,9 @@ class Plugin(Protocol):
 
     A plugin may also set ``api_version`` (an int): the :data:`PLUGIN_API_VERSION` it was
     written for. Discovery refuses a plugin that needs a newer API than this auditor provides.
+    An attack sets ``threat`` (a :class:`~auditor.report.declared.Threat`: its row of the report's
+    threat table, what the attacker has, where the row sorts and its fallback headline); a plugin
+    without one is listed under its own name.
     """
 
     name: str

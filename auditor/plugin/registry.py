@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from auditor.errors import PluginValidationError
 from auditor.plugin.api import PLUGIN_API_VERSION, Plugin, Requirements, Rule
+from auditor.report.declared import Threat
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,18 @@ def validate_plugin(name: str, obj: object) -> None:
             raise PluginValidationError(name, f"bad rule {rule!r}: rule ids are 'area.kebab-name'")
     if len(ids) != len(set(ids)):
         raise PluginValidationError(name, "duplicate rule ids")
+    threat = getattr(obj, "threat", None)
+    if threat is not None and not isinstance(threat, Threat):
+        raise PluginValidationError(name, "threat must be an auditor.plugin.Threat")
     if not callable(obj.applicable) or not callable(obj.run):
         raise PluginValidationError(name, "applicable and run must be callable")
     wanted = getattr(obj, "api_version", None)
     if wanted is not None and not (isinstance(wanted, int) and 1 <= wanted <= PLUGIN_API_VERSION):
         raise PluginValidationError(name, f"built for plugin API {wanted!r}; this auditor provides API "
                                           f"{PLUGIN_API_VERSION} (upgrade auditor or the plugin)")
+
+
+def declared_threats(entries: Iterable[PluginEntry]) -> dict[str, Threat]:
+    """Return the threat row each loaded plugin declares (``plugin.threat``), by plugin name."""
+    found = ((e.name, getattr(e.plugin, "threat", None)) for e in entries if e.plugin is not None)
+    return {name: threat for name, threat in found if isinstance(threat, Threat)}

@@ -11,10 +11,12 @@ removes or changes the meaning of a key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from auditor.report.declared import Threat
 from auditor.report.files import FileCoverage
 from auditor.report.reuse import Reuse
 from auditor.report.severity import Severity
@@ -445,3 +447,16 @@ class Report(_Record):
     notes: list[str] = Field(default_factory=list)
     comparison: Comparison | None = Field(default=None, description="Before/after a rewrite (auditor harden).")
     onnx: OnnxInfo | None = Field(default=None, description="ONNX files only: the graph and its onnxruntime check.")
+    #: The installed plugins' threat declarations (plugin name -> row), not part of the JSON contract.
+    _threats: dict[str, Threat] = PrivateAttr(default_factory=dict)
+
+    @property
+    def threats(self) -> Mapping[str, Threat]:
+        """The threat rows the loaded plugins declared (plugin name -> :class:`Threat`)."""
+        return self._threats
+
+    def with_threats(self, threats: Mapping[str, Threat]) -> Report:
+        """Return a copy carrying ``threats`` (what the loaded plugins declare) for the threat table."""
+        copy = self.model_copy()
+        copy._threats = dict(threats)
+        return copy

@@ -3,6 +3,8 @@
 The HTML threat table, the terminal summary, the Markdown summary and the CycloneDX model card all
 read :func:`threat_rows` and :func:`headline_text`, so they say the same thing. A checkpoint that
 was refused (by the pickle check, the jail or the signature check) is ``REFUSED`` here, never "safe".
+Each row's threat, exposure, place and fallback headline come from what its plugin declares
+(:class:`~auditor.report.declared.Threat`, carried by ``Report.threats``): this module names no attack.
 """
 
 from __future__ import annotations
@@ -10,26 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from auditor.report.declared import Threat
 from auditor.report.model import Finding, LoadSafety, Measurement, PluginRun, Report, Severity
-
-#: The threats of the summary table, in the order a reviewer reads them: (plugin, threat, what the attacker has).
-THREATS = (
-    ("architecture-risk", "Architecture", "design choices that make the attacks below easier"),
-    ("gradient-inversion", "Gradient inversion", "a client's shared gradient (federated learning)"),
-    ("split-inversion", "Split inference", "the feature sent from device to server"),
-    ("model-inversion", "Model inversion", "white-box access to the trained model"),
-    ("membership-inference", "Membership inference", "the model's outputs on chosen samples"),
-    ("attribute-inference", "Attribute inference", "the model's internal representation"),
-    ("text-membership", "Text membership", "an LM's token probabilities on chosen texts"),
-)
-
-#: Until a plugin fills ``PluginRun.headline``: metric keys for its headline (value, floor, label, floor kind).
-#: A floor key may be a number. Only used when the run has no headline of its own.
-FALLBACK_HEADLINE: dict[str, tuple[str, str | float, str, str]] = {
-    "model-inversion": ("attack_accuracy_top1", "chance_top1", "evaluation-model top-1 accuracy", "chance"),
-    "attribute-inference": ("accuracy", "majority_baseline_accuracy", "attribute accuracy", "majority class"),
-    "membership-inference": ("best_auc", 0.5, "best attack AUC", "random guess"),
-}
 
 #: The word for a load the static check, the jail or the signature check refused.
 REFUSED = "REFUSED"
@@ -70,41 +54,42 @@ def load_reason(safety: LoadSafety) -> str:
 
 
 def threat_rows(report: Report) -> list[ThreatRow]:
-    """Return one summary row per threat: load safety, then each plugin (known threats first).
+    """Return one summary row per threat: load safety, then each plugin (declared threats first, in their order).
 
-    The headline is the plugin's first ``headline`` measurement, else the :data:`FALLBACK_HEADLINE`
-    pick from its metrics; a plugin that did not run has none.
+    The headline is the plugin's first ``headline`` measurement, else its declared fallback pick from
+    its metrics; a plugin that did not run has none. A plugin that declared no threat is named as itself.
     """
     load = [f for f in report.findings if f.rule_id.startswith(("load.", "supply."))]
     safety = report.model.load_safety
     rows = [ThreatRow("Loading the file", "a pickle that runs code when unpickled",
                       "refused" if safety.verdict == "unsafe" else "ok", load_reason(safety),
                       None, len(load), _worst(load), "model")]
-    runs = {run.name: run for run in report.plugins}
-    known = [(name, threat, exposure) for name, threat, exposure in THREATS if name in runs]
-    others = [(name, name, "") for name in runs if name not in {t[0] for t in THREATS}]
-    for name, threat, exposure in known + others:
-        run = runs[name]
-        mine = [f for f in report.findings if f.source == name]
+    declared = report.threats
+    last = 1 + max((t.order for t in declared.values()), default=0)
+    ordered = sorted(enumerate(report.plugins), key=lambda item: (
+        declared[item[1].name].order if item[1].name in declared else last, item[0]))
+    for _, run in ordered:
+        threat = declared.get(run.name)
+        mine = [f for f in report.findings if f.source == run.name]
         able = all(p.passed for p in run.power) if run.power else None
-        rows.append(ThreatRow(threat, exposure, run.status, run.reason or run.category or "", headline_of(run),
-                              len(mine), _worst(mine), f"plugin-{slug(name)}", able))
+        rows.append(ThreatRow(threat.label if threat else run.name, threat.exposure if threat else "", run.status,
+                              run.reason or run.category or "", headline_of(run, threat), len(mine), _worst(mine),
+                              f"plugin-{slug(run.name)}", able))
     return rows
 
 
-def headline_of(run: PluginRun) -> Measurement | None:
-    """Return a run's headline: its first measurement, else the documented pick from its metrics."""
+def headline_of(run: PluginRun, threat: Threat | None = None) -> Measurement | None:
+    """Return a run's headline: its first measurement, else the pick its plugin's ``threat`` declares."""
     if run.headline:
         return run.headline[0]
-    pick = FALLBACK_HEADLINE.get(run.name)
+    pick = threat.headline if threat else None
     if pick is None or run.status not in ("ok", "inconclusive"):
         return None
-    value_key, floor_key, label_text, floor_kind = pick
-    value = run.metrics.get(value_key)
-    floor = floor_key if isinstance(floor_key, float) else run.metrics.get(floor_key)
+    value = run.metrics.get(pick.value)
+    floor = pick.floor if isinstance(pick.floor, float) else run.metrics.get(pick.floor)
     if not isinstance(value, (int, float)) or not isinstance(floor, (int, float)):
         return None
-    return Measurement(name=value_key, label=label_text, value=value, floor=floor, floor_kind=floor_kind,
+    return Measurement(name=pick.value, label=pick.label, value=value, floor=floor, floor_kind=pick.floor_kind,
                        margin=round(value - floor, 4))
 
 
@@ -135,10 +120,10 @@ def measurement_text(m: Measurement) -> str:
     return ", ".join(parts)
 
 
-def headline_text(run: PluginRun) -> str | None:
+def headline_text(run: PluginRun, threat: Threat | None = None) -> str | None:
     """Return a run's headline line for a summary, e.g. ``membership-inference: AUC 0.62, floor 0.5, margin ...
     (ok)``; None for a run with no number (static checks, skipped runs)."""
-    m = headline_of(run)
+    m = headline_of(run, threat)
     if m is None:
         return None
     status = run.status if run.status == "ok" else f"{run.status}: {run.reason or run.category or 'see the report'}"
@@ -147,7 +132,8 @@ def headline_text(run: PluginRun) -> str | None:
 
 def headline_lines(report: Report) -> list[str]:
     """Return the headline line of every run that has one, in the report's plugin order."""
-    return [line for line in (headline_text(run) for run in report.plugins) if line is not None]
+    texts = (headline_text(run, report.threats.get(run.name)) for run in report.plugins)
+    return [line for line in texts if line is not None]
 
 
 def _worst(findings: list[Finding]) -> Severity | None:

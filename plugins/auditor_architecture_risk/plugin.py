@@ -9,6 +9,7 @@ from auditor_architecture_risk._facts import profile_metrics
 from auditor_architecture_risk.checks import evaluate
 from auditor_architecture_risk.config import ArchitectureRiskConfig
 from auditor_architecture_risk.rules import MEASURED_BY, RULES
+from auditor_architecture_risk.threat import THREAT
 
 
 class ArchitectureRiskPlugin:
@@ -22,6 +23,7 @@ class ArchitectureRiskPlugin:
 
     name = "architecture-risk"
     family = "static"
+    threat = THREAT
     summary = "Static privacy priors from the architecture: skips, stem, norms, activations, attention."
     requires = Requirements(budget_s=60, torch_model=False)
     Config: ClassVar[type[ArchitectureRiskConfig]] = ArchitectureRiskConfig

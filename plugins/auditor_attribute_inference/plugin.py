@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from auditor.plugin import (
     Applicability,
     ArchitectureProfile,
     Artifact,
+    DataBundle,
     Measurement,
     PluginResult,
     PluginSkipped,
@@ -30,6 +32,38 @@ from auditor.plugin import (
 from auditor_attribute_inference import control
 from auditor_attribute_inference.config import AttributeInferenceConfig
 from auditor_attribute_inference.rules import ATTRIBUTE_LEAK, RULES
+from auditor_attribute_inference.threat import THREAT
+
+
+@dataclass(frozen=True)
+class AttackScore:
+    """The attack on the held-out pairs beside the majority and predicted-label baselines.
+
+    ``measured`` is the accuracy beside the predicted-label baseline as a :class:`Measurement` (paired
+    bootstrap over held-out pairs); it is the headline, not a metric.
+    """
+
+    accuracy: float
+    macro_f1: float
+    balanced_accuracy: float
+    label_baseline_accuracy: float
+    label_baseline_macro_f1: float
+    majority_baseline_accuracy: float
+    majority_baseline_macro_f1: float
+    margin_ci95: tuple[float, float]
+    macro_f1_margin_ci95: tuple[float, float]
+    leaks: bool
+    measured: Measurement
+
+    def as_metrics(self) -> dict[str, object]:
+        """Return the numbers as the report's metrics hold them (intervals as lists), without ``measured``."""
+        return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "balanced_accuracy": self.balanced_accuracy,
+                "label_baseline_accuracy": self.label_baseline_accuracy,
+                "label_baseline_macro_f1": self.label_baseline_macro_f1,
+                "majority_baseline_accuracy": self.majority_baseline_accuracy,
+                "majority_baseline_macro_f1": self.majority_baseline_macro_f1,
+                "margin_ci95": list(self.margin_ci95), "macro_f1_margin_ci95": list(self.macro_f1_margin_ci95),
+                "leaks": self.leaks}
 
 
 class AttributeInferencePlugin:
@@ -43,6 +77,7 @@ class AttributeInferencePlugin:
 
     name = "attribute-inference"
     family = "attribute-inference"
+    threat = THREAT
     summary = "2-layer MLP from a hooked representation (default: penultimate) to an attributes.csv column."
     requires = Requirements(labels=True, attributes=True, budget_s=600, expensive=True)
     Config: ClassVar[type[AttributeInferenceConfig]] = AttributeInferenceConfig
@@ -58,6 +93,7 @@ class AttributeInferencePlugin:
 
         cfg = ctx.config_as(AttributeInferenceConfig)
         bundle = ctx.data
+        assert bundle is not None  # Requirements(attributes=True): the runner checked --data
         attribute = cfg.attribute or next(iter(next(iter(bundle.attributes.values()))))
         paths, values = self._pairs(bundle, attribute)
         classes, counts = np.unique(values, return_counts=True)
@@ -75,27 +111,27 @@ class AttributeInferencePlugin:
         )
         m = _attack(cfg, feats, predicted, values, tr, te, ctx.seed)
         control, power = self._control(ctx, cfg, layer, paths, predicted)
-        metrics: dict[str, Any] = {
+        metrics = {
             "attribute": attribute,
             "layer": layer,
             "representation_dim": int(feats.shape[1]),
             "attack_train_pairs": len(tr),
             "attack_test_pairs": len(te),
             "attribute_values": {str(c): int(n) for c, n in zip(*np.unique(values, return_counts=True))},
-            **{k: v for k, v in m.items() if not k.startswith("_")},
-            "positive_control": {k: v for k, v in control.items() if not k.startswith("_")},
+            **m.as_metrics(),
+            "positive_control": control.as_metrics(),
         }
         findings = []
-        judged = judge_leak(m["_accuracy"], high_by=cfg.high_by)
-        if m["leaks"] and judged.severity is not None:
+        judged = judge_leak(m.measured, high_by=cfg.high_by)
+        if m.leaks and judged.severity is not None:
             findings.append(
                 ATTRIBUTE_LEAK.finding(
-                    message=f"{attribute!r} is predicted from {layer} with accuracy {m['accuracy']:.3f} vs "
-                    f"{m['label_baseline_accuracy']:.3f} from the model's predicted label alone (margin 95% CI "
-                    f"{m['margin_ci95'][0]:+.3f} to {m['margin_ci95'][1]:+.3f}); macro-F1 {m['macro_f1']:.3f} "
-                    f"vs {m['label_baseline_macro_f1']:.3f}; {judged.severity.value}: {judged.reason}",
+                    message=f"{attribute!r} is predicted from {layer} with accuracy {m.accuracy:.3f} vs "
+                    f"{m.label_baseline_accuracy:.3f} from the model's predicted label alone (margin 95% CI "
+                    f"{m.margin_ci95[0]:+.3f} to {m.margin_ci95[1]:+.3f}); macro-F1 {m.macro_f1:.3f} "
+                    f"vs {m.label_baseline_macro_f1:.3f}; {judged.severity.value}: {judged.reason}",
                     location=layer,
-                    evidence={k: metrics[k] for k in ("attribute", "layer", *m) if not k.startswith("_")},
+                    evidence={"attribute": attribute, "layer": layer, **m.as_metrics()},
                     severity=judged.severity,
                 )
             )
@@ -132,7 +168,7 @@ class AttributeInferencePlugin:
 
     def _control(
         self, ctx: RunContext, cfg: AttributeInferenceConfig, layer: str, paths: list[Path], predicted: np.ndarray
-    ) -> tuple[dict[str, Any], PowerCheck]:
+    ) -> tuple[AttackScore, PowerCheck]:
         """Plant an input attribute into a copy of the audited model; attack it as the model; return the check."""
         from sklearn.model_selection import train_test_split
 
@@ -141,7 +177,7 @@ class AttributeInferencePlugin:
         planted = control.planted_attribute(x, predicted[:n], ctx.seed_for("planted-attribute"))
         copy = control.plant(ctx.model, layer, cfg.layer is None, x, predicted[:n], planted,
                              epochs=cfg.control_epochs, seed=ctx.seed_for("control"), device=ctx.device,
-                             tick=ctx.check_budget)
+                             tick=ctx.ticking("positive control: planting an attribute"))
         module = dict(copy.named_modules())[layer]
         feats, pred = self._representations(ctx, copy, module, cfg.layer is None, paths[:n])
         tr, te = train_test_split(np.arange(n), test_size=cfg.attack_test_fraction, random_state=ctx.seed,
@@ -159,15 +195,15 @@ class AttributeInferencePlugin:
             control="an attribute of the input planted into a copy of the audited model's representation by a "
             "short fine-tune",
             metric="accuracy margin over the predicted-label baseline, 95% CI lower bound",
-            value=result["margin_ci95"][0],
+            value=result.margin_ci95[0],
             required=0.0,
-            passed=bool(result["leaks"] and result["margin_ci95"][0] >= 0.0),
-            how=f"{how}; control accuracy {result['accuracy']:.3f} vs baseline "
-            f"{result['label_baseline_accuracy']:.3f}; it passes when aia.attribute-leak would fire",
+            passed=bool(result.leaks and result.margin_ci95[0] >= 0.0),
+            how=f"{how}; control accuracy {result.accuracy:.3f} vs baseline "
+            f"{result.label_baseline_accuracy:.3f}; it passes when aia.attribute-leak would fire",
         )
         return result, power
 
-    def _pairs(self, bundle: Any, attribute: str) -> tuple[list[Path], np.ndarray]:
+    def _pairs(self, bundle: DataBundle, attribute: str) -> tuple[list[Path], np.ndarray]:
         """Return every image of every split that has a value for ``attribute``."""
         paths, values = [], []
         for split in bundle.splits.values():
@@ -213,11 +249,12 @@ class AttributeInferencePlugin:
         model.eval()  # ctx.model and the control's copy are both on ctx.device already
         handle = module.register_forward_hook(hook)
         predicted = []
+        tick = ctx.ticking("reading the representation", -(-len(paths) // 128))
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 for start in range(0, len(paths), 128):
-                    ctx.check_budget()
+                    tick()
                     batch = torch.stack([load_image(p, shape) for p in paths[start : start + 128]])
                     predicted.append(model(batch.to(ctx.device)).argmax(1).cpu())
         finally:
@@ -233,12 +270,8 @@ def _attack(
     tr: np.ndarray,
     te: np.ndarray,
     seed: int,
-) -> dict[str, Any]:
-    """Fit the attack MLP on the ``tr`` pairs; score it on ``te`` beside the majority and predicted-label baselines.
-
-    ``_accuracy`` holds the accuracy beside the predicted-label baseline as a :class:`Measurement`
-    (paired bootstrap over held-out pairs).
-    """
+) -> AttackScore:
+    """Fit the attack MLP on the ``tr`` pairs; score it on ``te`` beside the majority and predicted-label baselines."""
     from sklearn.exceptions import ConvergenceWarning  # sklearn: imported when run, not at discovery
     from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
     from sklearn.neural_network import MLPClassifier
@@ -262,29 +295,32 @@ def _attack(
     t, p_, b = (np.array([codes[v] for v in arr]) for arr in (yte, pred, base))
     idx = rng.integers(0, len(yte), (cfg.bootstrap, len(yte)))
     f1_d = macro_f1(t[idx], p_[idx], len(codes)) - macro_f1(t[idx], b[idx], len(codes))
-    m: dict[str, Any] = {
-        "accuracy": round(float(accuracy_score(yte, pred)), 4),
-        "macro_f1": round(float(f1_score(yte, pred, average="macro")), 4),
-        "balanced_accuracy": round(float(balanced_accuracy_score(yte, pred)), 4),
-        "label_baseline_accuracy": round(float(accuracy_score(yte, base)), 4),
-        "label_baseline_macro_f1": round(float(f1_score(yte, base, average="macro")), 4),
-        "majority_baseline_accuracy": round(float(accuracy_score(yte, majority)), 4),
-        "majority_baseline_macro_f1": round(float(f1_score(yte, majority, average="macro")), 4),
-        "margin_ci95": [round(float(v), 4) for v in accuracy.ci or [0.0, 0.0]],
-        "macro_f1_margin_ci95": [round(float(v), 4) for v in np.percentile(f1_d, [2.5, 97.5])],
-        "_accuracy": accuracy,
-    }
-    m["leaks"] = bool(m["margin_ci95"][0] > 0 and m["macro_f1"] > m["label_baseline_macro_f1"])
-    return m
+    lo, hi = (round(float(v), 4) for v in accuracy.ci or [0.0, 0.0])
+    f1_lo, f1_hi = (round(float(v), 4) for v in np.percentile(f1_d, [2.5, 97.5]))
+    macro, base_macro = round(float(f1_score(yte, pred, average="macro")), 4), round(float(f1_score(
+        yte, base, average="macro")), 4)
+    return AttackScore(
+        accuracy=round(float(accuracy_score(yte, pred)), 4),
+        macro_f1=macro,
+        balanced_accuracy=round(float(balanced_accuracy_score(yte, pred)), 4),
+        label_baseline_accuracy=round(float(accuracy_score(yte, base)), 4),
+        label_baseline_macro_f1=base_macro,
+        majority_baseline_accuracy=round(float(accuracy_score(yte, majority)), 4),
+        majority_baseline_macro_f1=round(float(f1_score(yte, majority, average="macro")), 4),
+        margin_ci95=(lo, hi),
+        macro_f1_margin_ci95=(f1_lo, f1_hi),
+        leaks=bool(lo > 0 and macro > base_macro),
+        measured=accuracy,
+    )
 
 
-def _headline(m: dict[str, Any], what: str, layer: str, how: str) -> list[Measurement]:
+def _headline(m: AttackScore, what: str, layer: str, how: str) -> list[Measurement]:
     """Return the attack's accuracy and macro-F1 beside the predicted-label baseline, with their intervals."""
     return [
-        m["_accuracy"].model_copy(update={"label": f"{what} accuracy from {layer}", "how": how}),
+        m.measured.model_copy(update={"label": f"{what} accuracy from {layer}", "how": how}),
         Measurement(name="macro_f1", label=f"{what} macro-F1 from {layer}",
-                    value=m["macro_f1"], floor=m["label_baseline_macro_f1"], floor_kind="predicted label alone",
-                    margin=round(m["macro_f1"] - m["label_baseline_macro_f1"], 4), ci=m["macro_f1_margin_ci95"],
+                    value=m.macro_f1, floor=m.label_baseline_macro_f1, floor_kind="predicted label alone",
+                    margin=round(m.macro_f1 - m.label_baseline_macro_f1, 4), ci=list(m.macro_f1_margin_ci95),
                     threshold=0.0, how=how),
     ]
 
@@ -315,26 +351,26 @@ def label_baseline(train_labels: np.ndarray, train_values: np.ndarray, test_labe
     return np.array([table.get(label, fallback) for label in test_labels], dtype=train_values.dtype)
 
 
-def _table(m: dict[str, Any], how: str, base_how: str) -> str:
+def _table(m: AttackScore, how: str, base_how: str) -> str:
     """Return the AIA table as CSV: metric, value, how it was obtained."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["metric", "value", "how"])
-    w.writerow(["accuracy", m["accuracy"], how])
-    w.writerow(["macro-F1", m["macro_f1"], "mean of per-value F1 on the held-out pairs"])
-    w.writerow(["balanced accuracy", m["balanced_accuracy"], "mean of per-value recall"])
-    w.writerow(["predicted-label baseline accuracy", m["label_baseline_accuracy"], base_how])
-    w.writerow(["predicted-label baseline macro-F1", m["label_baseline_macro_f1"], "same predictor"])
-    w.writerow(["accuracy margin 95% CI", m["margin_ci95"], "paired bootstrap of attack - baseline accuracy"])
+    w.writerow(["accuracy", m.accuracy, how])
+    w.writerow(["macro-F1", m.macro_f1, "mean of per-value F1 on the held-out pairs"])
+    w.writerow(["balanced accuracy", m.balanced_accuracy, "mean of per-value recall"])
+    w.writerow(["predicted-label baseline accuracy", m.label_baseline_accuracy, base_how])
+    w.writerow(["predicted-label baseline macro-F1", m.label_baseline_macro_f1, "same predictor"])
+    w.writerow(["accuracy margin 95% CI", list(m.margin_ci95), "paired bootstrap of attack - baseline accuracy"])
     w.writerow(
         [
             "majority baseline accuracy",
-            m["majority_baseline_accuracy"],
+            m.majority_baseline_accuracy,
             "always predict the most frequent value of the attack-training pairs",
         ]
     )
-    w.writerow(["majority baseline macro-F1", m["majority_baseline_macro_f1"], "same constant predictor"])
+    w.writerow(["majority baseline macro-F1", m.majority_baseline_macro_f1, "same constant predictor"])
     w.writerow(
-        ["leaks", m["leaks"], "accuracy margin CI lower bound > 0 and macro-F1 > the predicted-label baseline's"]
+        ["leaks", m.leaks, "accuracy margin CI lower bound > 0 and macro-F1 > the predicted-label baseline's"]
     )
     return buf.getvalue()

@@ -1,4 +1,4 @@
-"""Run the attack settings of one audit on one model and collect scored rows.
+"""Run the attack settings of one audit on one model; each attack call returns its scored rows.
 
 Threat model (seed 004 §3.1, seed 003 §2.6): an honest-but-curious FedSGD server sees one
 client's gradient of one local step on a private batch, knows the model, weights and loss, and
@@ -27,7 +27,7 @@ from auditor_gradient_inversion.attacks.dlg import dlg
 from auditor_gradient_inversion.attacks.ig import IGSettings, IGStep, invert, trial_generator
 from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes, seeded_rng
-from auditor_gradient_inversion.rows import DLGRow, IGRow, Skip
+from auditor_gradient_inversion.rows import DLGRow, IGRow, Recon, Scored, Skip
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,20 @@ class SafetyNet:
         return Skip(stage, f"not run: the wall-clock safety net fired (less than {self.reserve:.0%} of the "
                            f"{self.total:g} s budget was left)", cut_short=True)
 
+    def cut_mid_attack(self, key: str) -> Skip:
+        """Return the cut-short :class:`Skip` of the attack ``key`` the net stopped mid-descent."""
+        return Skip(key, f"stopped mid-attack: the wall-clock safety net fired (less than {self.reserve:.0%} of "
+                         f"the {self.total:g} s budget was left)", cut_short=True)
 
-@dataclass
+
+@dataclass(frozen=True)
 class Campaign:
-    """One model under attack: private inputs, normalisation, seeds and the rows produced so far.
+    """One model under attack: private inputs, normalisation and seeds; each attack returns its :class:`Scored`.
 
     ``net`` is the wall-clock safety net each stage asks before it starts (:meth:`SafetyNet.stops`).
     ``on_step`` (optional) is handed every IG iteration's :class:`~auditor_gradient_inversion.attacks.ig.IGStep`
-    (benchmarks read the attack's progress through it).
+    (benchmarks read the attack's progress through it); ``progress`` (``ctx.progress``) is told each attack's
+    iteration (IG) or probe (DLG) out of its total.
     """
 
     model: torch.nn.Module
@@ -77,10 +83,7 @@ class Campaign:
     check_budget: Callable[[], None] = lambda: None
     net: SafetyNet = field(default_factory=SafetyNet)
     on_step: Callable[[IGStep], None] | None = None
-    rows: list[IGRow | DLGRow] = field(default_factory=list)
-    recons: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: The IG attacks the safety net stopped mid-descent (their rows hold the best iterate reached).
-    cut: list[Skip] = field(default_factory=list)
+    progress: Callable[[str, int | None, int | None], None] = lambda stage, done, total: None
 
     @property
     def device(self) -> torch.device:
@@ -150,10 +153,11 @@ class Campaign:
         known_labels: bool,
         noise: Literal["model", "joint", "zero"] = "model",
         group: str = "all",
-    ) -> list[IGRow]:
-        """Run IG with every setting in one batch of trials and append one scored row per setting.
+    ) -> Scored:
+        """Run IG with every setting in one batch of trials; return one scored row and reconstruction per setting.
 
-        ``noise``: ``"model"`` - the victim draws its seeded noise and the attacker meets fresh seeded
+        An attack the safety net stopped mid-descent is in the result's ``cut`` (its rows hold the best
+        iterate reached). ``noise``: ``"model"`` - the victim draws its seeded noise and the attacker meets fresh seeded
         noise every step (plain IG, Ignore); ``"joint"`` - the attacker optimises ε'; ``"zero"`` - both
         hold the model's Gaussian noise at 0 (the undefended baseline of a stochastic defence).
         """
@@ -165,6 +169,23 @@ class Campaign:
         low, high = self.to_model(torch.zeros_like(self.mean)), self.to_model(torch.ones_like(self.mean))
         shapes = [tuple(e.shape) for e in eps[0]]
         mode = {"joint": "joint", "zero": "zero"}.get(noise, "fresh") if shapes else None
+        cut: list[Skip] = []
+
+        def tick() -> bool:
+            """Check the budget (raises once it is spent); return True, recording the cut, once the net fires."""
+            self.check_budget()
+            if not self.net.fired():
+                return False
+            cut[:] = [self.net.cut_mid_attack(key)]
+            return True
+
+        iterations = max(s.iterations for s in settings)
+
+        def step(s: IGStep) -> None:
+            self.progress(f"{attack} {key}", s.iteration, iterations)
+            if self.on_step is not None:
+                self.on_step(s)
+
         res = invert(
             oracle,
             targets,
@@ -175,15 +196,15 @@ class Campaign:
             seed=self.seed,
             noise_shapes=shapes,
             noise=mode,
-            check_budget=lambda: self._tick(key),
-            on_step=self.on_step,
+            check_budget=tick,
+            on_step=step,
         )
-        rows = []
+        rows, recons = [], []
         for j, setting in enumerate(settings):
             recon = self.to_pixels(res.x[:, j])
             per_image = self._score(pix, recon)
             tag = key if len(settings) == 1 else f"{key}/{j}"
-            self.recons[tag] = recon.reshape(-1, *self.images.shape[1:]).cpu()
+            recons.append(Recon(tag, recon.reshape(-1, *self.images.shape[1:]).cpu()))
             row = IGRow(
                 key=tag,
                 attack=attack,
@@ -210,20 +231,8 @@ class Campaign:
                 per_image_psnr=[round(r["psnr"], 3) for r in per_image],
                 per_image_mse=[round(r["mse"], 6) for r in per_image],
             )
-            self.rows.append(row)
             rows.append(row)
-        return rows
-
-    def _tick(self, key: str) -> bool:
-        """Check the budget (raises once it is spent); return True, recording ``key`` as cut, once the net fires."""
-        self.check_budget()
-        if not self.net.fired():
-            return False
-        if not any(s.stage == key for s in self.cut):
-            self.cut.append(Skip(key, f"stopped mid-attack: the wall-clock safety net fired (less than "
-                                      f"{self.net.reserve:.0%} of the {self.net.total:g} s budget was left)",
-                                 cut_short=True))
-        return True
+        return Scored(tuple(rows), tuple(recons), tuple(cut))
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""
@@ -236,8 +245,8 @@ class Campaign:
             scores.extend(table[i][j] for i, j in zip(rows, cols))
         return scores
 
-    def run_dlg(self, key: str, iterations: int, *, idlg: bool) -> DLGRow:
-        """Run DLG (joint soft label) or iDLG (recovered label) on every image at batch 1."""
+    def run_dlg(self, key: str, iterations: int, *, idlg: bool) -> Scored:
+        """Run DLG (joint soft label) or iDLG (recovered label) on every image at batch 1; return its row."""
         pix, x, y = self.batches(1)
         eps = self.victim_noise(x)
         oracle = GradientOracle(self.model, [n for n, _ in self.model.named_parameters()])
@@ -246,6 +255,7 @@ class Campaign:
         start = time.monotonic()
         recon, guessed = [], []
         for i in range(x.shape[0]):
+            self.progress(f"{'iDLG' if idlg else 'DLG'} {key}", i, x.shape[0])
             with seeded_rng(self.seed * 7919 + i, self.device):
                 xi, yi, _ = dlg(
                     oracle,
@@ -261,7 +271,6 @@ class Campaign:
             guessed.append(yi)
         rec = self.to_pixels(torch.stack(recon))
         per_image = self._score(pix, rec)
-        self.recons[key] = rec.reshape(-1, *self.images.shape[1:]).cpu()
         acc = float((torch.stack(guessed).cpu() == y.cpu()).float().mean())
         row = DLGRow(
             key=key,
@@ -277,8 +286,7 @@ class Campaign:
             **summarise(per_image),
             per_image_ssim=[round(r["ssim"], 4) for r in per_image],
         )
-        self.rows.append(row)
-        return row
+        return Scored((row,), (Recon(key, rec.reshape(-1, *self.images.shape[1:]).cpu()),))
 
     def layer_inputs(self, modules: Sequence[str]) -> dict[str, torch.Tensor]:
         """Return every probe's input to each named module in the victim's batch-1 forward, (N, …) each."""

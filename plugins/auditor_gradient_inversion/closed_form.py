@@ -1,10 +1,12 @@
 """The closed-form stage: recoveries that need no search (a biased FC layer's input; a linear patch stem with a
 learnable positional embedding), run on every probe at batch 1 before anything is optimised.
 
-The posemb closed form also files its reconstruction in ``camp.recons`` (it is the grid's first entry).
+The posemb closed form also returns its reconstruction (the grid's first entry).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -14,9 +16,18 @@ from auditor_gradient_inversion import rules as R
 from auditor_gradient_inversion.attacks.analytic import fc_input, patch_embedding_inputs
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.oracle import GradientOracle, seeded_rng
+from auditor_gradient_inversion.rows import ProbeScore, Recon, Scored
 
 
-def closed_form(camp: Campaign, profile: ArchitectureProfile) -> list[Finding]:
+@dataclass(frozen=True)
+class ClosedForm:
+    """The closed forms' findings and the posemb reconstruction, when there is one (``scored.recons``)."""
+
+    findings: tuple[Finding, ...] = ()
+    scored: Scored = Scored()
+
+
+def closed_form(camp: Campaign, profile: ArchitectureProfile) -> ClosedForm:
     """Run the closed-form recoveries on every probe (batch 1) and return their findings.
 
     A biased FC layer's input counts as recovered only when the closed form beats the
@@ -35,7 +46,7 @@ def closed_form(camp: Campaign, profile: ArchitectureProfile) -> list[Finding]:
     if closed:
         names += [f"{stem.module}.weight", pos.param]
     if not names:
-        return out
+        return ClosedForm()
     oracle = GradientOracle(camp.model, names)
     grads = []
     for i in range(x.shape[0]):
@@ -76,18 +87,18 @@ def closed_form(camp: Campaign, profile: ArchitectureProfile) -> list[Finding]:
         grid = (x.shape[-2] // kernel, x.shape[-1] // kernel)
         rec = patch_embedding_inputs(grads[0][f"{stem.module}.weight"], grads[0][pos.param], kernel, grid)
         pixels = camp.to_pixels(rec)
-        m = image_scores(image[:, : pixels.shape[1], : pixels.shape[2]], pixels, "none")
-        if m["psnr"] >= 40:
+        m = ProbeScore(**image_scores(image[:, : pixels.shape[1], : pixels.shape[2]], pixels, "none"))
+        if m.psnr >= 40:
             out.append(
                 R.POSEMB.finding(
                     message=f"{stem.module} + {pos.param}: image recovered in closed form, "
-                    f"PSNR {m['psnr']:.1f} dB",
+                    f"PSNR {m.psnr:.1f} dB",
                     location=stem.module,
-                    evidence={"psnr_db": m["psnr"], "ssim": m["ssim"], "mse": m["mse"]},
+                    evidence={"psnr_db": m.psnr, "ssim": m.ssim, "mse": m.mse},
                 )
             )
-        camp.recons["posemb-closed-form"] = pixels.unsqueeze(0).cpu()
-    return out
+        return ClosedForm(tuple(out), Scored(recons=(Recon("posemb-closed-form", pixels.unsqueeze(0).cpu()),)))
+    return ClosedForm(tuple(out))
 
 
 def leave_one_out(v: torch.Tensor) -> torch.Tensor:

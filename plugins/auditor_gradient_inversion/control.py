@@ -27,7 +27,7 @@ from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.groups import last_linear
 from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_measurements, leaks
 from auditor_gradient_inversion.oracle import AUX_ATTR, seeded_rng
-from auditor_gradient_inversion.rows import Floors, Skip
+from auditor_gradient_inversion.rows import Floors, Scored, Skip
 from auditor_gradient_inversion.stochastic import split_parameters
 
 
@@ -157,20 +157,19 @@ class ControlRecord:
 
 @dataclass(frozen=True)
 class ControlOutcome:
-    """The control stage's result: its power check (empty when not attacked), its record, and why it was not run."""
+    """The control stage's result: its power check (empty when not attacked), its record, why it was not run, and
+    its reconstruction (``scored.recons``, shown in the grid; its row is not one of the model's)."""
 
     power: tuple[PowerCheck, ...] = ()
     record: ControlRecord | None = None
     skip: Skip | None = None
+    scored: Scored = Scored()
 
 
 def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSettings, floors: Floors, *, known: bool,
                    seed: int, graph: torch.fx.Graph | None = None
                    ) -> ControlOutcome:
-    """Attack the positive control with the winning setting, budget and probes; return its power check and record.
-
-    Its reconstruction is filed in ``camp.recons["control"]`` (shown in the grid).
-    """
+    """Attack the positive control with the winning setting, budget and probes; return its power check and record."""
     n = camp.images.shape[0]
     with seeded_rng(camp.seed, camp.device):
         ctrl = build_control(camp.model, profile, camp.to_model(camp.images.to(camp.device)), camp.num_classes,
@@ -193,10 +192,11 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
         num_classes=camp.num_classes,
         scaling=camp.scaling,
         check_budget=camp.check_budget,
+        progress=camp.progress,
     )
     names = [name for name, _ in ref.named_parameters()]
-    row = ref_camp.run_ig("control", "IG", names, 1, [best], known_labels=known)[0]
-    camp.recons["control"] = ref_camp.recons["control"]
+    attempt = ref_camp.run_ig("control", "IG", names, 1, [best], known_labels=known)
+    row = attempt.ig[0]
     ssim = image_measurements(row.per_probe(), floors, "", seed)[0]
     ci = f", 95 % CI [{ssim.ci[0]:.2f}, {ssim.ci[1]:.2f}]" if ssim.ci else ""
     passed = leaks(ssim)
@@ -212,4 +212,4 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
     )
     scored = ControlRecord(kind=ctrl.kind, model=ctrl.what, why=ctrl.why, ssim_mean=ssim.value, margin=ssim.margin,
                            margin_ci=ssim.ci, passed=passed)
-    return ControlOutcome(power=(check,), record=scored)
+    return ControlOutcome(power=(check,), record=scored, scored=Scored(recons=attempt.recons))

@@ -3,7 +3,7 @@ undefended baseline (the same model with its Gaussian noise held at 0)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from auditor.plugin import Finding, Measurement, measure
@@ -11,8 +11,8 @@ from auditor_gradient_inversion import rules as R
 from auditor_gradient_inversion.attacks.ig import IGSettings
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.metrics import MARGIN_SSIM, image_measurements, leaks
-from auditor_gradient_inversion.rows import Floors, IGRow, Skip
-from auditor_gradient_inversion.stochastic import StochasticSplit
+from auditor_gradient_inversion.rows import Floors, IGRow, Scored, Skip
+from auditor_gradient_inversion.stochastic import SamplingNode, StochasticSplit
 
 #: The setting Ignore and joint-ε also try beside the plain winner: the seed protocol's lr and TV
 #: (which broke PRECODE and CVB there) with the box init; the best of five settings for joint-ε
@@ -28,7 +28,7 @@ class DefenceVerdict:
     ``drop`` are set only when the baseline was attacked.
     """
 
-    sampling_nodes: list[dict[str, Any]]
+    sampling_nodes: tuple[SamplingNode, ...]
     ssim: dict[str, float]
     leaks: dict[str, bool]
     baseline_ssim: float | None
@@ -40,7 +40,7 @@ class DefenceVerdict:
     def as_dict(self) -> dict[str, Any]:
         """Return the verdict as reported in ``metrics.stochastic_defence`` and in its findings' evidence."""
         out: dict[str, Any] = {
-            "sampling_nodes": self.sampling_nodes,
+            "sampling_nodes": [asdict(s) for s in self.sampling_nodes],
             **{f"{k.replace('-', '_')}_ssim": v for k, v in self.ssim.items()},
             "leaks": self.leaks,
             "baseline_ssim": self.baseline_ssim,
@@ -53,19 +53,22 @@ class DefenceVerdict:
 
 @dataclass(frozen=True)
 class Defence:
-    """What the defence stage did: the verdict (None on a deterministic model) and the attacks it left out."""
+    """What the defence stage did: the verdict (None on a deterministic model), the attacks it left out and ran."""
 
     verdict: DefenceVerdict | None = None
     skips: tuple[Skip, ...] = ()
+    scored: Scored = Scored()
 
 
 @dataclass(frozen=True)
 class _Adaptive:
-    """Ignore's and joint-ε's best rows beside the plain winner (by attack), the undefended baseline, the skips."""
+    """Ignore's and joint-ε's best rows beside the plain winner (by attack), the undefended baseline, the skips,
+    and every attack they ran."""
 
     rows: dict[str, IGRow]
     baseline: IGRow | None
     skips: tuple[Skip, ...]
+    scored: Scored
 
 
 def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: IGSettings, floors: Floors, *,
@@ -84,14 +87,14 @@ def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: I
     rows, baseline = adaptive.rows, adaptive.baseline
     ssim = {k: image_measurements(r.per_probe(), floors, "", seed)[0] for k, r in rows.items()}
     verdict = DefenceVerdict(
-        sampling_nodes=[s.__dict__ for s in split.sampling],
+        sampling_nodes=tuple(split.sampling),
         ssim={k: r.ssim_mean for k, r in rows.items()},
         leaks={k: leaks(m) for k, m in ssim.items()},
         baseline_ssim=baseline.ssim_mean if baseline else None,
     )
     strongest = max(rows, key=lambda k: rows[k].ssim_mean)
     if baseline is None:
-        return Defence(verdict, adaptive.skips)
+        return Defence(verdict, adaptive.skips, adaptive.scored)
     base_leaks = leaks(image_measurements(baseline.per_probe(), floors, "", seed)[0])
     drop = measure(
         "ssim-drop",
@@ -108,7 +111,7 @@ def attack_defence(camp: Campaign, split: StochasticSplit, plain: IGRow, best: I
     text = defence_verdict(base_leaks, any(verdict.leaks.values()), drop, strongest, rows[strongest].ssim_mean,
                            baseline.ssim_mean)
     return Defence(replace(verdict, drop=drop, baseline_leaks=base_leaks, strongest_attack=strongest, verdict=text),
-                   adaptive.skips)
+                   adaptive.skips, adaptive.scored)
 
 
 def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: IGRow, best: IGSettings,
@@ -117,6 +120,7 @@ def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: IGRow, best
     everything = [name for name, _ in camp.model.named_parameters()]
     rows: dict[str, IGRow] = {"plain": plain}
     skips: list[Skip] = []
+    scored = Scored()
     adaptive = [best]
     if (best.lr, best.tv_weight, best.init) != ADAPTIVE:
         adaptive.append(replace(best, lr=ADAPTIVE[0], tv_weight=ADAPTIVE[1], init=ADAPTIVE[2]))
@@ -125,26 +129,24 @@ def _adaptive_attacks(camp: Campaign, split: StochasticSplit, plain: IGRow, best
     elif (cut := camp.net.stops("Ignore")) is not None:
         skips.append(cut)
     else:
-        rows["ignore"] = max(
-            camp.run_ig("ignore-b1", "Ignore+IG", split.upstream, 1, adaptive, known_labels=known),
-            key=lambda r: r.ssim_mean,
-        )
+        ignore = camp.run_ig("ignore-b1", "Ignore+IG", split.upstream, 1, adaptive, known_labels=known)
+        scored += ignore
+        rows["ignore"] = max(ignore.ig, key=lambda r: r.ssim_mean)
     if not split.gaussian_only:
         skips.append(Skip("joint-eps and the undefended baseline", "only Gaussian sampling nodes are modelled"))
-        return _Adaptive(rows, None, tuple(skips))
+        return _Adaptive(rows, None, tuple(skips), scored)
     if (cut := camp.net.stops("joint-eps")) is not None:
         skips.append(cut)
     else:
-        rows["joint-eps"] = max(
-            camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
-                        noise="joint"),
-            key=lambda r: r.ssim_mean,
-        )
+        joint = camp.run_ig("joint-eps-b1", "joint-eps+IG", everything, 1, adaptive, known_labels=known,
+                            noise="joint")
+        scored += joint
+        rows["joint-eps"] = max(joint.ig, key=lambda r: r.ssim_mean)
     if (cut := camp.net.stops("undefended baseline")) is not None:
-        return _Adaptive(rows, None, (*skips, cut))
-    baseline = camp.run_ig("undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
-                           noise="zero")[0]
-    return _Adaptive(rows, baseline, tuple(skips))
+        return _Adaptive(rows, None, (*skips, cut), scored)
+    base = camp.run_ig("undefended-b1", "IG (noise held at 0)", everything, 1, [best], known_labels=known,
+                       noise="zero")
+    return _Adaptive(rows, base.ig[0], tuple(skips), scored + base)
 
 
 def defence_verdict(
@@ -189,7 +191,7 @@ def defence_findings(defence: DefenceVerdict) -> list[Finding]:
             R.DEFENCE_HELD.finding(
                 message=f"SSIM drop {drop.margin:.2f} from the undefended baseline "
                 f"({defence.baseline_ssim:.2f}) to the strongest attack ({defence.strongest_attack}), "
-                f"95 % CI {verdict['drop']['ci']}; SSIM: {attacks}; EOT and generative-prior attacks were not run",
+                f"95 % CI {drop.ci}; SSIM: {attacks}; EOT and generative-prior attacks were not run",
                 evidence=verdict,
             )
         ]

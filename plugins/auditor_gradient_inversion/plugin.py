@@ -44,9 +44,10 @@ from auditor_gradient_inversion.probes import floors as probe_floors
 from auditor_gradient_inversion.probes import open_campaign, private_inputs
 from auditor_gradient_inversion.ranking import rank_groups
 from auditor_gradient_inversion.report import Attacked
-from auditor_gradient_inversion.rows import Floors, IGRow, Skip
+from auditor_gradient_inversion.rows import Floors, IGRow, Scored, Skip
 from auditor_gradient_inversion.search import Search, search
 from auditor_gradient_inversion.stochastic import StochasticSplit, split_parameters
+from auditor_gradient_inversion.threat import THREAT
 
 
 class GradientInversionPlugin:
@@ -54,6 +55,7 @@ class GradientInversionPlugin:
 
     name = "gradient-inversion"
     family = "gradient-inversion"
+    threat = THREAT
     summary = "Inverting Gradients (searched), DLG/iDLG, analytic FC and pos-emb recovery, Ignore, joint-eps."
     requires = Requirements(budget_s=600, expensive=True, gradients=True, image_input=True)
     Config: ClassVar[type[GradientInversionConfig]] = GradientInversionConfig
@@ -80,23 +82,24 @@ class GradientInversionPlugin:
         camp, bn_note = open_campaign(ctx, cfg, probes)
         known = cfg.label_mode == "known"
         floors = probe_floors(camp, known, probes.pool)
-        found = closed_form(camp, ctx.profile)
+        closed = closed_form(camp, ctx.profile)
         split = split_parameters(camp.model)
         searched = search(camp, cfg, floors, known=known, seed=ctx.seed)
         attacked = Attacked()
         if searched.winner is not None:
             attacked = _attack_at_winner(camp, cfg, ctx, searched, searched.winner, split, floors, known)
-        dlg = _dlg(camp, cfg) if cfg.run_dlg else []
-        skips = [*camp.cut, *([searched.skip] if searched.skip else []), *attacked.skips, *dlg]
-        found += report.findings(camp, floors, attacked, ctx.seed)
+        dlg_skips, dlg = _dlg(camp, cfg) if cfg.run_dlg else ([], Scored())
+        scored = closed.scored + searched.scored + attacked.scored + dlg
+        skips = [*scored.cut, *([searched.skip] if searched.skip else []), *attacked.skips, *dlg_skips]
+        found = [*closed.findings, *report.findings(scored, floors, attacked, ctx.seed)]
         for skip in skips:
             if skip.cut_short:
                 ctx.cut_short(skip.text)
         return PluginResult(
             findings=[f.model_copy(update={"source": self.name}) for f in found],
-            metrics=report.metrics(camp, searched, floors, attacked, skips),
+            metrics=report.metrics(camp, scored, searched, floors, attacked, skips),
             provenance=report.provenance(ctx, cfg, camp, probes.description, bn_note, split),
-            artifacts=[report.grid(probes.images, camp)],
+            artifacts=[report.grid(probes.images, scored)],
             headline=list(attacked.headline),
             power=list(attacked.power),
             undecided=[searched.undecided] if searched.undecided else [],
@@ -107,10 +110,11 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
                       winner: IGRow, split: StochasticSplit, floors: Floors, known: bool) -> Attacked:
     """Attack at the search's winning setting: other batch sizes, adaptive attacks, groups, control."""
     best = searched.settings[winner.key]
-    skips = _other_batches(camp, cfg, best, known)
+    skips, others = _other_batches(camp, cfg, best, known)
     defence = attack_defence(camp, split, winner, best, floors, known=known, seed=ctx.seed)
     ranking = rank_groups(camp, parameter_groups(camp.model, ctx.profile), cfg, best, known=known)
-    batch1 = [r for r in camp.rows if isinstance(r, IGRow) and r.group == "all" and r.batch_size == 1]
+    scored = others + defence.scored + ranking.scored
+    batch1 = [r for r in (searched.scored + scored).ig if r.group == "all" and r.batch_size == 1]
     strongest = max((r for r in batch1 if r.noise != "zero"), key=lambda r: r.ssim_mean)
     headline = image_measurements(strongest.per_probe(), floors, searched.how(strongest, camp.seed), ctx.seed)
     if defence.verdict is not None and defence.verdict.drop is not None:
@@ -118,15 +122,17 @@ def _attack_at_winner(camp: Campaign, cfg: GradientInversionConfig, ctx: RunCont
     skips += [*defence.skips, *ranking.skips]
     if not cfg.control:
         skips.append(Skip("positive control", "switched off (control = false), so power is not shown"))
-        return Attacked(tuple(headline), (), defence.verdict, ranking, None, tuple(skips))
+        return Attacked(tuple(headline), (), defence.verdict, ranking, None, tuple(skips), scored)
     control = attack_control(camp, ctx.profile, best, floors, known=known, seed=ctx.seed, graph=ctx.graph)
     skips += [control.skip] if control.skip else []
-    return Attacked(tuple(headline), control.power, defence.verdict, ranking, control.record, tuple(skips))
+    return Attacked(tuple(headline), control.power, defence.verdict, ranking, control.record, tuple(skips),
+                    scored + control.scored)
 
 
-def _other_batches(camp: Campaign, cfg: GradientInversionConfig, best: IGSettings, known: bool) -> list[Skip]:
-    """Run IG at the winning setting at every configured batch size above 1; return the ones left out."""
-    n, skips = camp.images.shape[0], []
+def _other_batches(camp: Campaign, cfg: GradientInversionConfig, best: IGSettings, known: bool
+                   ) -> tuple[list[Skip], Scored]:
+    """Run IG at the winning setting at every configured batch size above 1; return the ones left out and run."""
+    n, skips, scored = camp.images.shape[0], [], Scored()
     names = [name for name, _ in camp.model.named_parameters()]
     for batch in cfg.batch_sizes:
         if batch == 1:
@@ -136,16 +142,16 @@ def _other_batches(camp: Campaign, cfg: GradientInversionConfig, best: IGSetting
         elif (cut := camp.net.stops(f"IG batch {batch}")) is not None:
             skips.append(cut)
         else:
-            camp.run_ig(f"ig-b{batch}", "IG", names, batch, [best], known_labels=known)
-    return skips
+            scored += camp.run_ig(f"ig-b{batch}", "IG", names, batch, [best], known_labels=known)
+    return skips, scored
 
 
-def _dlg(camp: Campaign, cfg: GradientInversionConfig) -> list[Skip]:
-    """Run DLG and iDLG unless the safety net stops them; return the ones left out."""
-    skips = []
+def _dlg(camp: Campaign, cfg: GradientInversionConfig) -> tuple[list[Skip], Scored]:
+    """Run DLG and iDLG unless the safety net stops them; return the ones left out and the ones run."""
+    skips, scored = [], Scored()
     for idlg in (False, True):
         if (cut := camp.net.stops("iDLG" if idlg else "DLG")) is not None:
             skips.append(cut)
         else:
-            camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
-    return skips
+            scored += camp.run_dlg("idlg" if idlg else "dlg", cfg.iterations, idlg=idlg)
+    return skips, scored

@@ -103,6 +103,7 @@ def open_campaign(ctx: RunContext, cfg: GradientInversionConfig, probes: Probes,
         check_budget=ctx.check_budget,
         net=SafetyNet(ctx.budget_s, ctx.remaining_s),
         on_step=on_step,
+        progress=ctx.progress,
     )
     return camp, bn_note
 

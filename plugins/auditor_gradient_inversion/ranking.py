@@ -10,15 +10,19 @@ from dataclasses import dataclass
 from auditor_gradient_inversion.attacks.ig import IGSettings
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import GradientInversionConfig
-from auditor_gradient_inversion.rows import IGRow, RankRow, Skip
+from auditor_gradient_inversion.rows import IGRow, RankRow, Scored, Skip
 
 
 @dataclass(frozen=True)
 class Ranking:
-    """The groups attacked, most leaking first, each with its scored IG row, and the groups the budget left out."""
+    """The groups attacked, most leaking first, each with its scored IG row, and the groups the budget left out.
+
+    ``scored`` holds the attacks in the order they ran (not ranked).
+    """
 
     rows: tuple[tuple[RankRow, IGRow], ...] = ()
     skips: tuple[Skip, ...] = ()
+    scored: Scored = Scored()
 
     @property
     def ranked(self) -> list[RankRow]:
@@ -41,6 +45,7 @@ def rank_groups(camp: Campaign, groups: dict[str, list[str]], cfg: GradientInver
     )
     ranking: list[tuple[RankRow, IGRow]] = []
     skips: list[Skip] = []
+    scored = Scored()
     for group in cfg.groups:
         names = groups.get(group, [])
         if not names:
@@ -48,9 +53,11 @@ def rank_groups(camp: Campaign, groups: dict[str, list[str]], cfg: GradientInver
         if (cut := camp.net.stops(f"group {group}")) is not None:
             skips.append(cut)
             continue
-        row = camp.run_ig(f"group-{group}", "IG", names, 1, [setting], known_labels=known, group=group)[0]
+        attempt = camp.run_ig(f"group-{group}", "IG", names, 1, [setting], known_labels=known, group=group)
+        scored += attempt
+        row = attempt.ig[0]
         rank = RankRow(key=row.key, group=group, tensors=len(names), elements=row.param_elements,
                        ssim_mean=row.ssim_mean, psnr_mean=row.psnr_mean)
         ranking.append((rank, row))
     ranking.sort(key=lambda r: (-r[0].ssim_mean, -r[0].psnr_mean))
-    return Ranking(tuple(ranking), tuple(skips))
+    return Ranking(tuple(ranking), tuple(skips), scored)

@@ -30,7 +30,7 @@ from auditor_gradient_inversion.control import ControlRecord
 from auditor_gradient_inversion.defence import DefenceVerdict, defence_findings
 from auditor_gradient_inversion.metrics import MARGIN_SSIM, SUCCESS_SSIM, image_measurements, judge
 from auditor_gradient_inversion.ranking import Ranking
-from auditor_gradient_inversion.rows import Floors, IGRow, Skip
+from auditor_gradient_inversion.rows import Floors, IGRow, Scored, Skip
 from auditor_gradient_inversion.search import Search
 from auditor_gradient_inversion.stochastic import StochasticSplit
 
@@ -40,7 +40,8 @@ TRIED_FIELDS = ("key", "setting", "ssim_mean", "psnr_mean", "steps_mean", "secon
 
 @dataclass(frozen=True)
 class Attacked:
-    """What the attacks at the winning setting found: headline, power, defence verdict, ranking, control, skips."""
+    """What the attacks at the winning setting found: headline, power, defence verdict, ranking, control, skips,
+    and every attack they ran (``scored``, in run order)."""
 
     headline: tuple[Measurement, ...] = ()
     power: tuple[PowerCheck, ...] = ()
@@ -48,12 +49,13 @@ class Attacked:
     ranking: Ranking = field(default_factory=Ranking)
     control: ControlRecord | None = None
     skips: tuple[Skip, ...] = ()
+    scored: Scored = Scored()
 
 
-def findings(camp: Campaign, floors: Floors, attacked: Attacked, seed: int) -> list[Finding]:
+def findings(scored: Scored, floors: Floors, attacked: Attacked, seed: int) -> list[Finding]:
     """Turn the scored rows into findings: every reconstruction is judged on its margin over the floor."""
     out: list[Finding] = []
-    ig = [r for r in camp.rows if isinstance(r, IGRow) and r.attack == "IG" and r.group == "all"]
+    ig = [r for r in scored.ig if r.attack == "IG" and r.group == "all"]
     search = [r for r in ig if r.batch_size == 1]
     judged = [max(search, key=lambda r: r.ssim_mean)] if search else []
     judged += [r for r in ig if r.batch_size > 1]
@@ -121,20 +123,22 @@ def _reconstruction_finding(row: IGRow, floors: Floors, seed: int) -> list[Findi
     return []
 
 
-def metrics(camp: Campaign, search: Search, floors: Floors, attacked: Attacked, skips: list[Skip]) -> dict[str, Any]:
+def metrics(camp: Campaign, scored: Scored, search: Search, floors: Floors, attacked: Attacked, skips: list[Skip]
+            ) -> dict[str, Any]:
     """Return the plugin's metrics, with LPIPS beside every row when it can run."""
     lp_ok, lp_reason = lpips_status()
     lpips: dict[str, float] = {}
     if lp_ok:
-        for row in camp.rows:
-            orig = camp.images[: camp.recons[row.key].shape[0]]
-            lpips[row.key] = sum(lpips_distances(orig, camp.recons[row.key])) / orig.shape[0]
+        recons = {r.key: r.pixels for r in scored.recons}
+        for row in scored.rows:
+            orig = camp.images[: recons[row.key].shape[0]]
+            lpips[row.key] = sum(lpips_distances(orig, recons[row.key])) / orig.shape[0]
 
     def as_json(row: Any) -> dict[str, Any]:
         return asdict(row) | ({"lpips_mean": lpips[row.key]} if row.key in lpips else {})
 
     return {
-        "settings": [as_json(r) for r in camp.rows],
+        "settings": [as_json(r) for r in scored.rows],
         "search": {
             "winner": None if search.winner is None else as_json(search.winner),
             "stopped": search.stopped,
@@ -151,9 +155,9 @@ def metrics(camp: Campaign, search: Search, floors: Floors, attacked: Attacked, 
     }
 
 
-def grid(images: torch.Tensor, camp: Campaign) -> Artifact:
+def grid(images: torch.Tensor, scored: Scored) -> Artifact:
     """Return the grid of originals and the first reconstructions as a PNG artifact."""
-    shown = [("original", images)] + [(k, v) for k, v in camp.recons.items()][:9]
+    shown = [("original", images)] + list({r.key: r.pixels for r in scored.recons}.items())[:9]
     return Artifact(
         name="gradient-inversion-grid.png",
         media_type="image/png",

@@ -1,6 +1,7 @@
 """The typed values the gradient-inversion stages hand each other: scored rows, skips, floors.
 
-A stage returns these instead of appending to shared lists; they become JSON only at the end
+A stage returns these instead of appending to shared lists (every attack call returns a
+:class:`Scored`, which its stage hands on in its own result); they become JSON only at the end
 (``report.metrics``, with :func:`dataclasses.asdict`), so a field renamed here is renamed in the
 report and nowhere needs a string key.
 """
@@ -8,6 +9,8 @@ report and nowhere needs a string key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from auditor.plugin import Floor
 
@@ -121,3 +124,40 @@ class RankRow:
     elements: int
     ssim_mean: float
     psnr_mean: float
+
+
+@dataclass(frozen=True)
+class ProbeScore:
+    """One probe's reconstruction scored against the original (:func:`auditor.plugin.image_scores`)."""
+
+    mse: float
+    psnr: float
+    ssim: float
+
+
+@dataclass(frozen=True)
+class Recon:
+    """A reconstruction for the grid (and LPIPS): the row key (or stage) that made it and its [0, 1] pixels."""
+
+    key: str
+    pixels: torch.Tensor  # (N, C, H, W) on the CPU
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What attack calls produced, in the order they ran: scored rows, reconstructions, attacks stopped mid-descent.
+
+    Each stage returns the :class:`Scored` of its attacks in its result; ``+`` joins them in run order.
+    """
+
+    rows: tuple[IGRow | DLGRow, ...] = ()
+    recons: tuple[Recon, ...] = ()
+    cut: tuple[Skip, ...] = ()
+
+    def __add__(self, other: Scored) -> Scored:
+        return Scored(self.rows + other.rows, self.recons + other.recons, self.cut + other.cut)
+
+    @property
+    def ig(self) -> list[IGRow]:
+        """Return the IG rows (DLG's left out)."""
+        return [r for r in self.rows if isinstance(r, IGRow)]

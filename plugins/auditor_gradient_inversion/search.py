@@ -8,7 +8,7 @@ from auditor_gradient_inversion.attacks.ig import IGSettings
 from auditor_gradient_inversion.campaign import Campaign
 from auditor_gradient_inversion.config import GradientInversionConfig
 from auditor_gradient_inversion.metrics import image_measurements, leaks
-from auditor_gradient_inversion.rows import Floors, IGRow, Skip
+from auditor_gradient_inversion.rows import Floors, IGRow, Scored, Skip
 
 #: IG settings (learning rate, TV weight, init) searched by default, in stages; the search stops
 #: after the first stage whose best setting establishes a leak. These stages and the preset's iterations are
@@ -25,7 +25,8 @@ class Search:
     """The staged IG search at batch 1: the best row, every setting by row key, why it stopped, the rows tried.
 
     ``skip`` is the stage the wall-clock safety net stopped (cut short: the run is then inconclusive);
-    ``undecided`` says why nothing was attacked when the net fired before the first stage.
+    ``undecided`` says why nothing was attacked when the net fired before the first stage; ``scored``
+    holds the search's rows (``tried``) with their reconstructions.
     """
 
     winner: IGRow | None
@@ -34,6 +35,7 @@ class Search:
     tried: list[IGRow]
     skip: Skip | None = None
     undecided: str | None = None
+    scored: Scored = Scored()
 
     def how(self, row: IGRow, seed: int) -> str:
         """Say which attack, settings, budget, probes and seed produced ``row``."""
@@ -81,7 +83,7 @@ def search(camp: Campaign, cfg: GradientInversionConfig, floors: Floors, *, know
     """
     names = [n for n, _ in camp.model.named_parameters()]
     staged = stages(cfg)
-    tried: list[IGRow] = []
+    scored = Scored()
     settings: dict[str, IGSettings] = {}
     winner, stopped, skip = None, "every stage run", None
     for k, stage in enumerate(staged):
@@ -89,13 +91,14 @@ def search(camp: Campaign, cfg: GradientInversionConfig, floors: Floors, *, know
         if skip is not None:
             stopped = skip.text
             break
-        rows = camp.run_ig(f"ig-b1-s{k + 1}", "IG", names, 1, stage, known_labels=known)
-        settings.update({r.key: s for r, s in zip(rows, stage)})
-        tried += rows
-        winner = max(tried, key=lambda r: r.ssim_mean)
+        attempt = camp.run_ig(f"ig-b1-s{k + 1}", "IG", names, 1, stage, known_labels=known)
+        settings.update({r.key: s for r, s in zip(attempt.ig, stage)})
+        scored += attempt
+        winner = max(scored.ig, key=lambda r: r.ssim_mean)
         if leaks(image_measurements(winner.per_probe(), floors, "", seed)[0]):
             stopped = f"leak established after stage {k + 1} of {len(staged)}"
             break
     undecided = "the safety net stopped the IG search before its first stage, so nothing was attacked" \
         if winner is None else None
-    return Search(winner=winner, settings=settings, stopped=stopped, tried=tried, skip=skip, undecided=undecided)
+    return Search(winner=winner, settings=settings, stopped=stopped, tried=scored.ig, skip=skip, undecided=undecided,
+                  scored=scored)

@@ -37,6 +37,7 @@ from auditor_membership_inference.resolve import resolvability
 from auditor_membership_inference.rules import RULES
 from auditor_membership_inference.scoring import HEADLINE_ORDER, References, headline_attack, phi, scores
 from auditor_membership_inference.tail import tail_guard, target_names
+from auditor_membership_inference.threat import THREAT
 from auditor_membership_inference.verdict import Evidence, headline, judge, net_epsilon
 
 
@@ -51,6 +52,7 @@ class MembershipInferencePlugin:
 
     name = "membership-inference"
     family = "membership-inference"
+    threat = THREAT
     summary = "Blind baseline, metric, shadow-MLP and LiRA membership inference on --data train/ vs test/."
     requires = Requirements(data=True, labels=True, budget_s=1800, expensive=True, splits=("train", "test"))
     Config: ClassVar[type[MembershipInferenceConfig]] = MembershipInferenceConfig

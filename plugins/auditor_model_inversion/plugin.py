@@ -34,6 +34,7 @@ from auditor_model_inversion.prepare import Setup, fit_judge, setup, ticker
 from auditor_model_inversion.results import ClassScores, ControlRecord, InversionMetrics, Scored
 from auditor_model_inversion.rules import ATTACK_ACCURACY, LAST_STAGE_SKIPS, RULES
 from auditor_model_inversion.stats import guess_accuracy, permutation_p_value
+from auditor_model_inversion.threat import THREAT
 
 #: What a model-inversion finding means, stated in every report.
 MEASURED = (
@@ -55,6 +56,7 @@ class ModelInversionPlugin:
 
     name = "model-inversion"
     family = "model-inversion"
+    threat = THREAT
     summary = (
         "White-box class inversion (VAE latent search on public/, or pixels) judged by a model trained on train/."
     )

@@ -43,6 +43,7 @@ from auditor_split_inversion.rules import (
     WEAK_ATTACKER,
 )
 from auditor_split_inversion.scores import SplitAuditResult, SplitRow
+from auditor_split_inversion.threat import THREAT
 from auditor_split_inversion.verdict import METRICS, SplitFloor, judge_defence
 
 #: The margins' 95 % bootstrap intervals are reported over at least this many probes (else undecided).
@@ -79,6 +80,7 @@ class SplitInversionPlugin:
 
     name = "split-inversion"
     family = "split-inversion"
+    threat = THREAT
     summary = ("Split-computing feature inversion (data-free DCI + rMLE) per split point, with a noise-defence "
                "curve and an opt-in Ensembler evaluation.")
     requires = Requirements(budget_s=900, expensive=True, image_input=True)

@@ -9,10 +9,9 @@ number uses, so its AUC is a floor the model's attacks must clear text by text.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from auditor_text_membership.evidence import Blind
 from auditor_text_membership.stats import auc_ci
 
 
@@ -59,22 +58,22 @@ def blind_scores(texts: list[str], member: np.ndarray, select: np.ndarray, seed:
 
 
 def blind_baseline(texts: list[str], member: np.ndarray, select: np.ndarray, *, margin: float, n_boot: int,
-                   seed: int) -> dict[str, Any]:
-    """Return the blind classifier's held-out AUC with its CI, per-text scores, and whether the sets differ."""
+                   seed: int) -> tuple[Blind, np.ndarray]:
+    """Return the blind classifier's held-out AUC with its CI and whether the sets differ, and per-text scores."""
     scores = blind_scores(texts, member, select, seed)
     rep = ~select
     held = auc_ci(member[rep], scores[rep], n_boot, seed)
-    shifted = bool(held["auc_ci95"][0] > 0.5 + margin)
-    return {**held, "shifted": shifted, "margin": margin, "scores": scores,
-            "how": "logistic regression on TF-IDF character 2-4-grams, word 1-2-grams and length statistics of "
-                   "the texts alone (no model query), fitted on the selection half, AUC on the report half; "
-                   f"not exchangeable when the AUC's 95% CI lower end exceeds 0.5 + {margin:g}"}
+    shifted = bool(held.auc_ci95[0] > 0.5 + margin)
+    return Blind(auc=held.auc, auc_ci95=held.auc_ci95, shifted=shifted, margin=margin,
+                 how="logistic regression on TF-IDF character 2-4-grams, word 1-2-grams and length statistics of "
+                     "the texts alone (no model query), fitted on the selection half, AUC on the report half; "
+                     f"not exchangeable when the AUC's 95% CI lower end exceeds 0.5 + {margin:g}"), scores
 
 
-def advice(blind: dict[str, Any]) -> str:
+def advice(blind: Blind) -> str:
     """Return why the run cannot judge membership when the blind baseline separates the sets."""
-    lo, hi = blind["auc_ci95"]
+    lo, hi = blind.auc_ci95
     return (f"members and non-members differ as texts: a classifier that never queries the model tells train from "
-            f"test with AUC {blind['auc']:.3f} (95% CI {lo:.3f}-{hi:.3f}, held out) above 0.5 + {blind['margin']:g}; "
+            f"test with AUC {blind.auc:.3f} (95% CI {lo:.3f}-{hi:.3f}, held out) above 0.5 + {blind.margin:g}; "
             "any attack on the model inherits that difference, so no membership, extraction or DP claim is made; "
             "draw test.jsonl from the same source and time as train.jsonl (a random split of one pool) and re-run")

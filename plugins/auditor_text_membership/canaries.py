@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from auditor_text_membership.data import Canary, encode, redact
+from auditor_text_membership.evidence import CanaryExposure
 from auditor_text_membership.lm import token_stats
 
 _CLASSES = (string.digits, string.ascii_lowercase, string.ascii_uppercase)
@@ -65,7 +66,7 @@ def _rank_exposure(score: float, cand: np.ndarray, space: int, enumerated: bool)
 
 def exposures(model: nn.Module, tokenizer: Any, canaries: list[Canary], *, budget: int, max_tokens: int,
               batch: int, seed: int, device: torch.device, show: bool, tick: Callable[[], None]
-              ) -> list[dict[str, Any]]:
+              ) -> list[CanaryExposure]:
     """Return every canary's exposure, p-value and rank, and the same for a fresh (never-trained) twin."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -80,9 +81,9 @@ def exposures(model: nn.Module, tokenizer: Any, canaries: list[Canary], *, budge
         others = np.concatenate([ppl[:1], np.delete(ppl[1:], j - 1)])
         exp_fresh, p_fresh, _ = _rank_exposure(ppl[j], others, space, enumerated)
         ids = encode(tokenizer, [c.text], max_tokens)[0]
-        rows.append({"canary": redact(tokenizer, ids, show), "space": space, "candidates": len(cands),
-                     "enumerated": enumerated, "rank": rank, "exposure": round(exp_true, 3),
-                     "p_value": float(f"{p_true:.4g}"), "fresh_twin_exposure": round(exp_fresh, 3),
-                     "fresh_twin_p_value": float(f"{p_fresh:.4g}"),
-                     "max_exposure": round(math.log2(space) if enumerated else math.log2(len(cands) + 1), 3)})
+        rows.append(CanaryExposure(
+            canary=redact(tokenizer, ids, show), space=space, candidates=len(cands), enumerated=enumerated, rank=rank,
+            exposure=round(exp_true, 3), p_value=float(f"{p_true:.4g}"), fresh_twin_exposure=round(exp_fresh, 3),
+            fresh_twin_p_value=float(f"{p_fresh:.4g}"),
+            max_exposure=round(math.log2(space) if enumerated else math.log2(len(cands) + 1), 3)))
     return rows

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
@@ -11,6 +10,7 @@ from torch import nn
 
 from auditor.plugin import PowerCheck
 from auditor_text_membership.config import TextMembershipConfig
+from auditor_text_membership.evidence import Control
 from auditor_text_membership.lm import TokenStats, fine_tune, token_stats
 from auditor_text_membership.scores import attack_scores
 from auditor_text_membership.stats import auc, auc_ci, selection_half
@@ -25,7 +25,7 @@ def _subset(stats: TokenStats | None, idx: np.ndarray) -> TokenStats | None:
 
 def run_control(model: nn.Module, cfg: TextMembershipConfig, texts: list[str], seqs: list[list[int]],
                 ref: TokenStats | None, *, seed: int, device: torch.device, tick: Callable[[], None]
-                ) -> tuple[dict[str, Any], PowerCheck]:
+                ) -> tuple[Control, PowerCheck]:
     """Fine-tune ``model`` (the plugin's own copy, in place: call it last) on half of ``texts``; attack it.
 
     ``texts`` are non-members; a seeded half become the control's members. Every attack scores the
@@ -44,14 +44,14 @@ def run_control(model: nn.Module, cfg: TextMembershipConfig, texts: list[str], s
     select = selection_half(planted, seed)
     best = max(got, key=lambda name: auc(planted[select], got[name][select]))
     held = auc_ci(planted[~select], got[best][~select], cfg.bootstrap, seed)
-    low = held["auc_ci95"][0]
+    low = held.auc_ci95[0]
     how = (f"{best} (best AUC on the selection half) on the report half. The control: the audited model's own "
-           f"weights fine-tuned (Adam lr {cfg.lr:g}, {fit['epochs']} epoch(s), final loss {fit['final_loss']} "
+           f"weights fine-tuned (Adam lr {cfg.lr:g}, {fit.epochs} epoch(s), final loss {fit.final_loss} "
            f"nats/token) on {int(planted.sum())} of {len(idx)} held-out texts, against the other "
            f"{int((~planted).sum())}; the same attacks, settings and reference. Why: the audited model itself made "
            "to hold a known set of members, so the attacks must tell that set apart at the same budget")
     check = PowerCheck(control="the audited LM fine-tuned briefly on a few held-out texts",
                        metric="held-out AUC (fine-tuned texts vs other held-out texts), 95% CI lower bound",
                        value=low, required=cfg.control_min_auc, passed=bool(low >= cfg.control_min_auc), how=how)
-    return {"best_attack": best, **held, "fine_tune": fit, "control_members": int(planted.sum()),
-            "control_non_members": int((~planted).sum()), "how": how}, check
+    return Control(best_attack=best, auc=held.auc, auc_ci95=held.auc_ci95, fine_tune=fit,
+                   control_members=int(planted.sum()), control_non_members=int((~planted).sum()), how=how), check

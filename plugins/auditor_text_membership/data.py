@@ -30,7 +30,15 @@ class TextData:
     canaries: list[Canary]
 
 
-def read_texts(path: Path) -> list[Any]:
+@dataclass(frozen=True)
+class TextRecord:
+    """One text of a split file: its ``text`` and, in a ``.jsonl`` record, its ``secret`` (what canaries declare)."""
+
+    text: str
+    secret: object = None
+
+
+def read_texts(path: Path) -> list[TextRecord]:
     """Return the records of a ``.jsonl`` (one JSON object per line) or the lines of a ``.txt`` (blank lines skipped).
 
     Raises:
@@ -38,16 +46,17 @@ def read_texts(path: Path) -> list[Any]:
     """
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     if path.suffix != ".jsonl":
-        return lines
+        return [TextRecord(line) for line in lines]
     records = []
     for n, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PluginSkipped(f"{path.name} line {n}: not JSON ({exc.msg})") from exc
-        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+        text = rec.get("text") if isinstance(rec, dict) else None
+        if not isinstance(text, str):
             raise PluginSkipped(f"{path.name} line {n}: expected an object with a string 'text'")
-        records.append(rec)
+        records.append(TextRecord(text, rec.get("secret")))
     return records
 
 
@@ -55,7 +64,7 @@ def _texts(path: Path | None) -> list[str]:
     """Return the plain texts of one split file (empty when absent)."""
     if path is None:
         return []
-    return [r if isinstance(r, str) else r["text"] for r in read_texts(path)]
+    return [r.text for r in read_texts(path)]
 
 
 def _canaries(path: Path | None) -> list[Canary]:
@@ -64,11 +73,9 @@ def _canaries(path: Path | None) -> list[Canary]:
         return []
     out = []
     for n, rec in enumerate(read_texts(path), 1):
-        secret = rec.get("secret") if isinstance(rec, dict) else None
-        text = rec["text"] if isinstance(rec, dict) else rec
-        if not isinstance(secret, str) or not secret or secret not in text:
+        if not isinstance(rec.secret, str) or not rec.secret or rec.secret not in rec.text:
             raise PluginSkipped(f"{path.name} line {n}: a canary needs a non-empty 'secret' that occurs in its 'text'")
-        out.append(Canary(text, secret))
+        out.append(Canary(rec.text, rec.secret))
     return out
 
 
@@ -79,7 +86,8 @@ def load_text_data(bundle: Any, limit: int, seed: int) -> TextData:
         PluginSkipped: ``--data`` is not the text layout, or train/test are empty.
     """
     files: dict[str, Path] = getattr(bundle, "texts", {}) or {}
-    if "train" not in files or "test" not in files:
+    train, test = files.get("train"), files.get("test")
+    if train is None or test is None:
         raise PluginSkipped(f"--data {bundle.root}: needs train.jsonl and test.jsonl (or .txt), one text per line")
     rng = np.random.default_rng(seed)
 
@@ -87,7 +95,7 @@ def load_text_data(bundle: Any, limit: int, seed: int) -> TextData:
         order = rng.permutation(len(texts))[:limit]
         return [texts[i] for i in sorted(order)]
 
-    members, non_members = pick(_texts(files["train"])), pick(_texts(files["test"]))
+    members, non_members = pick(_texts(train)), pick(_texts(test))
     if len(members) < 4 or len(non_members) < 4:
         raise PluginSkipped(f"--data {bundle.root}: at least 4 members and 4 non-members are needed")
     return TextData(members, non_members, _texts(files.get("public")), _canaries(files.get("canaries")))

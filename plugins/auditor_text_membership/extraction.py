@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from auditor_text_membership.data import redact
+from auditor_text_membership.evidence import Extracted
 from auditor_text_membership.lm import greedy
 
 
@@ -49,11 +50,11 @@ def extract(model: nn.Module, seqs: list[list[int]], prefix: int, suffix: int, d
 
 
 def examples(tokenizer: Any, seqs: list[list[int]], hits: np.ndarray, where: list[tuple[int, int] | None],
-             show: bool, limit: int = 5) -> list[dict[str, Any]]:
+             show: bool, limit: int = 5) -> list[Extracted]:
     """Return up to ``limit`` extracted members as report rows, redacted unless ``show``."""
     rows = []
     for i in np.flatnonzero(hits)[:limit]:
         k, m = where[i]  # type: ignore[misc]
-        rows.append({"index": int(i), "prompt_tokens": k, "reproduced_tokens": m,
-                     "text": redact(tokenizer, seqs[i][: k + m], show)})
+        rows.append(Extracted(index=int(i), prompt_tokens=k, reproduced_tokens=m,
+                              text=redact(tokenizer, seqs[i][: k + m], show)))
     return rows

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from auditor_text_membership.evidence import FineTune
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def greedy(model: nn.Module, prompts: list[list[int]], steps: list[int], device:
 
 
 def fine_tune(model: nn.Module, seqs: list[list[int]], *, epochs: int, lr: float, batch: int, stop_loss: float,
-              seed: int, device: torch.device, tick: Callable[[], None]) -> dict[str, Any]:
+              seed: int, device: torch.device, tick: Callable[[], None]) -> FineTune:
     """Train ``model`` in place on ``seqs`` (next-token loss, Adam); stop early below ``stop_loss``; report.
 
     The math scaled-dot-product-attention backend is used, which every device supports with gradients.
@@ -118,7 +119,7 @@ def fine_tune(model: nn.Module, seqs: list[list[int]], *, epochs: int, lr: float
             if loss_mean < stop_loss:
                 break
     model.eval()
-    return {"epochs": done, "final_loss": round(loss_mean, 4), "lr": lr, "texts": len(seqs)}
+    return FineTune(epochs=done, final_loss=round(loss_mean, 4), lr=lr, texts=len(seqs))
 
 
 def fresh_copy(model: nn.Module, seed: int) -> nn.Module:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from auditor_text_membership.config import TextMembershipConfig
+from auditor_text_membership.evidence import FineTune
 from auditor_text_membership.lm import fine_tune, fresh_copy
 
 
@@ -36,7 +36,7 @@ def load_reference(path: str, target: nn.Module, device: torch.device) -> tuple[
 
 
 def public_reference(target: nn.Module, public: list[list[int]], cfg: TextMembershipConfig, *, seed: int,
-                     device: torch.device, tick: Callable[[], None]) -> tuple[nn.Module, dict[str, Any]]:
+                     device: torch.device, tick: Callable[[], None]) -> tuple[nn.Module, FineTune]:
     """Train the audited architecture from a fresh initialisation on the public texts; return it and the fit."""
     ref = fresh_copy(target, seed)
     fit = fine_tune(ref, public[: cfg.reference_max_texts], epochs=cfg.reference_epochs, lr=cfg.lr,

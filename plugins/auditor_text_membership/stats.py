@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+
+from auditor_text_membership.evidence import CallingMembers, CallingNonMembers, EpsilonBound, Excess, HeldAUC, RateGap
 
 
 def auc(member: np.ndarray, score: np.ndarray) -> float:
@@ -39,15 +40,14 @@ def _resamples(member: np.ndarray, n_boot: int, seed: int) -> list[np.ndarray]:
     return [np.concatenate([rng.choice(ins, len(ins)), rng.choice(outs, len(outs))]) for _ in range(n_boot)]
 
 
-def auc_ci(member: np.ndarray, score: np.ndarray, n_boot: int, seed: int) -> dict[str, Any]:
+def auc_ci(member: np.ndarray, score: np.ndarray, n_boot: int, seed: int) -> HeldAUC:
     """Return the AUC and its 95 % stratified-bootstrap percentile interval."""
     boots = [auc(member[i], score[i]) for i in _resamples(member, n_boot, seed)]
     lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"auc": round(auc(member, score), 4), "auc_ci95": [round(float(lo), 4), round(float(hi), 4)]}
+    return HeldAUC(auc=round(auc(member, score), 4), auc_ci95=(round(float(lo), 4), round(float(hi), 4)))
 
 
-def paired_excess(member: np.ndarray, score: np.ndarray, blind: np.ndarray, n_boot: int, seed: int
-                  ) -> dict[str, Any]:
+def paired_excess(member: np.ndarray, score: np.ndarray, blind: np.ndarray, n_boot: int, seed: int) -> Excess:
     """Return AUC - max(0.5, blind AUC) on the same texts, with a paired 95 % bootstrap interval, and the floor."""
     def excess(idx: np.ndarray) -> float:
         return auc(member[idx], score[idx]) - max(0.5, auc(member[idx], blind[idx]))
@@ -55,19 +55,19 @@ def paired_excess(member: np.ndarray, score: np.ndarray, blind: np.ndarray, n_bo
     every = np.arange(len(member))
     boots = [excess(i) for i in _resamples(member, n_boot, seed)]
     lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"margin": round(excess(every), 4), "ci95": [round(float(lo), 4), round(float(hi), 4)],
-            "floor": round(max(0.5, auc(member, blind)), 4)}
+    return Excess(margin=round(excess(every), 4), ci95=(round(float(lo), 4), round(float(hi), 4)),
+                  floor=round(max(0.5, auc(member, blind)), 4))
 
 
-def rate_difference(hits_in: np.ndarray, hits_out: np.ndarray, n_boot: int, seed: int) -> dict[str, Any]:
+def rate_difference(hits_in: np.ndarray, hits_out: np.ndarray, n_boot: int, seed: int) -> RateGap:
     """Return the members' hit rate minus the non-members' with a 95 % bootstrap interval (each side resampled)."""
     rng = np.random.default_rng(seed)
     diff = [rng.choice(hits_in, len(hits_in)).mean() - rng.choice(hits_out, len(hits_out)).mean()
             for _ in range(n_boot)]
     lo, hi = np.percentile(diff, [2.5, 97.5])
-    return {"rate": round(float(hits_in.mean()), 4), "floor": round(float(hits_out.mean()), 4),
-            "margin": round(float(hits_in.mean() - hits_out.mean()), 4), "ci95": [round(float(lo), 4),
-                                                                                 round(float(hi), 4)]}
+    return RateGap(rate=round(float(hits_in.mean()), 4), floor=round(float(hits_out.mean()), 4),
+                   margin=round(float(hits_in.mean() - hits_out.mean()), 4), ci95=(round(float(lo), 4),
+                                                                                   round(float(hi), 4)))
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -87,7 +87,7 @@ def auc_limit(eps: float, delta: float, grid: int = 2001) -> float:
 
 
 def epsilon_bound(member: np.ndarray, score: np.ndarray, select: np.ndarray, delta: float, fpr: float = 0.1
-                  ) -> dict[str, Any]:
+                  ) -> EpsilonBound:
     """Return an empirical epsilon lower bound from both sides of the DP inequality (joint 95 %, Bonferroni 2).
 
     Thresholds are set on the selection half at ``fpr`` (calling members) and at the same share of
@@ -110,13 +110,14 @@ def epsilon_bound(member: np.ndarray, score: np.ndarray, select: np.ndarray, del
         return math.log((hi_rate - delta) / lo_rate) if hi_rate > delta and lo_rate > 0 else 0.0
 
     members_side, non_side = bound(tpr_lo, fpr_hi), bound(tnr_lo, fnr_hi)
-    return {"epsilon_lower_bound": round(max(0.0, members_side, non_side), 4), "delta": delta,
-            "calling_members": {"tp": tp, "fp": fp, "tpr_lo": round(tpr_lo, 4), "fpr_hi": round(fpr_hi, 4),
-                                "epsilon": round(members_side, 4)},
-            "calling_non_members": {"tn": tn, "fn": fn, "tnr_lo": round(tnr_lo, 4), "fnr_hi": round(fnr_hi, 4),
-                                    "epsilon": round(non_side, 4)},
-            "how": f"thresholds at FPR (and FNR) {fpr:g} on the selection half, counted on the report half, "
-                   "Clopper-Pearson at 97.5 % each side (joint 95 %)"}
+    return EpsilonBound(
+        epsilon_lower_bound=round(max(0.0, members_side, non_side), 4), delta=delta,
+        calling_members=CallingMembers(tp=tp, fp=fp, tpr_lo=round(tpr_lo, 4), fpr_hi=round(fpr_hi, 4),
+                                       epsilon=round(members_side, 4)),
+        calling_non_members=CallingNonMembers(tn=tn, fn=fn, tnr_lo=round(tnr_lo, 4), fnr_hi=round(fnr_hi, 4),
+                                              epsilon=round(non_side, 4)),
+        how=f"thresholds at FPR (and FNR) {fpr:g} on the selection half, counted on the report half, "
+            "Clopper-Pearson at 97.5 % each side (joint 95 %)")
 
 
 def selection_half(member: np.ndarray, seed: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from auditor.errors import PluginValidationError
-from auditor.plugin.registry import discover_plugins, validate_plugin
+from auditor.plugin.registry import PluginEntry, declared_threats, discover_plugins, validate_plugin
 from tests.plugin._fakes import FakePlugin
 
 
@@ -91,3 +91,26 @@ def test_a_plugin_needing_a_newer_api_is_refused() -> None:
     plugin.api_version = PLUGIN_API_VERSION + 1  # type: ignore[attr-defined]
     with pytest.raises(PluginValidationError, match=f"provides API {PLUGIN_API_VERSION}"):
         validate_plugin("future", plugin)
+
+
+def test_each_first_party_attack_declares_its_threat_row() -> None:
+    entries = discover_plugins()
+    declared = declared_threats(entries)
+    families = {e.name: e.plugin.family for e in entries if e.plugin is not None}
+    assert set(declared) == set(families)  # the static catalogue too: its row heads the table
+    assert declared["architecture-risk"].order < min(t.order for n, t in declared.items() if n != "architecture-risk")
+    assert len({t.order for t in declared.values()}) == len(declared)
+
+
+def test_a_threat_that_is_not_a_threat_is_refused() -> None:
+    from auditor.plugin import Threat
+
+    plugin = FakePlugin("probe")
+    plugin.threat = Threat(label="Probe", exposure="its outputs", order=3)  # type: ignore[attr-defined]
+    validate_plugin("probe", plugin)
+    entry = PluginEntry("probe", plugin, None, None)
+    assert declared_threats([entry, PluginEntry("broken", None, None, None, "import failed")]) == {
+        "probe": plugin.threat}  # type: ignore[attr-defined]
+    plugin.threat = ("Probe", "its outputs")  # type: ignore[attr-defined]
+    with pytest.raises(PluginValidationError, match="threat must be"):
+        validate_plugin("probe", plugin)

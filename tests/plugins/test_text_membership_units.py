@@ -58,7 +58,7 @@ def test_the_text_layout_is_read_and_fingerprinted(tmp_path: Path) -> None:
     before = bundle.fingerprint()
     (tmp_path / "test.txt").write_text("one line\nchanged\n")
     assert load_data_dir(tmp_path).fingerprint() != before
-    assert read_texts(tmp_path / "test.txt") == ["one line", "changed"]
+    assert [r.text for r in read_texts(tmp_path / "test.txt")] == ["one line", "changed"]
     with pytest.raises(PluginSkipped, match="at least 4 members"):
         load_text_data(bundle, 100, 0)
     (tmp_path / "train.jsonl").write_text('{"txt": "no"}\n')
@@ -76,17 +76,31 @@ def test_dp_bounds() -> None:
     rng = np.random.default_rng(0)
     member = np.arange(400) < 200
     select = selection_half(member, 0)
-    assert epsilon_bound(member, member + 0.0, select, 1e-5)["epsilon_lower_bound"] > 1.5
+    assert epsilon_bound(member, member + 0.0, select, 1e-5).epsilon_lower_bound > 1.5
     null = epsilon_bound(member, rng.random(400), select, 1e-5)
-    assert null["epsilon_lower_bound"] == 0.0  # random scores never show epsilon > 0 here
+    assert null.epsilon_lower_bound == 0.0  # random scores never show epsilon > 0 here
 
 
 def test_the_blind_baseline_fires_on_another_template_only() -> None:
     member = np.arange(200) < 100
     select = selection_half(member, 1)
     same = records(200, 3, patient)
-    assert not blind_baseline(same, member, select, margin=0.03, n_boot=50, seed=0)["shifted"]
+    assert not blind_baseline(same, member, select, margin=0.03, n_boot=50, seed=0)[0].shifted
     shifted = same[:100] + records(100, 4, invoice)
-    got = blind_baseline(shifted, member, select, margin=0.03, n_boot=50, seed=0)
-    assert got["shifted"] and got["auc"] > 0.95
+    got, scores = blind_baseline(shifted, member, select, margin=0.03, n_boot=50, seed=0)
+    assert got.shifted and got.auc > 0.95 and scores.shape == (200,)
     assert auc(member, np.r_[np.ones(100), np.zeros(100)]) == 1.0
+
+
+def test_records_become_the_report_json_in_field_order() -> None:
+    from auditor_text_membership.evidence import Extracted, Extraction, FineTune, ReferenceInfo, plain
+
+    ex = Extraction(rate=0.5, floor=0.0, margin=0.5, ci95=(0.3, 0.7), member_hits=2, members_prompted=4,
+                    non_member_hits=0, non_members_prompted=4, examples=(Extracted(1, 5, 5, "a …"),), redacted=True)
+    assert list(plain(ex)) == ["rate", "floor", "margin", "ci95", "member_hits", "members_prompted",
+                               "non_member_hits", "non_members_prompted", "examples", "redacted"]
+    assert plain(ex)["ci95"] == [0.3, 0.7] and plain(ex)["examples"] == [
+        {"index": 1, "prompt_tokens": 5, "reproduced_tokens": 5, "text": "a …"}]
+    assert ReferenceInfo("trained", FineTune(2, 1.5, 1e-3, 9)).as_metrics() == {
+        "how": "trained", "epochs": 2, "final_loss": 1.5, "lr": 1e-3, "texts": 9}
+    assert ReferenceInfo("not run").as_metrics() == {"how": "not run"}

@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 from auditor.gate import coverage
+from auditor.plugin.registry import declared_threats, discover_plugins
 from auditor.report.model import (
     CATEGORY_EXCEPTION,
     CATEGORY_MISSING_DATA,
@@ -218,8 +219,11 @@ def _plugins() -> list[PluginRun]:
 
 
 def make_full_report() -> Report:
-    """Return a loaded, profiled report with findings of every severity and three plugins."""
-    return Report(
+    """Return a loaded, profiled report with findings of every severity and three plugins.
+
+    It carries the installed plugins' threat declarations, as a judged report does.
+    """
+    report = Report(
         tool=_tool(),
         created_at="2025-01-31T12:00:00Z",
         model=ModelInfo(
@@ -254,6 +258,7 @@ def make_full_report() -> Report:
         ),
         notes=["plugin model-inversion failed; its findings are missing"],
     )
+    return report.with_threats(declared_threats(discover_plugins()))
 
 
 def make_unsafe_report() -> Report:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from auditor.config import ScanConfig
+from auditor.report.declared import HeadlinePick, Threat
 from auditor.report.model import Measurement, PluginRun, PowerCheck, Report, Severity, Suppression
 from auditor.report.render_html import next_steps, render_html
 from auditor.report.threats import threat_rows
@@ -84,3 +90,46 @@ def test_next_steps_spell_out_the_gating_findings_remedies(full_report: Report) 
     html = render_html(report, proposals=proposals(report.model.path))
     assert html.index("What to do first:") < html.index('id="threats"')
     assert '<a href="#finding-1" class="small">why</a>' in html
+
+
+def test_rows_follow_the_declarations_and_an_undeclared_plugin_is_named_as_itself(full_report: Report) -> None:
+    extra = PluginRun(name="third-party-probe", status="ok", family="probe")
+    early = PluginRun(name="early-probe", status="ok", family="probe", metrics={"hits": 0.3, "base": 0.1})
+    declared = {**full_report.threats, "early-probe": Threat(
+        label="Early probe", exposure="a probe's view", order=5,
+        headline=HeadlinePick(value="hits", floor="base", label="hit rate", floor_kind="base rate"))}
+    rows = threat_rows(_with(full_report, extra, early).with_threats(declared))
+    assert [r.threat for r in rows] == ["Loading the file", "Architecture", "Early probe", "Gradient inversion",
+                                        "Model inversion", "third-party-probe"]
+    assert rows[-1].exposure == "" and rows[-1].anchor == "plugin-third-party-probe"
+    assert rows[2].headline is not None and (rows[2].headline.label, rows[2].headline.margin) == ("hit rate", 0.2)
+
+
+def test_the_core_names_no_attack_without_declarations(full_report: Report) -> None:
+    rows = threat_rows(full_report.with_threats({}))
+    assert [r.threat for r in rows] == ["Loading the file", *[p.name for p in full_report.plugins]]
+
+
+def test_a_declaration_is_validated() -> None:
+    with pytest.raises(ValueError, match="label"):
+        Threat(label=" ", exposure="x", order=1)
+    with pytest.raises(ValueError, match="order"):
+        Threat(label="X", exposure="x", order=-1)
+    with pytest.raises(ValueError, match="headline pick"):
+        HeadlinePick(value="auc", floor="", label="AUC", floor_kind="random")
+
+
+def test_a_scan_carries_the_installed_plugins_declarations_outside_its_json(tmp_path: Path) -> None:
+    import torch
+
+    from auditor.audit.pipeline import scan
+    from auditor.plugin.registry import declared_threats, discover_plugins
+
+    path = tmp_path / "tiny.pt"
+    torch.save(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)), path)
+    report = scan(path, ScanConfig(input_shape=(3, 2, 2)))
+    assert dict(report.threats) == declared_threats(discover_plugins())
+    labels = [r.threat for r in threat_rows(report)]
+    assert labels == ["Loading the file", "Architecture", "Gradient inversion", "Split inference", "Model inversion",
+                      "Membership inference", "Attribute inference", "Text membership"]
+    assert "declared" not in report.model_dump() and "threats" not in report.model_dump()

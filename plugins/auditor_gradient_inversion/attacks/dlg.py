@@ -48,21 +48,20 @@ def dlg(
         tolerance_grad=1e-12,
         tolerance_change=1e-14,
     )
-    best = {"loss": float("inf"), "x": x.detach().clone(), "y": labels}
+    best_loss, best_x, best_y = float("inf"), x.detach().clone(), labels
 
     def closure() -> torch.Tensor:
+        nonlocal best_loss, best_x, best_y
         check_budget()
         opt.zero_grad()
         y = labels.to(device) if logits is None else logits.softmax(-1)
         loss = ((oracle.flat_grad(x, y) - target) ** 2).sum()
         loss.backward()
-        if float(loss.detach()) < best["loss"]:
-            best.update(
-                loss=float(loss.detach()),
-                x=x.detach().clone(),
-                y=labels if logits is None else logits.detach().argmax(-1),
-            )
+        if float(loss.detach()) < best_loss:
+            best_loss = float(loss.detach())
+            best_x = x.detach().clone()
+            best_y = labels if logits is None else logits.detach().argmax(-1)
         return loss
 
     opt.step(closure)
-    return best["x"], best["y"], best["loss"]
+    return best_x, best_y, best_loss

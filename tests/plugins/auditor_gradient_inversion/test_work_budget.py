@@ -7,6 +7,7 @@ its measured speed. Both tests run the plugin through the runner in this process
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from typing import Any
@@ -96,8 +97,7 @@ def test_the_safety_net_stops_an_attack_mid_descent_and_says_so(monkeypatch: pyt
             if step.iteration == 10:  # the box stalls 10 iterations into the first attack
                 late["by"] = 0.95 * BUDGET_S
 
-        camp.on_step = on_step
-        return camp, note
+        return dataclasses.replace(camp, on_step=on_step), note  # a campaign is frozen: a copy with the hook
 
     monkeypatch.setattr(module, "open_campaign", stalling)
     run = _run()
