@@ -13,8 +13,9 @@ its job number, so a child can speak only for its own file.
 
 A command's model work (``harden``, ``split``, ``reparam-check``, ``plugins MODEL``) is a job too: its task is a
 :class:`HardenTask`, :class:`SplitTask`, :class:`ReparamTask` or :class:`ApplicabilityTask` and its result the
-matching ``...Done``, whose files (:class:`Artifact`) lie in the job's outbox. Values whose types belong to a
-higher layer (a scan configuration, split points, an equivalence result) travel as JSON validated by their owner.
+matching ``...Done`` (validated as the one type its caller expects), whose files (:class:`Artifact`) lie in the
+job's outbox. Values whose types belong to a higher layer (a scan configuration, split points, an equivalence
+result) travel as JSON validated by their owner.
 """
 
 from __future__ import annotations
@@ -162,7 +163,6 @@ class ModelSource(_Message):
 class HardenTask(_Message):
     """``auditor harden``'s model work: load, fine-tune, rewrite, fine-tune, measure, save into ``outbox``."""
 
-    type: Literal["harden"] = "harden"
     path: str
     config: str = Field(description="The scan configuration as ScanConfig's JSON (load flags, seed, device).")
     rewrite: str
@@ -205,7 +205,6 @@ class RewriteDone(_Message):
 class HardenDone(_Message):
     """A harden job's answer: the example shape, accuracies, losses, the rewrite and the files it wrote."""
 
-    type: Literal["harden-done"] = "harden-done"
     input_shape: list[int]
     accuracy_before: float | None
     accuracy_after: float | None
@@ -219,7 +218,6 @@ class HardenDone(_Message):
 class SplitTask(_Message):
     """``auditor split``'s model work: list the split points, or export the head up to ``at`` into ``outbox``."""
 
-    type: Literal["split"] = "split"
     source: ModelSource
     at: str | None = None
     batch: int = Field(gt=0)
@@ -244,7 +242,6 @@ class HeadDone(_Message):
 class SplitDone(_Message):
     """A split job's answer: the example shape and split points, and the exported head if one was asked for."""
 
-    type: Literal["split-done"] = "split-done"
     input_shape: list[int]
     points: str = Field(description="The split points as the JSON of a list of SplitPoint.")
     head: HeadDone | None = None
@@ -253,7 +250,6 @@ class SplitDone(_Message):
 class ReparamTask(_Message):
     """``auditor reparam-check``'s model work: load both forms (fuse the training form when no deploy form)."""
 
-    type: Literal["reparam-check"] = "reparam-check"
     train: ModelSource
     deploy: ModelSource | None = None
     batch: int = Field(gt=0)
@@ -263,7 +259,6 @@ class ReparamTask(_Message):
 class ReparamDone(_Message):
     """A reparam-check job's answer."""
 
-    type: Literal["reparam-done"] = "reparam-done"
     result: str = Field(description="The EquivalenceResult as JSON.")
     hidden_skips: list[str]
     deploy_skips: int = Field(ge=0)
@@ -273,7 +268,6 @@ class ReparamDone(_Message):
 class ApplicabilityTask(_Message):
     """``auditor plugins MODEL``'s model work: profile the model and ask each plugin whether it applies."""
 
-    type: Literal["plugins"] = "plugins"
     source: ModelSource
 
 
@@ -288,7 +282,6 @@ class PluginApplies(_Message):
 class ApplicabilityDone(_Message):
     """A plugins job's answer: each loaded plugin's verdict, by name."""
 
-    type: Literal["plugins-done"] = "plugins-done"
     applies: dict[str, PluginApplies]
 
 
