@@ -123,8 +123,8 @@ def _bars() -> Iterator[Callable[[str, int, int], None]]:
         tasks: dict[str, Any] = {}
 
         def show(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
+            if label not in tasks:  # a label may come from the jailed worker: shown as text, never as markup
+                tasks[label] = bar.add_task(safe(label), total=total)
             bar.update(tasks[label], completed=done, total=total)
 
         yield show

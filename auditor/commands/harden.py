@@ -15,8 +15,9 @@ comparison inconclusive.
 from __future__ import annotations
 
 import copy
+import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from auditor.audit.assemble import DraftReport
 from auditor.audit.inputs import image_shape, resolve_example_input
 from auditor.config import ScanConfig, resolve_device
 from auditor.data import DataBundle, load_data_dir
 from auditor.device import model_device
 from auditor.errors import ConfigError, InputError
 from auditor.gate import not_judged, with_comparison_gaps
+from auditor.jail.protocol import EpochLoss, HardenDone, HardenTask, RewriteDone
 from auditor.plugin.measure import top1_accuracy
 from auditor.plugin.train import Batch, Recipe, fit_classifier
 from auditor.report.model import CATEGORY_NOT_SELECTED, Comparison, ComparisonSide, PluginRun, Report
-from auditor.rewrite import RewriteResult, apply_rewrite, get_rewrite
+from auditor.rewrite import apply_rewrite, get_rewrite
 from auditor.rewrite.modules import bottleneck_kl
 from auditor.rewrite.options import options_for
 from auditor.rewrite.program import RewrittenModel, save_module
@@ -61,9 +64,9 @@ class HardenOptions:
 
 @dataclass
 class HardenResult:
-    """The rewrite, the accuracies, the saved path and both audit reports."""
+    """What the rewrite changed, the accuracies, the saved path and both audit reports."""
 
-    rewrite: RewriteResult
+    rewrite: RewriteDone
     out: Path
     accuracy_before: float | None
     accuracy_after: float | None
@@ -208,65 +211,135 @@ def unvouched(before: Report, after: Report, trained: bool) -> list[str]:
 
 
 def harden(model_path: Path, opts: HardenOptions, progress: Progress | None = None) -> HardenResult:
-    """Apply ``opts.rewrite`` to the checkpoint, fine-tune when data is given, save and re-audit.
+    """Apply ``opts.rewrite`` to the checkpoint in a jailed job, then audit the original and the saved output.
+
+    The job (:func:`harden_job`) loads, fine-tunes, rewrites and saves in a jailed child; this process takes
+    the file it wrote (:func:`auditor.audit.jobs.take`) to ``opts.out`` and audits both checkpoints through the
+    jailed scan with the same configuration. A saved output the scan refuses is removed, never handed over.
 
     Raises:
         ConfigError: ``--data`` without ``--epochs``, or rewrite options the rewrite cannot take.
-        InputError: unloadable checkpoint, unusable data, a rewrite that does not apply, or a
-            rewritten graph that cannot be saved as a :class:`RewrittenModel`.
+        InputError: unloadable or refused checkpoint, unusable data, a rewrite that does not apply, a
+            rewritten graph that cannot be saved as a :class:`RewrittenModel`, or a refused output.
     """
     from auditor.audit.assemble import judge
-    from auditor.audit.jail import check_in_jail
-    from auditor.audit.pipeline import audit, open_checkpoint
+    from auditor.audit.jobs import command_job, take, vouch
 
     say = progress or (lambda *_: None)
     rewrite = get_rewrite(opts.rewrite)
-    check_in_jail(model_path, opts.scan)  # what the jail refuses is never loaded here
-    loaded = open_checkpoint(model_path, opts.scan)  # opened once: rewritten and audited as loaded
-    user_model = loaded.require_model()
-    shape = image_shape(resolve_example_input(loaded, input_shape=opts.scan.input_shape, tokens=False))
-    device = resolve_device(opts.scan.device)
-    model = copy.deepcopy(user_model).to(device).eval()
-    seed = opts.scan.seed
-    torch.manual_seed(seed)
-    train = held = None
-    if opts.data_dir is not None:
-        if opts.epochs < 1:
-            raise ConfigError("--data needs --epochs >= 1 (the rewritten model must be trained)")
-        train, held = _splits(load_data_dir(opts.data_dir), shape, opts.holdout, seed)
-    acc_before = accuracy(model, *held) if held else None
-    history: list[dict[str, float]] = []
-    plan = rewrite.schedule(opts.epochs if train else 0, before=opts.m_epochs)
-    notes = list(plan.notes)
-    if train and plan.before is not None:
-        history += fine_tune(model, *train, plan.before, lr=opts.lr, batch_size=opts.batch_size, seed=seed,
-                             label=plan.before_label, progress=say)
-    say("rewriting", 0, 1)
-    result = apply_rewrite(model, rewrite.id, shape, **opts.rewrite_options)
-    hardened = RewrittenModel(result.model).to(device)
-    if train:
-        history += fine_tune(hardened, *train, plan.after, lr=opts.lr, batch_size=opts.batch_size, seed=seed + 1,
-                             label=f"fine-tuning ({rewrite.id})", progress=say)
-    acc_after = accuracy(hardened, *held) if held else None
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    save_module(hardened, opts.out)
+    if opts.data_dir is not None and opts.epochs < 1:
+        raise ConfigError("--data needs --epochs >= 1 (the rewritten model must be trained)")
+
+    def task(outbox: Path) -> HardenTask:
+        return HardenTask(path=str(model_path), config=opts.scan.model_dump_json(), rewrite=rewrite.id,
+                          rewrite_options=dict(opts.rewrite_options), epochs=opts.epochs, m_epochs=opts.m_epochs,
+                          data_dir=None if opts.data_dir is None else str(opts.data_dir), lr=opts.lr,
+                          batch_size=opts.batch_size, holdout=opts.holdout, torchscript=opts.torchscript is not None,
+                          outbox=str(outbox))
+
+    jailed = opts.scan.model_copy(update={"data_dir": opts.data_dir})
+    with command_job(harden_job, task, HardenDone, inputs=[model_path], config=jailed, work="attacks",
+                     label=str(model_path), progress=lambda step: _show(say, step)) as (done, outbox):
+        take(outbox, done.model, opts.out)
+        if opts.torchscript is not None and done.torchscript is not None:
+            take(outbox, done.torchscript, opts.torchscript)
+    config = opts.scan.model_copy(update={"input_shape": tuple(done.input_shape), "data_dir": opts.data_dir})
     if opts.torchscript is not None:
-        save_torchscript(hardened, shape, opts.torchscript)
-    config = opts.scan.model_copy(update={"input_shape": shape, "data_dir": opts.data_dir})
+        vouch(opts.torchscript, config, "the TorchScript archive")
     say("auditing the original", 0, 1)
-    before, _ = judge(audit(model_path, config, loaded=loaded), config.gate)
+    before, _ = judge(_audit(model_path, config), config.gate)
     say("auditing the hardened model", 0, 1)
-    after, _ = judge(audit(opts.out, config.model_copy(update={"arch": None})), config.gate)
-    gaps = unvouched(before, after, bool(train))
+    saved = _audit(opts.out, config.model_copy(update={"arch": None}))
+    if saved.model.load_safety.verdict == "unsafe":
+        opts.out.unlink(missing_ok=True)
+        why = "; ".join(i.reason for i in saved.model.load_safety.issues[:3]) or "refused"
+        raise InputError(f"{opts.out}: the hardened model the jailed worker wrote was refused, so it was removed: "
+                         f"{why}")
+    after, _ = judge(saved, config.gate)
+    trained = opts.data_dir is not None
+    gaps = unvouched(before, after, trained)
+    r = done.rewrite
     after.comparison = Comparison(
-        rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=result.preserves_function,
-        trained=bool(train), epochs=opts.epochs if train else 0, seed=seed,
-        param_overhead=result.param_overhead, changed_nodes=result.changed_nodes,
-        notes=notes + gaps + result.notes + [f"re-initialised: {r}" for r in result.reinitialised],
-        before=side(before, acc_before), after=side(after, acc_after),
+        rewrite=rewrite.id, command=rewrite.command(str(model_path)), preserves_function=r.preserves_function,
+        trained=trained, epochs=opts.epochs if trained else 0, seed=opts.scan.seed,
+        param_overhead=r.param_overhead, changed_nodes=r.changed_nodes,
+        notes=done.notes + gaps + r.notes + [f"re-initialised: {x}" for x in r.reinitialised],
+        before=side(before, done.accuracy_before), after=side(after, done.accuracy_after),
     )
     after.summary = with_comparison_gaps(after.summary, gaps, config.gate)
-    return HardenResult(result, opts.out, acc_before, acc_after, before, after, history)
+    history = [{"epoch": h.epoch, "loss": h.loss} for h in done.history]
+    return HardenResult(r, opts.out, done.accuracy_before, done.accuracy_after, before, after, history)
+
+
+def _audit(path: Path, config: ScanConfig) -> DraftReport:
+    """The draft report of ``path``: the jailed scan (in this process only with the jail turned off)."""
+    from auditor.audit import pipeline
+    from auditor.audit.jail import audit_in_jail, jail_enabled
+
+    return audit_in_jail(path, config) if jail_enabled() else pipeline.audit(path, config)
+
+
+_STEP = re.compile(r"^(?P<label>.{1,200}): (?P<done>\d{1,9})/(?P<total>\d{1,9})$")
+
+
+def _show(say: Progress, step: str) -> None:
+    """Show a job's progress step (``LABEL: DONE/TOTAL`` is a bar's position; any other step a bar of its own)."""
+    m = _STEP.match(step)
+    if m is None:
+        say(step, 0, 1)
+    else:
+        say(m.group("label"), int(m.group("done")), int(m.group("total")))
+
+
+def harden_job(task: Mapping[str, object], say: Callable[[str], None]) -> dict[str, object]:
+    """The jailed child's part of ``auditor harden``: load, fine-tune, rewrite, fine-tune, measure, save.
+
+    Raises:
+        InputError: the checkpoint cannot be loaded or was refused, unusable data, a rewrite that does not apply.
+    """
+    from auditor.audit.jobs import artifact, enter_job
+    from auditor.audit.pipeline import open_checkpoint
+
+    enter_job()
+    t = HardenTask.model_validate(task)
+    scan = ScanConfig.model_validate_json(t.config)
+    loaded = open_checkpoint(Path(t.path), scan)
+    shape = image_shape(resolve_example_input(loaded, input_shape=scan.input_shape, tokens=False))
+    model = copy.deepcopy(loaded.require_model()).to(resolve_device(scan.device)).eval()
+    torch.manual_seed(scan.seed)
+    train = held = None
+    if t.data_dir is not None:
+        train, held = _splits(load_data_dir(Path(t.data_dir)), shape, t.holdout, scan.seed)
+    acc_before = accuracy(model, *held) if held else None
+    rewrite = get_rewrite(t.rewrite)
+    plan = rewrite.schedule(t.epochs if train else 0, before=t.m_epochs)
+    history: list[dict[str, float]] = []
+
+    def tick(label: str, done: int, total: int) -> None:
+        say(f"{label}: {done}/{total}")
+
+    if train and plan.before is not None:
+        history += fine_tune(model, *train, plan.before, lr=t.lr, batch_size=t.batch_size, seed=scan.seed,
+                             label=plan.before_label, progress=tick)
+    say("rewriting")
+    result = apply_rewrite(model, rewrite.id, shape, **t.rewrite_options)
+    hardened = RewrittenModel(result.model).to(model_device(model))
+    if train:
+        history += fine_tune(hardened, *train, plan.after, lr=t.lr, batch_size=t.batch_size, seed=scan.seed + 1,
+                             label=f"fine-tuning ({rewrite.id})", progress=tick)
+    acc_after = accuracy(hardened, *held) if held else None
+    outbox = Path(t.outbox)
+    save_module(hardened, outbox / "hardened.pt")
+    if t.torchscript:
+        save_torchscript(hardened, shape, outbox / "hardened.ts")
+    done = RewriteDone(rewrite=result.rewrite, changed_nodes=result.changed_nodes, added_modules=result.added_modules,
+                       reinitialised=result.reinitialised, params_before=result.params_before,
+                       params_after=result.params_after, preserves_function=result.preserves_function,
+                       notes=result.notes)
+    return HardenDone(input_shape=list(shape), accuracy_before=acc_before, accuracy_after=acc_after,
+                      history=[EpochLoss.model_validate(h) for h in history], notes=list(plan.notes), rewrite=done,
+                      model=artifact(outbox / "hardened.pt"),
+                      torchscript=artifact(outbox / "hardened.ts") if t.torchscript else None).model_dump(mode="json")
 
 
 @dataclass(frozen=True)

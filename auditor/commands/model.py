@@ -1,4 +1,8 @@
-"""The model every single-checkpoint command starts from: load it safely, resolve its example input."""
+"""The model every single-checkpoint command starts from, and the jailed job that loads it.
+
+The command builds :class:`ModelOptions` in this process; the checkpoint is loaded only in the command's jailed
+job (:mod:`auditor.audit.jobs`), from the :class:`~auditor.jail.protocol.ModelSource` it travels as.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from auditor.config import ScanConfig
+from auditor.jail.protocol import ModelSource
 
 if TYPE_CHECKING:
     from torch import nn
@@ -22,20 +29,28 @@ class ModelOptions:
     imports: Sequence[str] = ()
     input_shape: tuple[int, ...] | None = None
 
+    def source(self) -> ModelSource:
+        """The checkpoint as a job's task names it."""
+        return ModelSource(path=str(self.path), arch=self.arch, imports=list(self.imports),
+                           input_shape=None if self.input_shape is None else list(self.input_shape))
 
-def load_model(opts: ModelOptions, *, tokens: bool = True) -> tuple[nn.Module, ExampleInput]:
-    """Load ``opts.path`` through the safe loader (after the same load in the jail) and resolve its example input.
+    def config(self) -> ScanConfig:
+        """The configuration its job runs under (its view: these imports; the CPU)."""
+        return ScanConfig(arch=self.arch, imports=list(self.imports), input_shape=self.input_shape, device="cpu")
+
+
+def load_model(source: ModelSource, *, tokens: bool = True) -> tuple[nn.Module, ExampleInput]:
+    """Load ``source`` through the safe loader and resolve its example input (in a command's job only).
 
     Raises:
         InputError: the checkpoint cannot be loaded or was refused by the static pickle check.
     """
     from auditor.audit.inputs import resolve_example_input
-    from auditor.audit.jail import check_in_jail
-    from auditor.config import ScanConfig
+    from auditor.audit.jobs import enter_job
     from auditor.load.loaders import load_checkpoint
 
-    check_in_jail(opts.path, ScanConfig(arch=opts.arch, imports=list(opts.imports), input_shape=opts.input_shape,
-                                        device="cpu"))
-    loaded = load_checkpoint(opts.path, arch=opts.arch, imports=list(opts.imports))
+    enter_job()
+    loaded = load_checkpoint(Path(source.path), arch=source.arch, imports=list(source.imports))
     model = loaded.require_model()
-    return model, resolve_example_input(loaded, input_shape=opts.input_shape, tokens=tokens)
+    shape = None if source.input_shape is None else tuple(source.input_shape)
+    return model, resolve_example_input(loaded, input_shape=shape, tokens=tokens)

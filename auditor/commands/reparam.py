@@ -1,7 +1,8 @@
-"""``auditor reparam-check``: load the forms safely, fuse when needed, compare, explain."""
+"""``auditor reparam-check``: load the forms safely, fuse when needed, compare, explain (all in a jailed job)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from auditor.audit.inputs import image_shape
 from auditor.commands.model import ModelOptions, load_model
 from auditor.errors import InputError
 from auditor.graph.profile import profile_model
+from auditor.jail.protocol import ReparamDone, ReparamTask
 from auditor.reparam.check import EquivalenceResult, check_equivalence
 from auditor.reparam.fuse import fuse_model
 
@@ -49,25 +51,48 @@ class ReparamOptions:
 
 
 def run_reparam_check(opts: ReparamOptions) -> ReparamReport:
-    """Compare a training-form checkpoint with its deploy form (fused here when not given).
+    """Compare a training-form checkpoint with its deploy form (fused here when not given), in a jailed job.
+
+    Raises:
+        InputError: a checkpoint cannot be loaded or was refused, or there is nothing to fuse and no deploy model.
+    """
+    from auditor.audit.jobs import command_answer, owned
+
+    deploy = None if opts.deploy is None else ModelOptions(opts.deploy, arch=opts.deploy_arch or opts.train.arch,
+                                                           imports=opts.train.imports)
+    task = ReparamTask(train=opts.train.source(), deploy=None if deploy is None else deploy.source(),
+                       batch=opts.batch, seed=opts.seed)
+    inputs = [opts.train.path, *([] if opts.deploy is None else [opts.deploy])]
+    label = str(opts.train.path)
+    done = command_answer(reparam_job, task, ReparamDone, inputs=inputs, config=opts.train.config(), work="static",
+                          label=label)
+    return ReparamReport(result=owned(EquivalenceResult, done.result, label), hidden_skips=done.hidden_skips,
+                         deploy_skips=done.deploy_skips, finding=done.finding)
+
+
+def reparam_job(task: Mapping[str, object], say: Callable[[str], None]) -> dict[str, object]:
+    """The jailed child's part of ``auditor reparam-check``: load both forms (or fuse), compare, explain.
 
     Raises:
         InputError: a checkpoint cannot be loaded, or there is nothing to fuse and no deploy model.
     """
-    train, example = load_model(opts.train, tokens=False)
+    from pydantic import TypeAdapter
+
+    t = ReparamTask.model_validate(task)
+    train, example = load_model(t.train, tokens=False)
     shape = image_shape(example)
     fused, blocks = fuse_model(train)
-    if opts.deploy is None:
+    if t.deploy is None:
         if not blocks:
-            raise InputError(f"{opts.train.path}: no reparameterisable block (RepVGG/MobileOne/FastViT, conv+BN) "
+            raise InputError(f"{t.train.path}: no reparameterisable block (RepVGG/MobileOne/FastViT, conv+BN) "
                              "to fuse; pass the deploy model as the second argument")
         deploy = fused
         by = "auditor.reparam.fuse_model (timm's own reparameterize where the block has one)"
     else:
-        deploy_form = ModelOptions(opts.deploy, arch=opts.deploy_arch or opts.train.arch, imports=opts.train.imports)
-        deploy = load_model(deploy_form, tokens=False)[0]
-        by = f"given ({opts.deploy})"
-    result = check_equivalence(train, deploy, shape, blocks, batch=opts.batch, seed=opts.seed)
+        deploy = load_model(t.deploy, tokens=False)[0]
+        by = f"given ({t.deploy.path})"
+    say("comparing the forms")
+    result = check_equivalence(train, deploy, shape, blocks, batch=t.batch, seed=t.seed)
     result.fused_by = by
     train_profile, deploy_profile = profile_model(train, shape), profile_model(deploy, shape)
     hidden = [f"{s.node} ({s.kind}, stage {s.stage})" for s in train_profile.skip_connections]
@@ -80,5 +105,5 @@ def run_reparam_check(opts: ReparamOptions) -> ReparamReport:
                    f"{result.storage_floor_output_fp64:.3g}); failing blocks: "
                    f"{'; '.join(bad) or 'none individually (end to end only)'}. Fix the fusion before deploying; "
                    "a correct fusion would inherit the training form's inversion risk.")
-    return ReparamReport(result=result, hidden_skips=hidden, deploy_skips=len(deploy_profile.skip_connections),
-                         finding=finding)
+    return ReparamDone(result=TypeAdapter(EquivalenceResult).dump_json(result).decode(), hidden_skips=hidden,
+                       deploy_skips=len(deploy_profile.skip_connections), finding=finding).model_dump(mode="json")

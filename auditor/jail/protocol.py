@@ -10,6 +10,12 @@ Template to parent: :class:`Ready` once confined and warmed up, then for each jo
 :class:`Confined`, :class:`Progress` lines, one final :class:`Result`, :class:`Error` or :class:`Violation`,
 and last the template's :class:`Ended` (how the child left). The template stamps each child message with
 its job number, so a child can speak only for its own file.
+
+A command's model work (``harden``, ``split``, ``reparam-check``, ``plugins MODEL``) is a job too: its task is a
+:class:`HardenTask`, :class:`SplitTask`, :class:`ReparamTask` or :class:`ApplicabilityTask` and its result the
+matching ``...Done`` (validated as the one type its caller expects), whose files (:class:`Artifact`) lie in the
+job's outbox. Values whose types belong to a higher layer (a scan configuration, split points, an equivalence
+result) travel as JSON validated by their owner.
 """
 
 from __future__ import annotations
@@ -135,6 +141,148 @@ class Ended(_Message):
     status: int
     killed_at_wall: bool = False
     broken: str | None = Field(default=None, description="Why a child line was refused, if one was.")
+
+
+class Artifact(_Message):
+    """A file a command job left in its outbox: its name there, size and SHA-256 (the parent checks all three)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class ModelSource(_Message):
+    """A checkpoint a command job loads, and the flags that load it (``--arch``, ``--import``, ``--input-shape``)."""
+
+    path: str
+    arch: str | None = None
+    imports: list[str] = Field(default_factory=list)
+    input_shape: list[int] | None = None
+
+
+class HardenTask(_Message):
+    """``auditor harden``'s model work: load, fine-tune, rewrite, fine-tune, measure, save into ``outbox``."""
+
+    path: str
+    config: str = Field(description="The scan configuration as ScanConfig's JSON (load flags, seed, device).")
+    rewrite: str
+    rewrite_options: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    data_dir: str | None = None
+    epochs: int = Field(default=0, ge=0)
+    m_epochs: int | None = None
+    lr: float
+    batch_size: int = Field(gt=0)
+    holdout: float
+    torchscript: bool = False
+    outbox: str
+
+
+class EpochLoss(_Message):
+    """One fine-tuning epoch's mean loss."""
+
+    epoch: float
+    loss: float
+
+
+class RewriteDone(_Message):
+    """What a rewrite changed (the rewritten model itself is an :class:`Artifact`)."""
+
+    rewrite: str
+    changed_nodes: list[str]
+    added_modules: list[str]
+    reinitialised: list[str]
+    params_before: int = Field(ge=0)
+    params_after: int = Field(ge=0)
+    preserves_function: bool
+    notes: list[str]
+
+    @property
+    def param_overhead(self) -> float:
+        """The relative change in parameter count (0.099 = +9.9 %)."""
+        return (self.params_after - self.params_before) / self.params_before if self.params_before else 0.0
+
+
+class HardenDone(_Message):
+    """A harden job's answer: the example shape, accuracies, losses, the rewrite and the files it wrote."""
+
+    input_shape: list[int]
+    accuracy_before: float | None
+    accuracy_after: float | None
+    history: list[EpochLoss]
+    notes: list[str] = Field(description="The rewrite's schedule notes.")
+    rewrite: RewriteDone
+    model: Artifact
+    torchscript: Artifact | None = None
+
+
+class SplitTask(_Message):
+    """``auditor split``'s model work: list the split points, or export the head up to ``at`` into ``outbox``."""
+
+    source: ModelSource
+    at: str | None = None
+    batch: int = Field(gt=0)
+    seed: int
+    outbox: str
+
+
+class HeadDone(_Message):
+    """An exported ONNX head and how onnxruntime reproduced the PyTorch head in the job."""
+
+    split: str = Field(description="The split point as SplitPoint's JSON.")
+    input_shape: list[int]
+    output_shape: list[int]
+    opset: int
+    max_abs_error: float | None
+    max_rel_error: float | None
+    agree: bool
+    reason: str
+    onnx: Artifact
+
+
+class SplitDone(_Message):
+    """A split job's answer: the example shape and split points, and the exported head if one was asked for."""
+
+    input_shape: list[int]
+    points: str = Field(description="The split points as the JSON of a list of SplitPoint.")
+    head: HeadDone | None = None
+
+
+class ReparamTask(_Message):
+    """``auditor reparam-check``'s model work: load both forms (fuse the training form when no deploy form)."""
+
+    train: ModelSource
+    deploy: ModelSource | None = None
+    batch: int = Field(gt=0)
+    seed: int
+
+
+class ReparamDone(_Message):
+    """A reparam-check job's answer."""
+
+    result: str = Field(description="The EquivalenceResult as JSON.")
+    hidden_skips: list[str]
+    deploy_skips: int = Field(ge=0)
+    finding: str
+
+
+class ApplicabilityTask(_Message):
+    """``auditor plugins MODEL``'s model work: profile the model and ask each plugin whether it applies."""
+
+    source: ModelSource
+
+
+class PluginApplies(_Message):
+    """One plugin's answer on the model."""
+
+    applicable: bool
+    reason: str
+    category: Literal["not-applicable", "tooling-gap"]
+
+
+class ApplicabilityDone(_Message):
+    """A plugins job's answer: each loaded plugin's verdict, by name."""
+
+    applies: dict[str, PluginApplies]
 
 
 Request = Annotated[Start | Job | Stop, Field(discriminator="type")]
