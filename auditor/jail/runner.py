@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from auditor.errors import AuditorError
-from auditor.jail.confine import LAYERS
+from auditor.jail.confine import KEPT_ENV, LAYERS
 from auditor.jail.protocol import (
     MAX_LINE_BYTES,
     Confined,
@@ -69,8 +69,6 @@ SIGNALS = {
 #: memory" is not the jail's limit and stays the plugin's own error.
 MEMORY_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory", "MemoryError",
                   "Unable to allocate", "not enough memory")
-_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-             "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUDITOR_NO_CACHE")
 
 
 class JailEnvironmentError(AuditorError):
@@ -84,7 +82,7 @@ def jail_enabled() -> bool:
 
 def environment(scratch: str) -> dict[str, str]:
     """The worker's environment: locale, threads and GPUs of the parent; home, caches and temp in scratch."""
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
     env["USER"] = env["LOGNAME"] = "auditor"  # getpass.getuser() without a name-service lookup
     env.update({"HOME": f"{scratch}/home", "TMPDIR": scratch, "MPLCONFIGDIR": scratch, "HF_HOME": f"{scratch}/hf",
                 "TORCH_HOME": scratch, "TRITON_CACHE_DIR": scratch, "XDG_CONFIG_HOME": scratch,

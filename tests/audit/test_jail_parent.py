@@ -201,6 +201,34 @@ def test_a_permission_error_on_installed_code_is_the_environments() -> None:
     assert worker._missed_library(PermissionError(13, "Permission denied", "/etc/shadow")) is None
 
 
+def test_the_note_lists_every_layer_and_what_holds_when_namespaces_are_forced_off(
+        template, monkeypatch: pytest.MonkeyPatch) -> None:
+    from auditor.jail.confine import LAYERS
+
+    t, root = template
+    normal = t.run(_job("ok", 0, [str(root / "in" / "a.txt")]))
+    forced = ("import auditor.jail.confine as c\ndef _off(*a, **k):\n    raise OSError('forced off by the test')\n"
+              "c._namespaces = _off\n")
+    monkeypatch.setattr(runner, "BOOT", runner.BOOT.replace("from auditor.jail.template", f"exec({forced!r}); "
+                                                                                          "from auditor.jail.template"))
+    with runner.Template(libraries=library_view(["standins"]), list_only=site_dirs(),
+                         limits=Limits(memory_bytes=9 << 30, cpu_s=600, file_bytes=1 << 20)) as off:
+        degraded = off.run(_job("ok", 0, [str(root / "in" / "a.txt")]))
+    assert isinstance(degraded.final, Result)
+    for out in (normal, degraded):
+        named = {n for n in LAYERS if n in {**out.ready.enforced, **out.confined.enforced}  # type: ignore[union-attr]
+                 or n in {**out.ready.missing, **out.confined.missing}}  # type: ignore[union-attr]
+        assert named == set(LAYERS), set(LAYERS) - named
+        assert "environment filtered" in out.note
+    lacking = degraded.note.split("NOT enforced here: ")[1]
+    for what in ("no user, network or mount namespace (OSError: forced off by the test)", "not a capped tmpfs",
+                 "no thread limit", "capabilities"):
+        assert what in lacking, what
+    assert "the syscall filter refuses every socket but a Unix one" in degraded.note.split("NOT enforced")[0]
+    if runner.namespaces_available():
+        assert "NOT enforced here" not in normal.note, normal.note
+
+
 def test_a_child_reads_only_its_own_file_and_speaks_only_for_its_job(template) -> None:
     t, root = template
     a, b = str(root / "in" / "a.txt"), str(root / "in" / "b.txt")
