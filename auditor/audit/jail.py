@@ -8,12 +8,13 @@ child that breaks a limit, dies, or records an attempt the jail refused is a ref
 (``opcode: sandbox``) names the limit and the setting that raises it (the gate fails it, exit 1); a worker
 that failed before it read the file is an error row (exit 2), never a refusal. Nothing is retried outside.
 
-The bounds: a static scan may map 2 GiB plus 4 bytes per byte of the input beyond what the template maps,
-with 120 s of CPU and wall time plus 2 s per 10 MiB; a scan that runs attacks (a named plugin other than
-``architecture-risk``, or ``--data``) 8 GiB plus 4 bytes per byte, 3600 s CPU, 7200 s wall. Each is
-overridden by ``AUDITOR_JAIL_MEMORY_MB``, ``AUDITOR_JAIL_CPU_S``, ``AUDITOR_JAIL_WALL_S``,
-``AUDITOR_JAIL_FILE_MB``. ``AUDITOR_UNSAFE_NO_JAIL=1`` audits in this process instead (the test suite's default;
-never for untrusted files).
+The bounds (:func:`bounds`) fit what the file declares, read statically by the parent before any worker starts
+(:func:`auditor.load.declared.declared`: tensor bytes, parameters, objects): a static scan may map 2 GiB plus
+4 bytes per byte with 120 s of CPU and wall time plus 2 s per 10 MiB; attacks 8 GiB plus 4 bytes per byte, 3600 s
+CPU, 7200 s wall; a file that declares more than its bytes can hold 1 GiB, 30 s CPU, 60 s wall. An operator's
+limits replace them (:class:`auditor.config.JailLimits`: ``--max-memory``/``--max-cpu``/``--max-wall`` over
+``AUDITOR_JAIL_*`` over the user's ``[jail]``). ``AUDITOR_UNSAFE_NO_JAIL=1`` audits in this process instead (the
+test suite's default; never for untrusted files).
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from auditor.audit.assemble import DraftReport
 from auditor.audit.refused import PLUGIN_GROUP, refusal_report
-from auditor.config import ScanConfig, covers_home
+from auditor.config import JailLimits, ScanConfig, covers_home
 from auditor.errors import AuditorError, ConfigError, InputError
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
 from auditor.jail.view import library_view, site_dirs
+from auditor.load.declared import Declared, declared
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
@@ -59,37 +61,13 @@ class JailError(AuditorError):
 
 
 @dataclass(frozen=True)
-class JailLimits:
-    """An operator's overrides of the bounds (None: derived from the file and the work asked)."""
-
-    memory_mb: int | None = None
-    cpu_s: int | None = None
-    wall_s: float | None = None
-    file_mb: int | None = None
-
-    @classmethod
-    def from_env(cls) -> JailLimits:
-        """Each override from its ``AUDITOR_JAIL_*`` variable when set."""
-        env = os.environ
-
-        def read(name: str, kind: type) -> Any:
-            value = env.get(f"AUDITOR_JAIL_{name}")
-            try:
-                return None if value in (None, "") else kind(value)
-            except ValueError:
-                raise ConfigError(f"AUDITOR_JAIL_{name}={value!r} is not a number") from None
-
-        return cls(memory_mb=read("MEMORY_MB", int), cpu_s=read("CPU_S", int), wall_s=read("WALL_S", float),
-                   file_mb=read("FILE_MB", int))
-
-
-@dataclass(frozen=True)
 class Bounds:
-    """One job's limits (memory beyond what the template maps) and wall time, and the work they were sized for."""
+    """One job's limits (memory beyond what the template maps) and wall time, what they were sized for, and why."""
 
     limits: Limits
     wall_s: float
     work: Work
+    basis: str = ""
 
 
 def work_of(config: ScanConfig) -> Work:
@@ -98,27 +76,35 @@ def work_of(config: ScanConfig) -> Work:
     return "attacks" if named or config.data_dir is not None else "static"
 
 
-def bounds(size: int, work: Work, override: JailLimits | None = None) -> Bounds:
-    """The limits of a job on ``size`` bytes of input (the file, or a folder's files) for ``work``."""
+def bounds(found: Declared | int, work: Work, override: JailLimits | None = None) -> Bounds:
+    """The limits of a job on a file (or a folder's files) that declares ``found`` (an int: its bytes), for ``work``.
+
+    A static scan may map 2 GiB plus 4 bytes per byte of its basis (the file, or the tensors it declares when
+    larger) with 120 s of CPU and wall time, plus 2 s per 10 MiB and 1 s per 20,000 objects its pickles build;
+    attacks 8 GiB plus 4 bytes per byte, 3600 s CPU and 7200 s wall. A file whose declarations its bytes cannot
+    hold (:attr:`Declared.absurd`) gets 1 GiB, 30 s CPU and 60 s wall whatever the work: no loader reads it as it
+    claims to be. Each limit an operator set (``override``) replaces the derived one.
+    """
+    found = Declared(found) if isinstance(found, int) else found
     o = override or JailLimits()
-    if work == "static":
-        memory, cpu = (2 << 30) + 4 * size, 120 + 2 * (size // (10 * _MIB))
-        wall = float(cpu)
+    basis = found.basis
+    if found.absurd:
+        memory, cpu, wall = 1 << 30, 30, 60.0
+        why = f"tight: it declares {found.absurd}"
+    elif work == "static":
+        memory, cpu = (2 << 30) + 4 * basis, 120 + 2 * (basis // (10 * _MIB)) + found.objects // 20_000
+        wall, why = float(cpu), f"a static scan of {_size_text(found)}"
     else:
-        memory, cpu, wall = (8 << 30) + 4 * size, 3600, 7200.0
+        memory, cpu, wall = (8 << 30) + 4 * basis, 3600, 7200.0
+        why = f"attacks on {_size_text(found)}"
     limits = Limits(memory_bytes=o.memory_mb * _MIB if o.memory_mb else memory, cpu_s=o.cpu_s or cpu,
                     file_bytes=(o.file_mb if o.file_mb is not None else 4096) * _MIB)
-    return Bounds(limits=limits, wall_s=o.wall_s or wall, work=work)
+    return Bounds(limits=limits, wall_s=o.wall_s or wall, work=work, basis=why)
 
 
-def _size(target: Path) -> int:
-    """The bytes of a file, or of the files under a folder (sizes only: nothing is read)."""
-    try:
-        if target.is_file():
-            return target.stat().st_size
-        return sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
-    except OSError:
-        return 0
+def _size_text(found: Declared) -> str:
+    mib = max(found.file_bytes, found.tensor_bytes) / _MIB
+    return f"{mib:,.1f} MiB declaring {found.params:,} parameters"
 
 
 def job_reads(path: Path, config: ScanConfig) -> list[str]:
@@ -151,12 +137,12 @@ class ScanJail:
 
     def __init__(self, targets: Sequence[Path], config: ScanConfig, limits: JailLimits | None = None) -> None:
         self.config = config
-        self.override = limits if limits is not None else JailLimits.from_env()
+        self.override = limits if limits is not None else config.jail.over(JailLimits.from_env())
         self.work = work_of(config)
         for t in targets:
             job_reads(t, config)  # a --data covering home refuses the scan before any worker starts
-        biggest = bounds(max((_size(t.resolve()) for t in targets), default=0), self.work, self.override)
-        top = biggest.limits
+        sizes = [bounds(declared(t.resolve()), self.work, self.override).limits for t in targets]
+        top = max(sizes, default=bounds(0, self.work, self.override).limits, key=lambda b: (b.memory_bytes, b.cpu_s))
         template = Limits(memory_bytes=(12 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
         # One file: nothing is shared, and a file the static check refuses never needs torch (as in-process).
         wanted = (*_PRELOAD, *_plugin_modules(config)) if len(targets) > 1 else _PRELOAD_ONE
@@ -198,10 +184,10 @@ class ScanJail:
         from auditor.audit.cached import worker_exchange
 
         config = config or self.config
-        sized = bounds(_size(path.resolve()), self.work, self.override)
+        sized = bounds(declared(path.resolve()), self.work, self.override)
         if self._imports_room and self.override.memory_mb is None:
             room = sized.limits.memory_bytes + self._imports_room
-            sized = Bounds(sized.limits.model_copy(update={"memory_bytes": room}), sized.wall_s, sized.work)
+            sized = replace(sized, limits=sized.limits.model_copy(update={"memory_bytes": room}))
         job_dir = Path(self.template.jobs_root) / str(self._jobs)
         job_dir.mkdir()
         try:
@@ -214,10 +200,10 @@ class ScanJail:
                 exchange.keep = isinstance(out.final, Result) and out.stopped is None  # a clean report only
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)  # nothing the child wrote outlives its job
-        return _draft(path, config, out)
+        return _draft(path, config, out, sized.basis)
 
 
-def _draft(path: Path, config: ScanConfig, out: JobOutcome) -> DraftReport:
+def _draft(path: Path, config: ScanConfig, out: JobOutcome, basis: str = "") -> DraftReport:
     """The draft a job's outcome stands for (its report, or a refusal), or the error it raises."""
     environment = out.environment()
     if environment is not None:
@@ -232,7 +218,8 @@ def _draft(path: Path, config: ScanConfig, out: JobOutcome) -> DraftReport:
         return draft.model_copy(update={"notes": [*draft.notes, out.note]})
     if isinstance(out.final, Error):
         raise ConfigError(out.final.message) if out.final.kind == "config" else JailError(out.final.message)
-    return _refusal(path, config, out.refusal(), out.note)
+    reason = out.refusal()
+    return _refusal(path, config, f"{reason} (bounds for {basis})" if basis else reason, out.note)
 
 
 def _plugin_modules(config: ScanConfig) -> list[str]:
@@ -285,7 +272,8 @@ def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude:
     """
     roots = [Path(os.path.abspath(p)) for p in paths]
     reads = [str(p.resolve()) for p in paths]
-    sized = bounds(sum(_size(p.resolve()) for p in paths), "static", limits or JailLimits.from_env())
+    sized = bounds(sum(declared(p.resolve()).file_bytes for p in paths), "static",  # sniffing reads bytes only
+                   limits or JailLimits.from_env())
     top = Limits(memory_bytes=(4 << 30) + sized.limits.memory_bytes, cpu_s=sized.limits.cpu_s + 60,
                  file_bytes=sized.limits.file_bytes)
     job = Job(job=0, read=reads, limits=sized.limits, wall_s=sized.wall_s, handler="auditor.audit.worker:collect_task",

@@ -21,6 +21,9 @@ from auditor.cli.options import (
     FailOnOption,
     ImportsOption,
     InputShapeOption,
+    MaxCpuOption,
+    MaxMemoryOption,
+    MaxWallOption,
     OnInconclusiveOption,
     PluginsOption,
     SeedOption,
@@ -73,8 +76,8 @@ def harden(
     batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size.")] = 64,
     arch: ArchOption = None, imports: ImportsOption = None, input_shape: InputShapeOption = None,
     torchscript: TorchscriptOption = None, plugins: PluginsOption = None, budget: BudgetOption = None,
-    config_file: ConfigOption = None,
-    seed: SeedOption = None,
+    config_file: ConfigOption = None, max_memory: MaxMemoryOption = None, max_cpu: MaxCpuOption = None,
+    max_wall: MaxWallOption = None, seed: SeedOption = None,
     device: DeviceOption = None, fail_on: FailOnOption = None, on_inconclusive: OnInconclusiveOption = None,
     json_path: Annotated[Path, typer.Option("--json", help="JSON report of the hardened model.")] = Path(
         "harden-report.json"),
@@ -88,12 +91,13 @@ def harden(
     judged on either side or the rewritten model was not fine-tuned. The rewrite's own options
     (--k, --beta, ...) are built from auditor/rewrite/options.py.
     """
-    from auditor.cli.scan import scan_config
+    from auditor.cli.scan import jail_flags, scan_config
     from auditor.commands.harden import HardenCommand, HardenOptions, run_harden
 
     config = scan_config(config_file, {
         "arch": arch, "imports": imports or None, "seed": seed, "device": device, "fail_on": fail_on,
         "budget_s": budget, "on_inconclusive": on_inconclusive, "input_shape": input_shape, "plugins": plugins,
+        "jail": jail_flags(max_memory, max_cpu, max_wall),
     })
     opts = HardenOptions(rewrite=rewrite, out=out, rewrite_options=dict(rewrite_flags or {}), data_dir=data,
                          epochs=epochs, m_epochs=m_epochs, lr=lr, batch_size=batch_size, torchscript=torchscript,

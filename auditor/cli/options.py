@@ -42,6 +42,30 @@ def _input_spec(text: str | None) -> str | None:
     return str(parse_input_spec(text))
 
 
+def _size_mb(text: str | None) -> int | None:
+    from auditor.config import parse_size_mb
+
+    return parse_size_mb(text) if text is not None else None
+
+
+def _seconds(text: str | None) -> float | None:
+    from auditor.config import parse_seconds
+
+    return parse_seconds(text) if text is not None else None
+
+
+# The jail's limits (scan, harden): over AUDITOR_JAIL_* and the user's [jail]; unset, they fit the file.
+#: Their callbacks parse the units: the command receives MiB (an int) and seconds (a float), or None.
+MaxMemoryOption = Annotated[str | None, typer.Option(
+    "--max-memory", metavar="SIZE", callback=_size_mb,
+    help="Memory a jailed worker may map beyond its start, e.g. 6GiB or 4096 (MiB) [default: fits the file].")]
+MaxCpuOption = Annotated[str | None, typer.Option(
+    "--max-cpu", metavar="DURATION", callback=_seconds,
+    help="CPU time of a jailed worker, e.g. 300, 10m [default: fits the file and the work].")]
+MaxWallOption = Annotated[str | None, typer.Option(
+    "--max-wall", metavar="DURATION", callback=_seconds,
+    help="Wall time of a jailed worker, e.g. 600, 2h [default: fits the file and the work].")]
+
 # Loading a checkpoint (scan, plugins, split, reparam-check, harden).
 ImportsOption = Annotated[list[str] | None, typer.Option(
     "--import", metavar="PKG", help="Allow classes under this module prefix to be unpickled (repeatable).")]

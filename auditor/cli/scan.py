@@ -21,6 +21,9 @@ from auditor.cli.options import (
     ImportsOption,
     InputShapeOption,
     InputSpecOption,
+    MaxCpuOption,
+    MaxMemoryOption,
+    MaxWallOption,
     OnInconclusiveOption,
     OutputFormat,
     OutputOption,
@@ -30,7 +33,7 @@ from auditor.cli.options import (
 from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
 from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
-from auditor.config import ScanConfig, build_config, config_values
+from auditor.config import JailLimits, ScanConfig, build_config, config_values
 from auditor.report.model import Acceptance
 
 if TYPE_CHECKING:
@@ -120,6 +123,7 @@ def scan(
     identity_provider: IdentityProviderOption = None, no_cache: NoCacheOption = False,
     cache_dir: CacheDirOption = None, changed_since: ChangedSinceOption = None,
     whole_folders: WholeFoldersOption = False, quiet: QuietOption = False, debug: DebugOption = False,
+    max_memory: MaxMemoryOption = None, max_cpu: MaxCpuOption = None, max_wall: MaxWallOption = None,
 ) -> int:
     """Audit checkpoints; the exit code is the gate's verdict (the worst over every model).
 
@@ -137,7 +141,7 @@ def scan(
         "on_inconclusive": on_inconclusive, "supply": {k: v for k, v in {
             "signature": verify_signature, "public_key": public_key, "certificate_chain": certificate_chain or None,
             "identity": identity, "identity_provider": identity_provider}.items() if v is not None} or None,
-        "cache": False if no_cache else None, "cache_dir": cache_dir,
+        "cache": False if no_cache else None, "cache_dir": cache_dir, "jail": jail_flags(max_memory, max_cpu, max_wall),
     })
     outputs = outputs_of(fmt, output=output, json_path=json_path, html_path=html_path, sarif_path=sarif_path,
                          out_dir=out_dir, sbom_path=sbom)
@@ -151,6 +155,13 @@ def scan(
                        inventory=sbom is not None or fmt is OutputFormat.CYCLONEDX, changed_since=changed_since,
                        whole_folders=whole_folders)
     return run_and_print(opts, outputs, quiet=quiet)
+
+
+def jail_flags(memory_mb: object, cpu_s: object, wall_s: object) -> JailLimits:
+    """The jail limits given as flags (already parsed by their callbacks)."""
+    cpu = max(1, round(cpu_s)) if isinstance(cpu_s, float) else None
+    return JailLimits(memory_mb=memory_mb if isinstance(memory_mb, int) else None, cpu_s=cpu,
+                      wall_s=wall_s if isinstance(wall_s, float) else None)
 
 
 def scan_config(config_file: Path | None, cli_values: dict[str, object]) -> ScanConfig:

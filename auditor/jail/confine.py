@@ -16,7 +16,11 @@ is missing) is returned for the report; the caller decides whether a missing lay
 - **rlimits**: address space (data segment when a GPU is used: CUDA reserves terabytes of address
   space it never touches), CPU seconds, file size, core dumps; the thread/process count only inside a
   user namespace of its own (elsewhere it would count every process of the user);
-- every capability dropped and ``no_new_privs`` set.
+- every capability dropped and ``no_new_privs`` set;
+- the environment filtered: only :data:`WORKER_ENV` reaches the worker (no token, no proxy, no ``PYTHONPATH``).
+
+Without a network namespace of its own, a child's network is still closed by the syscall filter (every socket
+but a Unix one kills it or fails), and the note says which layer holds it.
 """
 
 from __future__ import annotations
@@ -56,9 +60,16 @@ class View:
     list_only: tuple[str, ...] = ()  # folders whose names may be listed, none of their files read (site-packages)
 
 
+#: What the parent keeps of its own environment for the worker (locale, threads, GPUs, the loader's path).
+KEPT_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+            "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUDITOR_NO_CACHE")
+#: Every variable a worker may see: the kept ones, and those the parent sets to scratch or to fixed values.
+WORKER_ENV = frozenset({*KEPT_ENV, "USER", "LOGNAME", "HOME", "TMPDIR", "MPLCONFIGDIR", "HF_HOME", "TORCH_HOME",
+                        "TRITON_CACHE_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_OFFLINE",
+                        "TRANSFORMERS_OFFLINE", "PYTHONDONTWRITEBYTECODE", "LC_CTYPE"})
 #: Every layer the jail tries, in the order of its note (each is either enforced or missing, with why).
-LAYERS = ("namespaces", "network", "scratch", "no_new_privs", "landlock", "memory", "cpu", "file_size", "core",
-          "threads", "capabilities", "seccomp", "audit_hook")
+LAYERS = ("namespaces", "network", "environment", "scratch", "no_new_privs", "landlock", "memory", "cpu",
+          "file_size", "core", "threads", "capabilities", "seccomp", "audit_hook")
 
 
 @dataclass
@@ -236,9 +247,18 @@ def _seccomp() -> str:
 
 
 _MISSING = {"namespaces": "no user, network or mount namespace", "network": "no network namespace",
+            "environment": "the environment is not filtered",
             "scratch": "scratch is a plain folder, not a capped tmpfs", "no_new_privs": "privileges not frozen",
             "landlock": "no file-system view", "capabilities": "capabilities not dropped",
             "seccomp": "no syscall filter"}
+
+
+def _environment() -> str:
+    extra = sorted(set(os.environ) - WORKER_ENV)
+    if extra:
+        raise OSError(f"{', '.join(extra[:8])} reached the worker")
+    return (f"environment filtered ({len(os.environ)} variables: locale, threads, GPUs; home, caches and temp in "
+            "scratch)")
 
 
 def _try(done: Enforced, name: str, step: Callable[[], str]) -> None:
@@ -264,6 +284,7 @@ def confine(view: View, limits: Limits, *, template: bool = False) -> Enforced:
             if name not in done.layers:
                 done.missing[name] = f"{_MISSING[name]} ({type(exc).__name__}: {exc})"
     _try(done, "no_new_privs", _no_new_privs)
+    _try(done, "environment", _environment)
     if template:
         done.missing["landlock"] = "not in the template (each child applies its own view)"
     else:
@@ -291,4 +312,7 @@ def narrow(view: View, limits: Limits, *, own_userns: bool) -> Enforced:
     _try(done, "landlock", lambda: _landlock(view))
     _limits(limits, done, gpu=view.gpu, own_userns=own_userns)
     _try(done, "seccomp", _seccomp)
+    if not own_userns and "seccomp" in done.layers:
+        done.layers["network"] = ("no network namespace, but the syscall filter refuses every socket but a Unix one "
+                                  "(which fails)")
     return done

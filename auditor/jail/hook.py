@@ -9,12 +9,19 @@ reads of system files (``/proc``, ``/sys``, ``/etc``...) outside the view, and o
 (``importlib.metadata`` probes each ``sys.path`` folder as a zip; a folder's names are not its files).
 Where Landlock or seccomp are missing, it is the only guard left, and only for code that goes through
 Python (not ``ctypes`` calls into libc), which the report says.
+
+It also tells the worker two things the parent needs to be truthful: when the job first opens its input
+(``on_input``: what fails before that is the environment's, never the file's), and whether a refused read
+was of a library path the view missed (:func:`library_path`: an environment error naming the path) rather
+than of anything else (an attempt, named as the file's).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import sysconfig
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -30,7 +37,28 @@ _SYSTEM = ("/proc", "/sys", "/dev", "/etc", "/usr", "/run", "/var", "/opt", "/li
 
 #: What was attempted, in order (kind, detail); read by the worker after the audit.
 ATTEMPTS: list[tuple[str, str]] = []
+#: The kind of a refused read of a library path the view missed (the environment's, not the file's).
+LIBRARY_READ = "library read outside the jail's view"
 _state: dict[str, tuple[str, ...]] = {}
+_on_input: list[Callable[[], None]] = []
+
+
+def library_roots() -> tuple[str, ...]:
+    """Where installed code lives: the interpreter's prefixes, its library folders and the site folders."""
+    paths = sysconfig.get_paths()
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(paths.get(k, "") for k in ("stdlib", "platstdlib",
+             "purelib", "platlib")), *(p for p in sys.path if os.path.basename(p) in ("site-packages",
+                                                                                   "dist-packages"))}
+    return tuple(sorted(os.path.realpath(r) for r in roots if r))
+
+
+def library_path(real: str, roots: tuple[str, ...] | None = None) -> bool:
+    """True for a path of installed code (under :func:`library_roots`, no dotfile or VCS folder below the root)."""
+    for root in library_roots() if roots is None else roots:
+        if _inside(real, (root,)):
+            rest = os.path.relpath(real, root).split(os.sep)
+            return not any(part.startswith(".") for part in rest)
+    return False
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:
@@ -67,6 +95,7 @@ def _check_open(args: tuple[Any, ...]) -> None:
     if not isinstance(path, str):
         return  # a file descriptor already open
     real = os.path.realpath(path)
+    _opened(real)
     write = _is_write(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None)
     if _inside(real, _state["write"]):
         return
@@ -76,7 +105,14 @@ def _check_open(args: tuple[Any, ...]) -> None:
         if not os.path.lexists(real):  # nothing to read (an absent compiled module): no attempt to name
             raise FileNotFoundError(2, "No such file or directory", path)
         quiet = _inside(real, _SYSTEM) or os.path.isdir(real)  # a folder on sys.path, probed as a zip: no bytes
-        _deny("file read outside the jail's view", real, record=not quiet)
+        kind = LIBRARY_READ if library_path(real, _state["libraries"]) else "file read outside the jail's view"
+        _deny(kind, real, record=not quiet)
+
+
+def _opened(real: str) -> None:
+    """Say once that the job touched its input (an open, or a listing of its folder)."""
+    if _on_input and _inside(real, _state["inputs"]):
+        _on_input.pop()()
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
@@ -84,14 +120,22 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         return
     if event == "open":
         _check_open(args)
+    elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+        _opened(os.path.realpath(os.fsdecode(args[0])))
     elif event in _NETWORK:
         _deny("network", f"{event} {args[1:2]!r}"[:200])
     elif event in _PROCESS:
         _deny("new process", f"{event} {str(args[:2])[:160]}", record=not _library_probe(event, args))
 
 
-def install(read: list[str], write: list[str]) -> None:
-    """Start checking: reads only beneath ``read`` (or ``write``), writes only beneath ``write`` (resolved paths)."""
+def install(read: list[str], write: list[str], inputs: Sequence[str] = (),
+            on_input: Callable[[], None] | None = None) -> None:
+    """Start checking: reads only beneath ``read`` (or ``write``), writes only beneath ``write`` (resolved paths);
+    ``on_input`` is called the first time a path beneath ``inputs`` is opened or listed."""
+    _state["libraries"] = library_roots()
+    _state["inputs"] = tuple(os.path.realpath(p) for p in inputs)
+    if on_input is not None:
+        _on_input[:] = [on_input]
     _state["read"] = tuple(os.path.realpath(p) for p in read)
     _state["write"] = tuple(os.path.realpath(p) for p in write)
     sys.addaudithook(_hook)

@@ -100,11 +100,12 @@ class Confined(_Message):
 
 
 class Progress(_Message):
-    """A step of the job."""
+    """A step of the job (``reading``: the job has just touched its input; what failed before is the environment's)."""
 
     type: Literal["progress"] = "progress"
     job: int = -1
     step: str = Field(max_length=2000)
+    reading: bool = False
 
 
 class Result(_Message):

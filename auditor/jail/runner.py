@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from auditor.errors import AuditorError
-from auditor.jail.confine import LAYERS
+from auditor.jail.confine import KEPT_ENV, LAYERS
 from auditor.jail.protocol import (
     MAX_LINE_BYTES,
     Confined,
@@ -56,19 +56,19 @@ START_S = 300.0
 #: The parent's wall deadline is the job's plus this (the template kills the child at the job's own).
 GRACE_S = 15.0
 _STDERR_TAIL = 4000
-#: What a child's death by a signal means; each names the setting that raises the limit.
+#: What a child's death by a signal means; each names the limit, its value and the flag that raises it (the same
+#: limits are also set by ``[jail] max_*`` in the user's config and by ``AUDITOR_JAIL_*``).
 SIGNALS = {
-    "SIGXCPU": "the CPU-time limit ({cpu_s} s; AUDITOR_JAIL_CPU_S raises it)",
-    "SIGXFSZ": "the file-size limit ({file_mb} MiB; AUDITOR_JAIL_FILE_MB raises it)",
+    "SIGXCPU": "the CPU-time limit ({cpu_s} s; --max-cpu raises it)",
+    "SIGXFSZ": "the file-size limit ({file_mb} MiB; AUDITOR_JAIL_FILE_MB or [jail] max_file raises it)",
     "SIGSYS": "the syscall filter (a socket, a new program, tracing or a kernel interface)",
-    "SIGKILL": "a hard kill (the CPU hard limit, or the kernel out of memory)",
+    "SIGKILL": "a hard kill (the CPU hard limit of {cpu_s} s plus 5, or the kernel out of memory; --max-cpu or "
+               "--max-memory raises it)",
 }
 #: How a failed host allocation reads (torch's CPU allocator, C++, errno ENOMEM, Python); a GPU's "CUDA out of
 #: memory" is not the jail's limit and stays the plugin's own error.
 MEMORY_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory", "MemoryError",
                   "Unable to allocate", "not enough memory")
-_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-             "HIP_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "AUDITOR_NO_CACHE")
 
 
 class JailEnvironmentError(AuditorError):
@@ -82,13 +82,24 @@ def jail_enabled() -> bool:
 
 def environment(scratch: str) -> dict[str, str]:
     """The worker's environment: locale, threads and GPUs of the parent; home, caches and temp in scratch."""
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
     env["USER"] = env["LOGNAME"] = "auditor"  # getpass.getuser() without a name-service lookup
     env.update({"HOME": f"{scratch}/home", "TMPDIR": scratch, "MPLCONFIGDIR": scratch, "HF_HOME": f"{scratch}/hf",
                 "TORCH_HOME": scratch, "TRITON_CACHE_DIR": scratch, "XDG_CONFIG_HOME": scratch,
                 "XDG_CACHE_HOME": f"{scratch}/cache", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONDONTWRITEBYTECODE": "1"})
     return env
+
+
+def wall_limit(wall_s: float) -> str:
+    """The wall-time breach, named with its value and the flag that raises it."""
+    return f"the wall-time limit ({wall_s:g} s; --max-wall raises it)"
+
+
+def memory_limit(memory_bytes: int, what: str) -> str:
+    """The memory breach (``what`` the failure said), named with its value and the flag that raises it."""
+    return (f"it ran out of the jail's memory limit ({memory_bytes >> 20:,} MiB beyond the worker's start; {what}; "
+            "--max-memory raises it)")
 
 
 def death(status: int, limits: Limits) -> str:
@@ -138,6 +149,7 @@ class JobOutcome:
     stopped: str | None = None  # why the parent stopped the template (its wall deadline, output, a broken line)
     stderr: str = ""
     template_died: bool = False
+    read_input: bool = False  # the child said it touched its input (a Progress with ``reading``)
 
     @property
     def note(self) -> str:
@@ -145,12 +157,21 @@ class JobOutcome:
         return note(self.ready, self.confined)
 
     def environment(self) -> str | None:
-        """Why the worker failed before it read its input (an error row, never a refusal), else None."""
+        """Why the worker failed before it read its input (an error row, never a refusal), else None.
+
+        That is an environment error, a child that stopped before it narrowed its confinement, or any end
+        short of a result before the child said it touched its input (a limit hit while starting: the
+        interpreter, an import, a confinement step; a library the view missed).
+        """
         if isinstance(self.final, Error) and self.final.kind == "environment":
             return self.final.message
         if self.confined is None and self.final is None and self.stopped is None:
             how = death(self.ended.status, self.job.limits) if self.ended else "the template worker died"
             return f"the jail's worker failed before it read the input: {how}{self._last_stderr()}"
+        if not self.read_input and not isinstance(self.final, Result) and not (
+                isinstance(self.final, Error) and self.final.kind == "config"):
+            how = self.final.message if isinstance(self.final, Error) else self.refusal()
+            return f"the jail's worker failed before it read the input ({how})"
         return None
 
     def refusal(self) -> str:
@@ -162,7 +183,7 @@ class JobOutcome:
         elif self.ended is not None and self.ended.broken:
             reason = f"a broken report ({self.ended.broken})"
         elif self.ended is not None and self.ended.killed_at_wall:
-            reason = f"the wall-time limit ({self.job.wall_s:g} s; AUDITOR_JAIL_WALL_S raises it)"
+            reason = wall_limit(self.job.wall_s)
         elif self.ended is not None:
             reason = death(self.ended.status, self.job.limits)
         else:
@@ -300,7 +321,7 @@ class Template:
             if message is None:
                 out.template_died = why is not None and why.startswith("it ended")
                 if why == "deadline":
-                    out.stopped = f"the wall-time limit ({out.job.wall_s:g} s; AUDITOR_JAIL_WALL_S raises it)"
+                    out.stopped = wall_limit(out.job.wall_s)
                 elif not out.template_died:
                     out.stopped = why
                 self._kill()
@@ -311,6 +332,9 @@ class Template:
                 return
             if isinstance(message, Confined):
                 out.confined = message
+            elif isinstance(message, Progress) and message.reading:
+                out.read_input = True  # a marker, not a step: the step it was taken in stays the last
+                out.last_step = "reading the input" if out.last_step == "starting" else out.last_step
             elif isinstance(message, Progress):
                 out.last_step = message.step[:200]
                 if progress is not None:

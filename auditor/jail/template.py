@@ -47,7 +47,7 @@ from auditor.jail.protocol import (
     parse_child_message,
     parse_request,
 )
-from auditor.jail.runner import MEMORY_MARKERS
+from auditor.jail.runner import MEMORY_MARKERS, memory_limit
 
 _DEVICES = ("/dev/null", "/dev/zero")
 
@@ -71,6 +71,23 @@ def memory_error(exc: BaseException | None) -> str | None:
     return None
 
 
+def _missed_library(exc: BaseException | None) -> str | None:
+    """A library path the kernel's view refused (``PermissionError`` on installed code), in ``exc``'s chain."""
+    seen = 0
+    while exc is not None and seen < 20:
+        name = getattr(exc, "filename", None) or getattr(exc, "path", None)
+        if isinstance(exc, (PermissionError, ImportError)) and isinstance(name, str) and hook.library_path(
+                os.path.realpath(name)) and ("ermission" in str(exc) or isinstance(exc, PermissionError)):
+            return os.path.realpath(name)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _environment(path: str) -> Error:
+    return Error(kind="environment", message=f"the jail's view missed a library path: {path} (the worker could not "
+                                             "read installed code; the file was not judged)"[:4000])
+
+
 def _attempted() -> str | None:
     """The first attempt the audit hook recorded (all of them are printed on stderr)."""
     if not hook.ATTEMPTS:
@@ -82,12 +99,19 @@ def _attempted() -> str | None:
     return f"it attempted a {kind}: {detail}{more}"
 
 
-def _memory_violation(memory: str) -> Violation:
-    return Violation(reason=f"it ran out of the jail's memory limit ({memory}; AUDITOR_JAIL_MEMORY_MB raises it)")
+def _library_only() -> str | None:
+    """The first library path the hook refused, when every recorded attempt was such a read; else None."""
+    if hook.ATTEMPTS and all(kind == hook.LIBRARY_READ for kind, _ in hook.ATTEMPTS):
+        return hook.ATTEMPTS[0][1]
+    return None
+
+
+def _memory_violation(memory: str, limit: int) -> Violation:
+    return Violation(reason=memory_limit(limit, memory))
 
 
 def _outcome(handler: Callable[[dict[str, Any], Callable[[str], None]], dict[str, Any]], task: dict[str, Any],
-             say: Callable[[str], None]) -> Result | Error | Violation:
+             say: Callable[[str], None], limit: int) -> Result | Error | Violation:
     """Run the handler; its value, or what stopped it (a recorded attempt or a memory failure first)."""
     from auditor.errors import AuditorError, ConfigError
 
@@ -96,20 +120,26 @@ def _outcome(handler: Callable[[dict[str, Any], Callable[[str], None]], dict[str
     except ConfigError as exc:
         return Error(kind="config", message=str(exc)[:4000])
     except BaseException as exc:  # every failure is a message: the parent never retries outside the jail
+        library = _library_only() or _missed_library(exc)
+        if library:
+            return _environment(library)
         memory, attempt = memory_error(exc), _attempted()
         if attempt:
             return Violation(reason=attempt[:4000])
         if memory:
-            return _memory_violation(memory)
+            return _memory_violation(memory, limit)
         text = str(exc) if isinstance(exc, AuditorError) else f"internal error: {type(exc).__name__}: {exc}"
         return Error(kind="input", message=text[:4000])
+    library = _library_only()
+    if library:
+        return _environment(library)
     attempt = _attempted()
     if attempt:
         return Violation(reason=attempt[:4000])
     text = json.dumps(value)
     marker = next((m for m in MEMORY_MARKERS if m in text), None)
     if marker:  # a failed allocation the audit caught and reported (a trace fallback, a plugin)
-        return _memory_violation(f"{marker!r} in the audit")
+        return _memory_violation(f"{marker!r} in the audit", limit)
     return Result(value=value)
 
 
@@ -131,7 +161,8 @@ def _child(start: Start, job: Job, done: Enforced, out: IO[bytes], scratch: str,
                 gpu=start.gpu, list_only=tuple(start.list_only))
     mine = narrow(view, limits, own_userns="namespaces" in done.layers)
     devices = ["/dev"] if start.gpu else list(_DEVICES)
-    hook.install([*view.read, *devices], [*view.write, *devices])
+    hook.install([*view.read, *devices], [*view.write, *devices], job.read,
+                 lambda: say(Progress(job=job.job, step="reading the input", reading=True)))
     mine.layers["audit_hook"] = "an audit hook names and refuses Python-level opens, sockets and processes"
     say(Confined(job=job.job, enforced={**done.layers, **mine.layers},
                  missing={k: v for k, v in {**done.missing, **mine.missing}.items() if k not in mine.layers}))
@@ -141,7 +172,8 @@ def _child(start: Start, job: Job, done: Enforced, out: IO[bytes], scratch: str,
     except Exception as exc:  # before the input is read: the environment, not the file
         say(Error(job=job.job, kind="environment", message=f"the job's handler {job.handler}: {exc}"[:4000]))
     else:
-        say(_outcome(handler, job.task, lambda step: say(Progress(job=job.job, step=step[:2000]))))
+        say(_outcome(handler, job.task, lambda step: say(Progress(job=job.job, step=step[:2000])),
+                     job.limits.memory_bytes))
     sys.stderr.flush()
     os._exit(0)
 

@@ -100,9 +100,12 @@ def module_dirs(modules: Iterable[str]) -> list[str]:
 
 
 def stdlib_dirs() -> list[str]:
-    """The standard library, its compiled modules, its zip, and the folder of ``libpython``."""
+    """The standard library (a folder holding ``os.py``), its compiled modules, its zip, the folder of ``libpython``."""
     paths = sysconfig.get_paths()
-    out = [paths["stdlib"], paths["platstdlib"], os.path.join(paths["stdlib"], "lib-dynload")]
+    # In a virtual environment platstdlib is the environment's own lib/pythonX.Y: no stdlib, only its
+    # site-packages, which is read entry by entry (never whole: dotfiles, .pth files).
+    out = [p for p in dict.fromkeys((paths["stdlib"], paths["platstdlib"])) if os.path.isfile(os.path.join(p, "os.py"))]
+    out.append(os.path.join(paths["stdlib"], "lib-dynload"))
     out += [p for p in sys.path if p.endswith(".zip")]
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir:

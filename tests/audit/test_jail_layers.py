@@ -187,7 +187,7 @@ def test_missing_layers_are_recorded_and_the_rest_still_applies(tmp_path: Path) 
                           timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=True)
     got = json.loads(done.stdout)
     assert set(got["missing"]) == {"namespaces", "network", "scratch", "landlock", "seccomp", "threads",
-                                   "capabilities"} and got["as"] == 1 << 30
+                                   "capabilities", "environment"} and got["as"] == 1 << 30  # run with this env
     assert {"memory", "cpu", "file_size", "core", "no_new_privs"} <= set(got["enforced"])
     assert set(got["enforced"]) | set(got["missing"]) == set(LAYERS) - {"audit_hook"}
     text = note(Ready(enforced=got["enforced"], missing=got["missing"]),

@@ -9,6 +9,7 @@ in a small module admitted into the view, run in a fresh child exactly as a scan
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 HANDLERS = '''
 import os, signal, time
 
+def _touch(task):
+    """Open the job's input first (as a scan does): what fails after that is the file's."""
+    if task.get("touch", "1") == "1":
+        open(task["path"], "rb").close()
+
 def _pipe(say):
     """The child's own pipe, found through the progress callback's closures (what a payload could do)."""
     todo = [say]
@@ -50,21 +56,26 @@ def _pipe(say):
     raise LookupError("no pipe")
 
 def exit7(task, say):
+    _touch(task)
     os._exit(7)
 
 def segv(task, say):
+    _touch(task)
     os.kill(os.getpid(), signal.SIGSEGV)
 
 def spin(task, say):
+    _touch(task)
     say("spinning")
     while True:
         pass
 
 def sleep(task, say):
+    _touch(task)
     say("step 2")
     time.sleep(600)
 
 def alloc(task, say):
+    _touch(task)
     return {"held": len(bytearray(8 << 30))}
 
 def ok(task, say):
@@ -73,21 +84,30 @@ def ok(task, say):
         return {"text": fh.read()}
 
 def other(task, say):
+    _touch(task)
     with open(task["other"]) as fh:
         return {"text": fh.read()}
 
 def forge(task, say):
+    _touch(task)
     say("forging")
     out = _pipe(say)
     out.write(b'{"type": "ended", "job": 0, "status": 0}\\n')
     return {"never": True}
 
 def wrong_job(task, say):
+    _touch(task)
     out = _pipe(say)
     out.write(b'{"type": "progress", "job": 99, "step": "for another file"}\\n')
     return {"done": True}
 
+def library(task, say):
+    _touch(task)
+    with open(task["library"]) as fh:  # installed, but not in the view (a .pth file is never in it)
+        return {"text": fh.read()}
+
 def garbage(task, say):
+    _touch(task)
     out = _pipe(say)
     out.write(b"not json\\n")
     return {"never": True}
@@ -114,15 +134,16 @@ def template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
 
 
 def _job(name: str, n: int, read: list[str], wall_s: float = 20.0, **task: str) -> Job:
-    return Job(job=n, read=read, limits=LIMITS, wall_s=wall_s, handler=f"standins:{name}", task=task)
+    return Job(job=n, read=read, limits=LIMITS, wall_s=wall_s, handler=f"standins:{name}",
+               task={"path": read[0], **task})
 
 
 @pytest.mark.parametrize(("name", "wall", "named"), [
     ("exit7", 20.0, "status 7"),
     ("segv", 20.0, "SIGSEGV"),
-    ("spin", 60.0, "CPU-time limit (2 s; AUDITOR_JAIL_CPU_S raises it)"),
-    ("sleep", 2.0, "while step 2: the wall-time limit (2 s; AUDITOR_JAIL_WALL_S raises it)"),
-    ("alloc", 20.0, "memory limit"),
+    ("spin", 60.0, "CPU-time limit (2 s; --max-cpu raises it)"),
+    ("sleep", 2.0, "while step 2: the wall-time limit (2 s; --max-wall raises it)"),
+    ("alloc", 20.0, "memory limit (1,024 MiB beyond the worker's start; MemoryError: ; --max-memory raises it)"),
     ("forge", 20.0, "a broken report"),
     ("garbage", 20.0, "a broken report"),
 ])
@@ -140,6 +161,72 @@ def test_every_way_a_child_fails_is_a_refusal_naming_it_and_the_next_child_is_fr
     after = t.run(_job("ok", 1, [str(root / "in" / "b.txt")], path=str(root / "in" / "b.txt")))
     assert isinstance(after.final, Result) and after.final.value == {"text": "file b"}
     assert t.starts == 1  # one template served every case: a child's failure is its file's only
+
+
+@pytest.mark.parametrize(("name", "wall"), [("exit7", 20.0), ("spin", 60.0), ("alloc", 20.0), ("sleep", 2.0)])
+def test_a_child_that_fails_before_it_touches_its_input_is_an_environment_error(template, name: str,
+                                                                               wall: float) -> None:
+    t, root = template
+    out = t.run(_job(name, 0, [str(root / "in" / "a.txt")], wall_s=wall, touch="0"))
+    assert out.confined is not None and not out.read_input
+    why = out.environment()
+    assert why is not None and why.startswith("the jail's worker failed before it read the input")
+    touched = t.run(_job(name, 1, [str(root / "in" / "a.txt")], wall_s=wall))
+    assert touched.read_input and touched.environment() is None  # the same failure after the input: a refusal
+
+
+def test_a_library_path_the_view_missed_is_an_environment_error_naming_it(template) -> None:
+    t, root = template
+    pth = sorted(p for d in site_dirs() for p in Path(d).glob("*.pth"))
+    if not pth:
+        pytest.skip("no .pth file in site-packages to stand in for a library the view missed")
+    out = t.run(_job("library", 0, [str(root / "in" / "a.txt")], library=str(pth[0])))
+    assert out.read_input and out.environment() == (
+        f"the jail's view missed a library path: {pth[0].resolve()} (the worker could not read installed code; "
+        "the file was not judged)")
+    home = t.run(_job("other", 1, [str(root / "in" / "a.txt")], other=str(root / "in" / "b.txt")))
+    assert home.environment() is None and "file read outside the jail's view" in home.refusal()
+
+
+def test_a_permission_error_on_installed_code_is_the_environments() -> None:
+    from auditor.jail import template as worker
+
+    lib = str(Path(site_dirs()[0]) / "torch" / "lib" / "libtorch_cpu.so")
+    denied = ImportError(f"{lib}: cannot open shared object file: Permission denied", path=lib)
+    assert worker._missed_library(RuntimeError("import failed").with_traceback(None)) is None
+    try:
+        raise RuntimeError("importing torch") from denied
+    except RuntimeError as exc:
+        assert worker._missed_library(exc) == os.path.realpath(lib)
+    assert worker._missed_library(PermissionError(13, "Permission denied", "/etc/shadow")) is None
+
+
+def test_the_note_lists_every_layer_and_what_holds_when_namespaces_are_forced_off(
+        template, monkeypatch: pytest.MonkeyPatch) -> None:
+    from auditor.jail.confine import LAYERS
+
+    t, root = template
+    normal = t.run(_job("ok", 0, [str(root / "in" / "a.txt")]))
+    forced = ("import auditor.jail.confine as c\ndef _off(*a, **k):\n    raise OSError('forced off by the test')\n"
+              "c._namespaces = _off\n")
+    monkeypatch.setattr(runner, "BOOT", runner.BOOT.replace("from auditor.jail.template", f"exec({forced!r}); "
+                                                                                          "from auditor.jail.template"))
+    with runner.Template(libraries=library_view(["standins"]), list_only=site_dirs(),
+                         limits=Limits(memory_bytes=9 << 30, cpu_s=600, file_bytes=1 << 20)) as off:
+        degraded = off.run(_job("ok", 0, [str(root / "in" / "a.txt")]))
+    assert isinstance(degraded.final, Result)
+    for out in (normal, degraded):
+        named = {n for n in LAYERS if n in {**out.ready.enforced, **out.confined.enforced}  # type: ignore[union-attr]
+                 or n in {**out.ready.missing, **out.confined.missing}}  # type: ignore[union-attr]
+        assert named == set(LAYERS), set(LAYERS) - named
+        assert "environment filtered" in out.note
+    lacking = degraded.note.split("NOT enforced here: ")[1]
+    for what in ("no user, network or mount namespace (OSError: forced off by the test)", "not a capped tmpfs",
+                 "no thread limit", "capabilities"):
+        assert what in lacking, what
+    assert "the syscall filter refuses every socket but a Unix one" in degraded.note.split("NOT enforced")[0]
+    if runner.namespaces_available():
+        assert "NOT enforced here" not in normal.note, normal.note
 
 
 def test_a_child_reads_only_its_own_file_and_speaks_only_for_its_job(template) -> None:
