@@ -37,8 +37,8 @@ import torchvision
 from auditor_split_inversion.config import BUDGETS, Budget, EnsemblerConfig, SplitInversionConfig
 from auditor_split_inversion.defences import noise_sweep
 from auditor_split_inversion.engine import Clock, Inputs, SplitAuditResult, audit
-from auditor_split_inversion.ensembler import cut, evaluate
-from auditor_split_inversion.metrics import per_image, summarise
+from auditor_split_inversion.ensembler import EnsemblerData, cut, evaluate
+from auditor_split_inversion.metrics import per_image
 from auditor_split_inversion.rmle import rmle
 from torch import nn
 
@@ -142,7 +142,7 @@ def rmle_curve(res: SplitAuditResult, grid: tuple[int, ...]) -> list[list[tuple[
             c0 = time.process_time()
             recon, _ = rmle(head, res.feats[k], shape, steps=steps, tv=0.05, tick=lambda: True)
             cpu = time.process_time() - c0
-            points.append((steps, summarise(per_image(probes, recon))["psnr_mean"], cpu))
+            points.append((steps, per_image(probes, recon).summary().psnr_mean, cpu))
         curves.append(points)
     return curves
 
@@ -150,20 +150,21 @@ def rmle_curve(res: SplitAuditResult, grid: tuple[int, ...]) -> list[list[tuple[
 def table(name: str, res: SplitAuditResult, curves: list[list[tuple[int, float, float]]], extra: str) -> None:
     """Print the per-split table, the cost at matched PSNR and the amortisation of one target."""
     fl, rec = res.floor, res.records
-    syn, dci = rec.synthesis or {}, rec.dci["dci"]
+    syn = rec.synthesis.as_dict() if rec.synthesis else {}
+    dci = rec.dci["dci"].as_dict()
     dci_fixed = syn["cpu_seconds"] + dci["cpu_seconds"]
     dci_per_probe = dci["inference_cpu_seconds_all_splits"] / len(res.probes)
     rmle_full = rec.rmle.cpu_seconds_all_splits if rec.rmle else 0.0
     print(f"\n### {name}\n\n{extra}\n")
     print(f"Floor ({fl.kind}): PSNR {fl.psnr_mean:.2f} dB, SSIM {fl.ssim_mean:.3f} (mean image alone: "
-          f"{fl.mean_image_only['psnr_mean']:.2f} dB, {fl.mean_image_only['ssim_mean']:.3f}); rMLE settings per "
-          f"split: {[r.attacks['rmle'].get('settings') for r in res.rows]}\n")
+          f"{fl.mean_image_only.psnr_mean:.2f} dB, {fl.mean_image_only.ssim_mean:.3f}); rMLE settings per "
+          f"split: {[r.settings_of('rmle') for r in res.rows]}\n")
     print("| split | shape | numel ratio | DCI PSNR | DCI SSIM | rMLE PSNR | rMLE SSIM | max PSNR − floor "
           "| rMLE steps to reach DCI's PSNR (CPU s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     matched, unmatched = 0.0, []
     for r, points in zip(res.rows, curves):
-        d, m = r.attacks["dci"], r.attacks["rmle"]
+        d, m = r.attacks["dci"].as_dict(), r.attacks["rmle"].as_dict()
         hit = next((p for p in points if p[1] >= d["psnr_mean"]), None)
         if hit is None:
             unmatched.append(r.split)
@@ -205,27 +206,26 @@ def noise_table(res: SplitAuditResult, labels: torch.Tensor) -> None:
     print(f"\nNoise at {res.rows[0].split} (σ × feature std; attackers not retrained):\n")
     print("| noise | σ | accuracy on probe labels | best PSNR | best SSIM | best attack |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kind']} | {r['sigma']:g} | {r['utility']:.3f} | {r['psnr']:.2f} | {r['ssim']:.3f} | "
-              f"{r['best_attack']} |")
+        print(f"| {r.kind} | {r.sigma:g} | {r.utility:.3f} | {r.psnr:.2f} | {r.ssim:.3f} | {r.best_attack} |")
 
 
 def ensembler_table() -> None:
     """Retrain the digits CNN as Ensembler with the default settings (N=5, P=2, σ=0.1 fixed, |CS|, λ=1, 20 epochs)."""
     net, _, _, _ = digits_target()
     x, y, tr, te = digits_split()
-    data = {"client": x[tr[:700]], "client_y": y[tr[:700]], "aux": x[tr[700:]], "aux_y": y[tr[700:]],
-            "eval": x[te[16:]], "eval_y": y[te[16:]], "probes": x[te[:16]]}
+    data = EnsemblerData(client=x[tr[:700]], client_y=y[tr[:700]], aux=x[tr[700:]], aux_y=y[tr[700:]],
+                        eval=x[te[16:]], eval_y=y[te[16:]], probes=x[te[:16]])
     cfg = EnsemblerConfig()
     profile = profile_model(net, (1, 8, 8))
     pieces = cut(net.requires_grad_(False), profile, "_0_2")
     from auditor_split_inversion.ensembler import judge
-    from auditor_split_inversion.verdict import floor_scores
+    from auditor_split_inversion.verdict import Thresholds, floor_scores
 
     with torch.no_grad():
-        fl = floor_scores(data["probes"], net(data["probes"]).argmax(1), y[te[:16]], data["aux"], data["aux_y"])
+        fl = floor_scores(data.probes, net(data.probes).argmax(1), y[te[:16]], data.aux, data.aux_y)
     c0 = time.process_time()
     res = judge(evaluate(pieces, pieces[0], data, 10, cfg, rmle_steps=150, rmle_tv=0.0, seed=0, tick=lambda: True),
-                fl, {"psnr": 3.0, "ssim": 0.1}, classes=10, seed=0).as_dict()
+                fl, Thresholds(3.0, 0.1), classes=10, seed=0).as_dict()
     print(f"\n### Ensembler on the digits CNN at `_0_2` (8×8×8)\n\nSettings: {cfg.model_dump()}; client "
           "training set 700 digits, attacker's auxiliary set the other 700 training digits (disjoint), accuracy on "
           f"381 held-out digits, 16 held-out probes; seed 0; {time.process_time() - c0:.1f} CPU s in all.\n")
