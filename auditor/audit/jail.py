@@ -12,7 +12,7 @@ The bounds (:func:`bounds`) fit what the file declares, read statically by the p
 (:func:`auditor.load.declared.declared`: tensor bytes, parameters, objects): a static scan may map 2 GiB plus
 4 bytes per byte with 120 s of CPU and wall time plus 2 s per 10 MiB; attacks 8 GiB plus 4 bytes per byte, 3600 s
 CPU, 7200 s wall; a file that declares more than its bytes can hold 1 GiB, 30 s CPU, 60 s wall. An operator's
-limits replace them (:class:`auditor.config.JailLimits`: ``--max-memory``/``--max-cpu``/``--max-wall`` over
+limits replace them (:class:`auditor.jail.limits.JailLimits`: ``--max-memory``/``--max-cpu``/``--max-wall`` over
 ``AUDITOR_JAIL_*`` over the user's ``[jail]``). ``AUDITOR_UNSAFE_NO_JAIL=1`` audits in this process instead (the
 test suite's default; never for untrusted files).
 """
@@ -30,8 +30,9 @@ from typing import Literal
 
 from auditor.audit.assemble import DraftReport
 from auditor.audit.refused import PLUGIN_GROUP, refusal_report
-from auditor.config import JailLimits, ScanConfig, covers_home
+from auditor.config import ScanConfig, covers_home
 from auditor.errors import AuditorError, ConfigError, InputError
+from auditor.jail.limits import JailLimits
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
 from auditor.jail.view import library_view, site_dirs

@@ -43,13 +43,13 @@ def _input_spec(text: str | None) -> str | None:
 
 
 def _size_mb(text: str | None) -> int | None:
-    from auditor.config import parse_size_mb
+    from auditor.jail.limits import parse_size_mb
 
     return parse_size_mb(text) if text is not None else None
 
 
 def _seconds(text: str | None) -> float | None:
-    from auditor.config import parse_seconds
+    from auditor.jail.limits import parse_seconds
 
     return parse_seconds(text) if text is not None else None
 

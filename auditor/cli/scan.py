@@ -33,7 +33,8 @@ from auditor.cli.options import (
 from auditor.cli.outputs import Outputs, outputs_of, write_outputs
 from auditor.cli.progress import Progress, ray_done, ray_started
 from auditor.cli.render import plain, print_report, print_rows, print_verdict, safe
-from auditor.config import JailLimits, ScanConfig, build_config, config_values
+from auditor.config import ScanConfig, build_config, config_values
+from auditor.jail.limits import JailLimits
 from auditor.report.model import Acceptance
 
 if TYPE_CHECKING:

@@ -105,8 +105,9 @@ def split_job(task: Mapping[str, object], say: Callable[[str], None]) -> dict[st
     say("profiling the model")
     profile = profile_model(net, shape)
     if profile.traced_with != "fx":
+        why = "; ".join(profile.trace_notes)[:1000]  # the fx failure (a memory failure in it is the jail's refusal)
         raise InputError(f"{t.source.path}: cutting at split points needs an fx graph; the model was profiled with "
-                         f"{profile.traced_with}")
+                         f"{profile.traced_with}{f' ({why})' if why else ''}")
     points = TypeAdapter(list[SplitPoint]).dump_json(list(profile.split_points)).decode()
     head = None
     if t.at is not None:

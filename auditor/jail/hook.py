@@ -22,6 +22,7 @@ import os
 import sys
 import sysconfig
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -39,7 +40,20 @@ _SYSTEM = ("/proc", "/sys", "/dev", "/etc", "/usr", "/run", "/var", "/opt", "/li
 ATTEMPTS: list[tuple[str, str]] = []
 #: The kind of a refused read of a library path the view missed (the environment's, not the file's).
 LIBRARY_READ = "library read outside the jail's view"
-_state: dict[str, tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True)
+class _View:
+    """What the hook checks against (resolved paths): installed code, the job's inputs, the view and scratch."""
+
+    libraries: tuple[str, ...]
+    inputs: tuple[str, ...]
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+
+
+#: The view the hook checks (empty until :func:`install`; at most one per process).
+_view: list[_View] = []
 _on_input: list[Callable[[], None]] = []
 
 
@@ -97,26 +111,27 @@ def _check_open(args: tuple[Any, ...]) -> None:
     real = os.path.realpath(path)
     _opened(real)
     write = _is_write(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None)
-    if _inside(real, _state["write"]):
+    view = _view[0]
+    if _inside(real, view.write):
         return
     if write:
         _deny("file write outside the jail's scratch", real)
-    if not _inside(real, _state["read"]):
+    if not _inside(real, view.read):
         if not os.path.lexists(real):  # nothing to read (an absent compiled module): no attempt to name
             raise FileNotFoundError(2, "No such file or directory", path)
         quiet = _inside(real, _SYSTEM) or os.path.isdir(real)  # a folder on sys.path, probed as a zip: no bytes
-        kind = LIBRARY_READ if library_path(real, _state["libraries"]) else "file read outside the jail's view"
+        kind = LIBRARY_READ if library_path(real, view.libraries) else "file read outside the jail's view"
         _deny(kind, real, record=not quiet)
 
 
 def _opened(real: str) -> None:
     """Say once that the job touched its input (an open, or a listing of its folder)."""
-    if _on_input and _inside(real, _state["inputs"]):
+    if _on_input and _inside(real, _view[0].inputs):
         _on_input.pop()()
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if not _state:
+    if not _view:
         return
     if event == "open":
         _check_open(args)
@@ -132,10 +147,8 @@ def install(read: list[str], write: list[str], inputs: Sequence[str] = (),
             on_input: Callable[[], None] | None = None) -> None:
     """Start checking: reads only beneath ``read`` (or ``write``), writes only beneath ``write`` (resolved paths);
     ``on_input`` is called the first time a path beneath ``inputs`` is opened or listed."""
-    _state["libraries"] = library_roots()
-    _state["inputs"] = tuple(os.path.realpath(p) for p in inputs)
     if on_input is not None:
         _on_input[:] = [on_input]
-    _state["read"] = tuple(os.path.realpath(p) for p in read)
-    _state["write"] = tuple(os.path.realpath(p) for p in write)
+    _view[:] = [_View(libraries=library_roots(), inputs=tuple(os.path.realpath(p) for p in inputs),
+                      read=tuple(os.path.realpath(p) for p in read), write=tuple(os.path.realpath(p) for p in write))]
     sys.addaudithook(_hook)

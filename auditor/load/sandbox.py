@@ -111,12 +111,14 @@ def probe_task(task: dict[str, Any], say: Callable[[str], None]) -> dict[str, An
     loaded = False
     say("loading the archive")
     try:
-        with warnings.catch_warnings():
+        # Opened from Python, so the jail's audit hook sees the input read (torch's C++ reader opens a path unseen):
+        # what fails after it is the file's, never the environment's.
+        with warnings.catch_warnings(), open(task["path"], "rb") as archive:
             warnings.simplefilter("ignore")
             if task["kind"] == "torchscript":
-                model = torch.jit.load(task["path"], map_location="cpu")
+                model = torch.jit.load(archive, map_location="cpu")
             else:
-                model = torch.export.load(task["path"]).module(check_guards=False)
+                model = torch.export.load(archive).module(check_guards=False)
             loaded = True
             say("running it once")
             with torch.no_grad():

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import torch
@@ -24,7 +25,7 @@ import torch
 from auditor.plugin import Scaling, image_scores
 from auditor_gradient_inversion.attacks.analytic import recover_labels
 from auditor_gradient_inversion.attacks.dlg import dlg
-from auditor_gradient_inversion.attacks.ig import IGSettings, IGStep, invert, trial_generator
+from auditor_gradient_inversion.attacks.ig import IGResult, IGSettings, IGStep, invert, trial_generator
 from auditor_gradient_inversion.metrics import summarise
 from auditor_gradient_inversion.oracle import GradientOracle, NoiseOverride, noise_shapes, seeded_rng
 from auditor_gradient_inversion.rows import DLGRow, IGRow, Recon, Scored, Skip
@@ -199,40 +200,38 @@ class Campaign:
             check_budget=tick,
             on_step=step,
         )
+        row = partial(IGRow, attack=attack, group=group, params_matched=len(names), param_elements=sum(oracle.sizes),
+                      batch_size=batch, clients=x.shape[0], label_mode="known" if known_labels else "recovered",
+                      label_recovery_acc=label_acc, noise=noise if shapes else "none (deterministic model)",
+                      trial_mode=res.note)
+        return self._scored(key, pix, settings, res, row, tuple(cut))
+
+    def _scored(self, key: str, pix: torch.Tensor, settings: Sequence[IGSettings], res: IGResult,
+                row: Callable[..., IGRow], cut: tuple[Skip, ...]) -> Scored:
+        """Score each setting's reconstruction: one row (``row`` holds the attack's common fields) and image each."""
         rows, recons = [], []
         for j, setting in enumerate(settings):
             recon = self.to_pixels(res.x[:, j])
             per_image = self._score(pix, recon)
             tag = key if len(settings) == 1 else f"{key}/{j}"
             recons.append(Recon(tag, recon.reshape(-1, *self.images.shape[1:]).cpu()))
-            row = IGRow(
+            rows.append(row(
                 key=tag,
-                attack=attack,
-                group=group,
                 setting=setting.describe(),
                 lr=setting.lr,
                 tv_weight=setting.tv_weight,
                 init=setting.init,
-                params_matched=len(names),
-                param_elements=sum(oracle.sizes),
-                batch_size=batch,
-                clients=x.shape[0],
-                label_mode="known" if known_labels else "recovered",
-                label_recovery_acc=label_acc,
-                noise=noise if shapes else "none (deterministic model)",
                 iterations=setting.iterations,
                 steps_mean=float(res.steps[:, j].float().mean()),
                 restarts=setting.restarts,
                 seconds=round(res.seconds / len(settings), 2),
-                trial_mode=res.note,
                 final_loss_mean=float(res.loss[:, j].mean()),
                 **summarise(per_image),
                 per_image_ssim=[round(r["ssim"], 4) for r in per_image],
                 per_image_psnr=[round(r["psnr"], 3) for r in per_image],
                 per_image_mse=[round(r["mse"], 6) for r in per_image],
-            )
-            rows.append(row)
-        return Scored(tuple(rows), tuple(recons), tuple(cut))
+            ))
+        return Scored(tuple(rows), tuple(recons), cut)
 
     def _score(self, pix: torch.Tensor, recon: torch.Tensor) -> list[dict[str, float]]:
         """Score every client batch, matching reconstructions to originals by SSIM when B > 1."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,12 @@ def test_audit_many_keeps_every_row_and_the_worst_exit_code(tmp_path: Path) -> N
     assert all(f.fingerprint for r in rows if r.report for f in r.report.findings)
     assert worst_exit_code(rows) == 2
     assert worst_exit_code([r for r in rows if r.error is None]) == 1
-    for row in rows:  # serialisable: a remote executor can ship rows back
-        assert ScanRow.model_validate(json.loads(row.model_dump_json())) == row
+    for row in rows:  # a remote executor (Ray) ships rows back pickled; the JSON carries the report's contract
+        assert pickle.loads(pickle.dumps(row)) == row
+        back = ScanRow.model_validate(json.loads(row.model_dump_json()))
+        if row.report is not None and back.report is not None:  # the installed plugins' threat rows are not in it
+            back = back.model_copy(update={"report": back.report.with_threats(row.report.threats)})
+        assert back == row
 
 
 def test_audit_many_takes_an_executor(tmp_path: Path) -> None:

@@ -19,16 +19,17 @@ import pytest
 import torch
 
 from auditor.audit import jail
-from auditor.config import JailLimits, build_config, load_config_file, parse_seconds, parse_size_mb
+from auditor.config import build_config, load_config_file
 from auditor.errors import ConfigError
 from auditor.jail import runner
+from auditor.jail.limits import JailLimits, parse_seconds, parse_size_mb
 from auditor.jail.protocol import Job, Limits, Violation
 from auditor.jail.view import library_view, site_dirs
 from auditor.load import declared as dec
 from auditor.load.declared import declared
 
 #: Elements the expanded weight views: 1.6 GB of float32 once a copy or a forward pass materialises it.
-SIDE = 20_000
+SIDE = 24_000
 
 
 def _legacy(path: Path, numel: int) -> Path:
