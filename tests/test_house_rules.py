@@ -264,3 +264,31 @@ def test_the_checks_would_catch_a_breach() -> None:
     assert rank["auditor.cli"] > rank["auditor.audit"] > rank["auditor.config"] > rank["auditor.report"]
     long = ast.parse("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
     assert long.body[0].end_lineno - long.body[0].lineno + 1 > MAX_FUNCTION_LINES  # type: ignore[operator]
+
+
+#: What starts a process: these modules imported, or these ``os`` functions called.
+_PROCESS_MODULES = {"subprocess", "multiprocessing", "pty"}
+_PROCESS_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
+                  "spawnl", "spawnle", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp"}
+
+
+def _process_starts(path: Path) -> list[str]:
+    """Return ``line: what`` for each import of a process module or call of an ``os`` process function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in _PROCESS_MODULES]
+        if (isinstance(node, ast.Attribute) and node.attr in _PROCESS_CALLS and isinstance(node.value, ast.Name)
+                and node.value.id == "os"):
+            found.append(f"{node.lineno}: os.{node.attr}")
+    return found
+
+
+def test_processes_start_only_in_the_jail_package() -> None:
+    """Issue 40: nothing in ``auditor/`` or ``plugins/`` outside ``auditor/jail/`` starts a process."""
+    jail = CORE / "jail"
+    starts = {str(p.relative_to(REPO)): hits for root in (CORE, PLUGINS) for p in sorted(root.rglob("*.py"))
+              if jail not in p.parents and (hits := _process_starts(p))}
+    assert starts == {}
+    assert _process_starts(jail / "runner.py"), "the rule's own probe finds the runner's subprocess import"

@@ -1,13 +1,10 @@
 """``--changed-since REF``: the files git reports changed, so a scan audits only what a change touched.
 
-The one git call lives in :func:`_git` (issue 40: only ``auditor/jail/`` may start processes; this
-function moves there with the jail's runner, unchanged in what it asks git).
+The git calls go through :func:`auditor.jail.runner.run_tool` (only ``auditor/jail/`` starts processes).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess  # moves to auditor/jail/ with the h-jail runner (issue 40)
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,17 +15,18 @@ GIT_TIMEOUT_S = 60
 
 
 def _git(args: Sequence[str], cwd: Path) -> str:
-    """Run ``git ARGS`` in ``cwd`` and return its stdout (marked for the move to auditor/jail/, issue 40).
+    """Run ``git ARGS`` in ``cwd`` and return its stdout.
 
     Raises:
         ConfigError: git is missing, failed or timed out (its message, one line).
     """
+    from auditor.jail.runner import run_tool
+
     try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}, check=False)
+        proc = run_tool(["git", *args], cwd, GIT_TIMEOUT_S, {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
     except FileNotFoundError as exc:
         raise ConfigError("--changed-since needs git on PATH") from exc
-    except subprocess.TimeoutExpired as exc:
+    except TimeoutError as exc:
         raise ConfigError(f"--changed-since: git {' '.join(args)} took over {GIT_TIMEOUT_S} s") from exc
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["failed"])[-1]

@@ -1,4 +1,5 @@
-"""The one place in auditor that starts a process: a jailed template worker, and the jobs it forks.
+"""The one place in auditor that starts a process: a jailed template worker, and the jobs it forks (and
+:func:`run_tool`, a trusted tool the user's own command asks for: ``git`` for ``--changed-since``).
 
 :class:`Template` starts ``python -I`` (never a fork of the parent) with a small environment; it confines
 itself (:func:`auditor.jail.confine.confine`) before it imports anything heavy, imports its ``preload``
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -56,6 +57,31 @@ START_S = 300.0
 #: The parent's wall deadline is the job's plus this (the template kills the child at the job's own).
 GRACE_S = 15.0
 _STDERR_TAIL = 4000
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """How a trusted tool ended: its exit code and what it wrote."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_tool(argv: Sequence[str], cwd: str | os.PathLike[str], timeout_s: float,
+             env: Mapping[str, str] | None = None) -> ToolRun:
+    """Run a trusted tool (``git``) that reads no untrusted checkpoint byte, unconfined, and wait for it.
+
+    Raises:
+        FileNotFoundError: the program is not on ``PATH``.
+        TimeoutError: it ran past ``timeout_s`` (it is killed).
+    """
+    try:
+        proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **(env or {})}, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"{argv[0]} took over {timeout_s:g} s") from exc
+    return ToolRun(proc.returncode, proc.stdout, proc.stderr)
 #: What a child's death by a signal means; each names the limit, its value and the flag that raises it (the same
 #: limits are also set by ``[jail] max_*`` in the user's config and by ``AUDITOR_JAIL_*``).
 SIGNALS = {
