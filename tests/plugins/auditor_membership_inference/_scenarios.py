@@ -12,6 +12,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from fixtures.mia import write_folders
+from fixtures.models import loader_epochs, train_epochs
 
 #: A seeded order of the 1,797 digits; members, non-members and other models' data are cut from it.
 ORDER = np.random.default_rng(5).permutation(1797)
@@ -51,16 +52,7 @@ def train_plain(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, epochs
     x, y = tensors(imgs, labels, idx)
     torch.manual_seed(seed)
     model = mlp()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(epochs):
-        order = torch.randperm(len(x))
-        for s in range(0, len(x), 32):
-            b = order[s : s + 32]
-            loss = F.cross_entropy(model(x[b]), y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return model.eval()
+    return train_epochs(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), epochs=epochs).eval()
 
 
 def train_dp(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, noise_multiplier: float, epochs: int,
@@ -79,15 +71,7 @@ def train_dp(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, noise_mul
     model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
                                              noise_multiplier=noise_multiplier, max_grad_norm=clip,
                                              noise_generator=torch.Generator().manual_seed(seed))
-    model.train()
-    for _ in range(epochs):
-        for xb, yb in loader:
-            if len(xb) == 0:
-                continue
-            loss = F.cross_entropy(model(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    loader_epochs(model, opt, loader, epochs=epochs)
     eps = engine.get_epsilon(1e-5) if noise_multiplier > 0 else float("inf")
     plain = mlp()
     plain.load_state_dict(model._module.state_dict())
