@@ -16,7 +16,7 @@ from fixtures.protocol import protocol_attack, protocol_runs
 
 
 def main() -> None:
-    """Run the seven protocol attacks and print mean/max SSIM per setting as JSON lines."""
+    """Run the six protocol attacks and print mean/max SSIM per setting as JSON lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=3)
     args = parser.parse_args()

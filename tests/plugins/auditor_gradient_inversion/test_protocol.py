@@ -19,7 +19,7 @@ def _mean(values: list[float]) -> float:
 
 @pytest.fixture(scope="module")
 def ssim() -> dict[str, list[float]]:
-    """Run the seven protocol attacks once for the module (about 30 s of CPU on one thread)."""
+    """Run the six protocol attacks once for the module (about 30 s of CPU on one thread)."""
     out = {}
     for name, attack, model in protocol_runs():
         out[f"{name}-{attack}"] = protocol_attack(model, attack)
