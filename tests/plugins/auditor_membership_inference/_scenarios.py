@@ -3,6 +3,7 @@ user's command needs them (PNG folders + a pickled model); shared by the verdict
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,9 @@ import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import nn
 
+from fixtures import mia
 from fixtures.mia import write_folders
-from fixtures.models import loader_epochs, train_epochs
+from fixtures.models import train_epochs
 
 #: A seeded order of the 1,797 digits; members, non-members and other models' data are cut from it.
 ORDER = np.random.default_rng(5).permutation(1797)
@@ -55,27 +57,8 @@ def train_plain(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, epochs
     return train_epochs(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), epochs=epochs).eval()
 
 
-def train_dp(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, noise_multiplier: float, epochs: int,
-             batch: int = 50, lr: float = 0.5, momentum: float = 0.0, clip: float = 1.0,
-             seed: int = 0) -> tuple[nn.Module, float]:
-    """Train the MLP with opacus DP-SGD; return it (without opacus's hooks) and the epsilon spent at delta 1e-5."""
-    from opacus import PrivacyEngine
-
-    torch.manual_seed(seed)
-    model = mlp()
-    x, y = tensors(imgs, labels, idx)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=True,
-                                         generator=torch.Generator().manual_seed(seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
-                                             noise_multiplier=noise_multiplier, max_grad_norm=clip,
-                                             noise_generator=torch.Generator().manual_seed(seed))
-    loader_epochs(model, opt, loader, epochs=epochs)
-    eps = engine.get_epsilon(1e-5) if noise_multiplier > 0 else float("inf")
-    plain = mlp()
-    plain.load_state_dict(model._module.state_dict())
-    return plain.eval(), eps
+#: :func:`fixtures.mia.train_dp` (opacus DP-SGD on the same MLP) at this suite's defaults.
+train_dp = functools.partial(mia.train_dp, batch=50, lr=0.5)
 
 
 def write(root: Path, imgs: np.ndarray, labels: np.ndarray, shifted: np.ndarray | None = None) -> Path:
