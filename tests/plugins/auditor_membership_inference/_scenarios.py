@@ -4,14 +4,17 @@ user's command needs them (PNG folders + a pickled model); shared by the verdict
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import nn
 
+from auditor.cli import run_cli
 from fixtures import mia
 from fixtures.mia import write_folders
 from fixtures.models import train_epochs
@@ -99,3 +102,23 @@ def independent_lira(imgs: np.ndarray, labels: np.ndarray, target: nn.Module, *,
     member = np.arange(len(pool)) < len(MEMBERS)
     cut = np.quantile(score[~member], 0.99, method="higher")
     return float((score[member] > cut).mean())
+
+
+def scan(world: dict, model: torch.nn.Module, data: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
+         **config: object) -> tuple[int, dict]:
+    """Save ``model``, run the default scan on ``data`` with ``config`` in auditor.toml; return exit code and run
+    (with its findings' rule ids and messages)."""
+    root: Path = world["root"]
+    monkeypatch.setenv("HOME", str(root))  # the reference cache lives under ~/.cache
+    name = f"m{len(list(root.glob('*.pt')))}"
+    torch.save(model, root / f"{name}.pt")
+    toml = root / f"{name}.toml"
+    toml.write_text("[plugins.membership-inference]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    out = root / f"{name}.json"
+    code = run_cli(["scan", str(root / f"{name}.pt"), "--plugins", "membership-inference", "--data", str(root / data),
+                    "--json", str(out), "-q", "--input-shape", "1,8,8", "--config", str(toml), *extra])
+    report = json.loads(out.read_text())
+    run = next(p for p in report["plugins"] if p["name"] == "membership-inference")
+    return code, run | {"rule_ids": {f["rule_id"]: f["severity"] for f in report["findings"]
+                                       if f["source"] != "architecture-risk"},
+                        "messages": [f["message"] for f in report["findings"]]}
