@@ -12,40 +12,32 @@ import time
 
 import torch
 
-from fixtures import models as M
-from fixtures.protocol import protocol_attack
+from fixtures.protocol import protocol_attack, protocol_runs
 
 
 def main() -> None:
-    """Run the seven protocol attacks and print mean/max SSIM per setting as JSON lines."""
+    """Run the six protocol attacks and print mean/max SSIM per setting as JSON lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    for name, build, attacks in (
-        ("baseline", M.baseline, ("plain",)),
-        ("precode@P3", lambda: M.precode(3), ("plain", "ignore")),
-        ("cvb@P1", M.cvb_p1, ("plain", "ignore", "joint")),
-    ):
-        torch.manual_seed(0)
-        model = build()
-        for attack in attacks:
-            start = time.process_time()
-            ssim = protocol_attack(model, attack, args.images)
-            print(
-                json.dumps(
-                    {
-                        "model": name,
-                        "attack": attack,
-                        "images": args.images,
-                        "ssim_mean": round(sum(ssim) / len(ssim), 3),
-                        "ssim_max": round(max(ssim), 3),
-                        "asr": sum(s >= 0.5 for s in ssim) / len(ssim),
-                        "per_image": [round(s, 3) for s in ssim],
-                        "cpu_s": round(time.process_time() - start, 1),
-                    }
-                )
+    for name, attack, model in protocol_runs():
+        start = time.process_time()
+        ssim = protocol_attack(model, attack, args.images)
+        print(
+            json.dumps(
+                {
+                    "model": name,
+                    "attack": attack,
+                    "images": args.images,
+                    "ssim_mean": round(sum(ssim) / len(ssim), 3),
+                    "ssim_max": round(max(ssim), 3),
+                    "asr": sum(s >= 0.5 for s in ssim) / len(ssim),
+                    "per_image": [round(s, 3) for s in ssim],
+                    "cpu_s": round(time.process_time() - start, 1),
+                }
             )
+        )
 
 
 if __name__ == "__main__":

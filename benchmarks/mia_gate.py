@@ -23,8 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from auditor.cli import run_cli
-from fixtures.mia import ORDER, noisy_digits, train, write_folders
-from fixtures.models import NoisyMLP
+from fixtures.mia import MEMBERS, write_gate, write_shifted_pair
 
 IMPORT = ["--import", "fixtures.models", "--input-shape", "1,8,8"]
 
@@ -76,19 +75,8 @@ def main() -> None:
     root = args.work
     os.environ["HOME"] = str(root)  # a fresh reference cache
     torch.set_num_threads(1)
-    imgs, labels = noisy_digits(0.7)
-    members, non_members = ORDER[:300], ORDER[300:700]
-    write_folders(root / "data", {"train": members, "test": non_members}, imgs, labels)
-    torch.manual_seed(0)
-    torch.save(train(NoisyMLP(noise=0.3), imgs, labels, members, epochs=150), root / "memorising.pt")
-    torch.manual_seed(1)
-    torch.save(NoisyMLP(noise=0.3).eval(), root / "null.pt")
-    clean, _ = noisy_digits(0.5)
-    noisier, _ = noisy_digits(1.0, seed=1)
-    write_folders(root / "shifted", {"train": members}, clean, labels)
-    write_folders(root / "shifted", {"test": non_members}, noisier, labels)
-    torch.manual_seed(2)
-    torch.save(train(NoisyMLP(), clean, labels, ORDER[700:1300], epochs=40), root / "neither.pt")
+    imgs, labels = write_gate(root)
+    write_shifted_pair(root)
     rows = {}
     for model, data in (("memorising.pt", "data"), ("null.pt", "data"), ("neither.pt", "shifted")):
         rows[model.removesuffix(".pt")] = _scan(root, model, data)
@@ -96,7 +84,7 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):  # as the runner gives every plugin
-        rows.update(_dp(root, imgs, labels, members))
+        rows.update(_dp(root, imgs, labels, MEMBERS))
     print(json.dumps({k: rows[k] for k in ("dp-sgd", "noise-off")}), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

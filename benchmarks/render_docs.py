@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import sys
 from collections.abc import Callable
@@ -26,17 +27,44 @@ def _missing(command: str) -> str:
     return f"Not measured in this round: `{command}` measures it.\n"
 
 
+class _NotMeasured(Exception):
+    """A results file without its ``default`` run; ``command`` measures it."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(command)
+        self.command = command
+
+
+def _default(name: str, command: str) -> tuple[dict, dict]:
+    """The ``default`` run of results file ``name`` and its results; :class:`_NotMeasured` when there is none."""
+    entry = results.load(name).get("default")
+    if entry is None:
+        raise _NotMeasured(command)
+    return entry["run"], entry["results"]
+
+
+def _reads_results(render: Callable[[], str]) -> Callable[[], str]:
+    """Wrap a region's ``render`` that reads through :func:`_default`: a run not measured renders as "not measured"."""
+
+    @functools.wraps(render)
+    def wrapped() -> str:
+        try:
+            return render()
+        except _NotMeasured as missing:
+            return _missing(missing.command)
+
+    return wrapped
+
+
 def _ordered(name: str) -> list[tuple[str, dict]]:
     """The runs of a results file, oldest first."""
     return sorted(results.load(name).items(), key=lambda kv: kv[1]["run"]["started"])
 
 
+@_reads_results
 def ig_step() -> str:
     """The four IG step implementations."""
-    runs = results.load("ig_step")
-    if "default" not in runs:
-        return _missing("python benchmarks/ig_step.py --repeat 5 --steps 4")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("ig_step", "python benchmarks/ig_step.py --repeat 5 --steps 4")
     rows = [[r["step"], f"{r['cpu_s']:.4f}", f"{r['wall_s']:.4f}", f"{r['loss']:.6f}", f"{r['max_abs_diff']:.2e}"]
             for r in got["rows"]]
     first, last = got["rows"][0], got["rows"][-1]
@@ -72,12 +100,11 @@ def gia_vs_breaching() -> str:
                      "breaching it/CPU-s", "ratio per CPU-s", "ratio per wall s", "SSIM auditor / breaching"], rows))
 
 
+@_reads_results
 def gia_time_to_success() -> str:
     """Seconds to mean SSIM over the success line, both tools."""
-    runs = results.load("gia_time_to_success")
-    if "default" not in runs:
-        return _missing("PYTHONPATH=. python benchmarks/gia_time_to_success.py --breaching-path DIR")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("gia_time_to_success",
+                        "PYTHONPATH=. python benchmarks/gia_time_to_success.py --breaching-path DIR")
     rows = []
     for r in got:
         aud = next((a for a in got if a["model"] == r["model"] and a["tool"] == "auditor"), None)
@@ -187,12 +214,10 @@ def speed_ratio() -> str:
                                 "ratio (CPU)", "second floor wall s", "scan ÷ second floor"], rows)
 
 
+@_reads_results
 def speed_breakdown() -> str:
     """Seconds per phase of a scan."""
-    runs = results.load("speed_breakdown")
-    if "default" not in runs:
-        return _missing("python benchmarks/speed.py --repeat 7 --breakdown")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("speed_breakdown", "python benchmarks/speed.py --repeat 7 --breakdown")
     models = list(got["breakdown"])
     phases = list(got["breakdown"][models[0]])
     rows = [[p, *[f"{got['breakdown'][m][p]:.3f}" for m in models]] for p in phases]
@@ -200,12 +225,10 @@ def speed_breakdown() -> str:
     return f"{run_facts(run)}; mean wall seconds per scan.\n\n" + table(["phase", *models], rows)
 
 
+@_reads_results
 def cli_startup() -> str:
     """Fresh-process start-up of the CLI."""
-    runs = results.load("cli_startup")
-    if "default" not in runs:
-        return _missing("python benchmarks/cli_startup.py --repeat 3")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("cli_startup", "python benchmarks/cli_startup.py --repeat 3")
     rows = [[f"`{r['command']}`", ", ".join(f"{x['wall_s']:.2f}" for x in r["runs"]),
              ", ".join(f"{x['cpu_s']:.2f}" for x in r["runs"]), f"{r['max_rss_mb']:.0f}",
              ", ".join(str(x["exit"]) for x in r["runs"])] for r in got["rows"]]
@@ -217,12 +240,10 @@ def cli_startup() -> str:
     return text
 
 
+@_reads_results
 def folder_speed() -> str:
     """A 20-file folder: auditor scan DIR beside its floor and the peers (benchmarks/folder_speed.py)."""
-    runs = results.load("folder_speed")
-    if "default" not in runs:
-        return _missing("python benchmarks/folder_speed.py --repeat 3 --warm")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("folder_speed", "python benchmarks/folder_speed.py --repeat 3 --warm")
     labels = {"floor": "floor: import torch + torch.load + fx trace of every file, one process",
               "auditor": "`auditor scan DIR --no-cache` (jailed: one template, a child per file)",
               "auditor_in_process": "the same with `AUDITOR_UNSAFE_NO_JAIL=1`", "picklescan": "picklescan",
@@ -242,12 +263,10 @@ def folder_speed() -> str:
     return text
 
 
+@_reads_results
 def shape_passes() -> str:
     """The meta shape pass against a real forward pass."""
-    runs = results.load("shape_passes")
-    if "default" not in runs:
-        return _missing("python benchmarks/shape_passes.py")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("shape_passes", "python benchmarks/shape_passes.py")
     bad = f" ({', '.join(got['mismatched_models'])})" if got["mismatched_models"] else ""
     return (f"{run_facts(run)}: **models {got['models']}, passes {got['passes']}, mismatches {got['mismatches']}**"
             f"{bad}; {got['cpu_s']:,.0f} CPU-s.\n")
@@ -378,12 +397,10 @@ def readme_rewrites() -> str:
     return table(["seed", "direction", "means over the seeds", "outcome"], rows)
 
 
+@_reads_results
 def mi_power() -> str:
     """Model inversion at three input shapes: trained and random-init CNNs, each with its control."""
-    runs = results.load("mi_power")
-    if "default" not in runs:
-        return _missing("PYTHONPATH=. python benchmarks/mi_power.py")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("mi_power", "PYTHONPATH=. python benchmarks/mi_power.py")
     rows = []
     for r in got["rows"]:
         c = r["control"]
@@ -439,12 +456,10 @@ def _bound(p: dict) -> str:
     return f"{_f(p['epsilon_lower_bound'], '.2f')} ({p['epsilon_attack']}; side: {side})"
 
 
+@_reads_results
 def mia_validity() -> str:
     """Issue 33: the plugin's default verdict beside an independent LiRA, on DP, shifted and sweep scenarios."""
-    runs = results.load("mia_validity")
-    if "default" not in runs:
-        return _missing("PYTHONPATH=. python benchmarks/mia_validity.py")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("mia_validity", "PYTHONPATH=. python benchmarks/mia_validity.py")
     rows = {r["scenario"]: r for r in got["rows"]}
     acc = "{train_accuracy:.3f} / {test_accuracy:.3f}".format
     sweep = [[r["note"], acc(**r), *_lira(r), f"{_held(r['plugin'])} ({r['plugin']['held_out_attack']})",
@@ -516,12 +531,10 @@ def mia_validity_41(key: str = "issue41") -> str:
                      "smallest detectable ε", "findings", "verdict", "wall s / CPU s"], rows))
 
 
+@_reads_results
 def text_membership() -> str:
     """text-membership's default verdict per leak level beside an independent offline LiRA on the same LMs."""
-    runs = results.load("text_membership")
-    if "default" not in runs:
-        return _missing("PYTHONPATH=.:plugins python benchmarks/text_membership.py")
-    run, got = runs["default"]["run"], runs["default"]["results"]
+    run, got = _default("text_membership", "PYTHONPATH=.:plugins python benchmarks/text_membership.py")
     rows = []
     for r in got["rows"]:
         v, lira = r["verdict"], r["lira"]

@@ -92,3 +92,10 @@ def test_the_check_sees_a_quoted_number_and_a_stale_region() -> None:
     assert results.regions(doc) == {"ig-step": "stale\n"}
     fresh = results.replace_regions(doc, {"ig-step": render_docs.ig_step()})
     assert results.regions(fresh)["ig-step"] == render_docs.ig_step().rstrip("\n") + "\n"
+
+
+def test_a_results_file_without_its_default_run_renders_as_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(results, "load", lambda name: {})
+    for render in (render_docs.ig_step, render_docs.cli_startup, render_docs.text_membership):
+        assert render().startswith("Not measured in this round: `"), render.__name__
+    assert "benchmarks/cli_startup.py --repeat 3" in render_docs.cli_startup()

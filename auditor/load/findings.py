@@ -27,22 +27,15 @@ def load_findings(safety: LoadSafety, policy: ImportPolicy) -> list[Finding]:
         unknown = issue.opcode in IMPORT_OPCODES and is_unknown_import(issue.module, issue.name, policy)
         evidence = {"import": name, "opcode": issue.opcode, "position": issue.position, "pickle": issue.pickle}
         message = f"{name} ({issue.opcode} at byte {issue.position}) in {issue.pickle}: {issue.reason}."
-        if unknown:
-            findings.append(Finding(
-                rule_id="load.unknown-class", severity=Severity.HIGH,
-                title=f"Checkpoint imports {name}, which is not on the allowlist; load refused",
-                message=f"{message} Nothing was unpickled.",
-                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
-                remediation=["resave-as-safetensors"],
-            ))
-        else:
-            findings.append(Finding(
-                rule_id="load.unsafe-pickle", severity=Severity.CRITICAL,
-                title=f"Checkpoint refused as unsafe: {name}",
-                message=f"{message} Nothing was unpickled or executed.",
-                location=issue.pickle, evidence=evidence, references=_PICKLE_REFS,
-                remediation=["resave-as-safetensors"],
-            ))
+        rule_id, severity, title, ending = (
+            ("load.unknown-class", Severity.HIGH, f"Checkpoint imports {name}, which is not on the allowlist; "
+             "load refused", "Nothing was unpickled.") if unknown
+            else ("load.unsafe-pickle", Severity.CRITICAL, f"Checkpoint refused as unsafe: {name}",
+                  "Nothing was unpickled or executed."))
+        findings.append(Finding(
+            rule_id=rule_id, severity=severity, title=title, message=f"{message} {ending}",
+            location=issue.pickle, evidence=evidence, references=_PICKLE_REFS, remediation=["resave-as-safetensors"],
+        ))
     if policy.trust_all and safety.verdict == "safe":
         findings.append(Finding(
             rule_id="load.trust-all", severity=Severity.MEDIUM,

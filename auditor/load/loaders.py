@@ -243,28 +243,32 @@ def _load_safetensors(sniffed: Sniffed, arch: str | None, allowed: Allowed, note
     return Materialised(model, FORMAT_SAFETENSORS, "safetensors.torch.load_file", arch)
 
 
-def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
+def _bounded(sniffed: Sniffed, what: str, load: Callable[[str], torch.nn.Module]) -> torch.nn.Module:
+    """Return ``load(path)`` within the file's load budget; a failure other than a refusal is ``what``'s, translated."""
     path = sniffed.path
     try:
-        with warnings.catch_warnings(), address_space_limit(load_budget(sniffed.size_bytes), path.name):
-            warnings.simplefilter("ignore", FutureWarning)
-            model = torch.jit.load(str(path), map_location="cpu")
+        with address_space_limit(load_budget(sniffed.size_bytes), path.name):
+            return load(str(path))
     except RefusedWhileLoading:
         raise
     except Exception as exc:  # translated at this boundary
-        raise translate(exc, path, "torch.jit.load") from exc
+        raise translate(exc, path, what) from exc
+
+
+def _jit_load(path: str) -> torch.nn.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.jit.load(path, map_location="cpu")
+
+
+def _load_torchscript(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
+    model = _bounded(sniffed, "torch.jit.load", _jit_load)
     return Materialised(model, FORMAT_TORCHSCRIPT, "torch.jit.load(map_location='cpu')")
 
 
 def _load_torch_export(sniffed: Sniffed, arch: str | None, allowed: Allowed, notes: list[str]) -> Materialised:
-    path = sniffed.path
-    try:
-        with address_space_limit(load_budget(sniffed.size_bytes), path.name):
-            model = torch.export.load(str(path)).module(check_guards=False)  # guards are exec()-ed code
-    except RefusedWhileLoading:
-        raise
-    except Exception as exc:  # translated at this boundary
-        raise translate(exc, path, "torch.export.load") from exc
+    model = _bounded(sniffed, "torch.export.load",
+                     lambda path: torch.export.load(path).module(check_guards=False))  # guards are exec()-ed code
     return Materialised(model, FORMAT_TORCH_EXPORT, "torch.export.load(...).module(check_guards=False)")
 
 

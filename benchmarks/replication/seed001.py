@@ -11,6 +11,7 @@ report. The helpers here (model, data, report reading) are reused by ``seed002``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -174,6 +175,8 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                f"class-conditional mean of the predicted class). Seeds vary the data split, the model's "
                f"initialisation and the scan's --seed." + budget_notes(entries) + reuse_note())
 
+    claim = functools.partial(Claim, seed="001", setting=setting, commands=commands, seeds=seeds)
+
     # Claim 1: leakage (max over attacks, margin over the floor) falls from the first split to the last layers.
     conds = [Condition(f"{NAMES[s]}: best attack − floor", f"{k.upper()} margin{' (dB)' if k == 'psnr' else ''}",
                        margin[(s, k)]) for k in ("psnr", "ssim") for s in SPLITS]
@@ -199,12 +202,11 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 + f". Logits: PSNR margin CI upper {_ci_hi(logit_p):+.2f} dB, SSIM margin CI upper "
                   f"{_ci_hi(logit_s):+.3f}. rMLE inverts the over-complete first split almost exactly; the scores "
                   f"are lower bounds from the attacks run at this budget.")
-    c1 = Claim(
-        seed="001",
+    c1 = claim(
         direction=("Leakage falls with split depth and the last layers destroy most of it (paper, RepVGG-A0 on "
                    "ImageNet: 'nearly perfect' recovery after block 5, 18.83 dB PSNR for DCI at block 21 of 22, "
                    "dramatic loss after the last conv block, only the dominant colour from the logits)"),
-        setting=setting, commands=commands, conditions=conds, outcome=outcome1, reading=reading1, seeds=seeds)
+        conditions=conds, outcome=outcome1, reading=reading1)
 
     # Claim 2: the paper's data-free DCI beats a no-information guess at shallow splits.
     floor_p, floor_s = Condition("floor (no feature)", "PSNR (dB)", floors["psnr"]), \
@@ -223,12 +225,11 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                    f"the paper's deep-split fidelity (block 21 of 22) is not reached on this 8×8 input at this "
                    f"budget." if above else "Data-free DCI does not beat a no-information guess at any split at "
                    "this budget; the leaks of claim 1 come from rMLE and DCI on auxiliary data."))
-    c2 = Claim(
-        seed="001",
+    c2 = claim(
         direction=("DCI, trained without data on images synthesised from the BatchNorm statistics, reconstructs "
                    "the input from a shallow split's feature (paper Table 2: 18.83 dB PSNR / LPIPS 0.443 against "
                    "≤ 10.93 dB for the other data-free attacks)"),
-        setting=setting, commands=commands, conditions=conds2, outcome=outcome2, reading=reading2, seeds=seeds)
+        conditions=conds2, outcome=outcome2, reading=reading2)
 
     # Claim 3: quality drops at the stride-2 layer, less across a same-resolution (stride-1) block.
     def drop(a: str, b: str, table: dict) -> list[float]:
@@ -244,13 +245,11 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 "exactly, " + ("also loses more at the stride-2 block." if separated(b1, b2) else
                                "does not lose more at the stride-2 block, so the pattern is specific to learned "
                                "inverters."))
-    c3 = Claim(
-        seed="001",
+    c3 = claim(
         direction=("Depth alone is not protective: inversion quality drops across resolution-reducing (stride-2) "
                    "layers, much less across a same-resolution block (paper Fig. 4: a PSNR drop after stride-2 "
                    "block 2, partial recovery after stride-1 block 3, about flat over blocks 8–16)"),
-        setting=setting, commands=commands, conditions=[s2, s1, s2b, b2, b1], outcome="cannot tell",
-        reading=reading3, seeds=seeds)
+        conditions=[s2, s1, s2b, b2, b1], outcome="cannot tell", reading=reading3)
     return [c1, c2, rejudge(c3)]
 
 

@@ -11,6 +11,7 @@ the split of the unchanged model. Every number is read from the JSON report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 from benchmarks.replication.common import Claim, Condition, command_line, separated
@@ -102,6 +103,8 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     floor_p = Condition("floor (no feature)", "PSNR (dB)", floor["psnr"])
     floor_s = Condition("floor (no feature)", "SSIM", floor["ssim"])
 
+    claim = functools.partial(Claim, seed="002", setting=setting, commands=commands, seeds=seeds)
+
     # Claim 1: the paper's own threat model — the query-free shadow attack does worse against Ensembler.
     sh = {k: {s: Condition(f"{s}: shadow attack (query-free)", k.upper() + (" (dB)" if k == "psnr" else ""),
                            shadow[(s, k)]) for s in settings} for k in ("psnr", "ssim")}
@@ -124,14 +127,12 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                    if gate_ok else ", but the gate failed: without any defence the paper's attack did not meet the "
                    "leak rule over a no-information guess in every seed, so a lower score under Ensembler cannot be "
                    "credited to the defence."))
-    c1 = Claim(
-        seed="002",
+    c1 = claim(
         direction=("Against the paper's query-free server (shadow head + decoder), Ensembler reconstructs worse "
                    "than no defence and than noise alone (paper, ResNet-18 / CIFAR-10: worst-case SSIM 0.2889, "
                    "PSNR 5.98 dB, against 0.4363 / 12.27 undefended and 0.3921 / 7.53 for 'Single')"),
-        setting=setting, commands=commands,
         conditions=[floor_s, *sh["ssim"].values(), floor_p, *sh["psnr"].values()],
-        outcome=outcome1, reading=reading1, seeds=seeds)
+        outcome=outcome1, reading=reading1)
 
     # Claim 2: against the white-box server of the plugin's threat model.
     bm = {s: Condition(f"{s}: best white-box attack − floor", "PSNR margin (dB)", best_margin[s]) for s in settings}
@@ -146,13 +147,11 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 f"bodies are; the decoder reaches {dec['ensembler'].mean:.1f} dB against Ensembler and "
                 f"{dec['none'].mean:.1f} dB undefended. This is a stronger server than the paper's, "
                 f"which does not claim protection against it.")
-    c2 = Claim(
-        seed="002",
+    c2 = claim(
         direction=("Ensembler keeps the input from a server that knows the device-side weights (the plugin's "
                    "white-box threat model; the paper evaluates only a query-free server, so this tests the "
                    "defence beyond its own claim)"),
-        setting=setting, commands=commands, conditions=[*bm.values(), *dec.values()],
-        outcome=outcome2, reading=reading2, seeds=seeds)
+        conditions=[*bm.values(), *dec.values()], outcome=outcome2, reading=reading2)
 
     # Claim 3: utility.
     ac = {s: Condition(f"{s}: accuracy", "top-1", acc[s]) for s in settings}
@@ -167,11 +166,9 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 f"{100 * cost.ci95[1]:+.1f}] (paper: −2.13 points against no defence). The 'none' row is the "
                 f"user's model scored on the plugin's accuracy images, which it was trained on, so it is shown "
                 f"for completeness only; its held-out accuracy is the last row.")
-    c3 = Claim(
-        seed="002",
+    c3 = claim(
         direction="Ensembler costs little accuracy (paper, CIFAR-10: −2.13 points; CIFAR-100 +0.31)",
-        setting=setting, commands=commands, conditions=[*ac.values(), cost, target],
-        outcome=outcome3, reading=reading3, seeds=seeds)
+        conditions=[*ac.values(), cost, target], outcome=outcome3, reading=reading3)
 
     # Claim 4: plain noise at the split (no retraining) does not stop reconstruction at a usable accuracy.
     conds4 = []
@@ -190,12 +187,11 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                 f"keeps the accuracy and brings the interval below 3 dB. σ that keep the accuracy: {usable or 'none'}; "
                 f"σ still leaking: {leaky or 'none'}. Attackers are not retrained on noisy features (a lower bound "
                 f"on leakage); accuracy on 8 probes is coarse (steps of 0.125).")
-    c4 = Claim(
-        seed="002",
+    c4 = claim(
         direction=("Plain additive noise at the split either costs accuracy or leaves the input recoverable "
                    "(paper, motivating Ensembler: additive noise costing about 5 % accuracy still let images be "
                    "recovered)"),
-        setting=setting, commands=commands, conditions=conds4, outcome=outcome4, reading=reading4, seeds=seeds)
+        conditions=conds4, outcome=outcome4, reading=reading4)
     return [c1, c2, c3, c4]
 
 

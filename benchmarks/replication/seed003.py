@@ -13,6 +13,7 @@ models trained on 449 member digits with the recipe of the benchmark. All number
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import torch
@@ -146,17 +147,17 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     floor_s = Condition("floor (other probes' mean image)", "SSIM", gia[(arms[0], "ssim_floor")])
     status_note = "; ".join(f"{a}: {', '.join(gia_status[a])}" for a in arms)
 
+    claim = functools.partial(Claim, seed="003", setting=gia_setting, commands=gia_cmds, seeds=seeds)
+
     # Claim 1: BN -> LN raises gradient-inversion leakage.
     bn_s, ln_s = cond[(arms[0], "ssim")], cond[(arms[1], "ssim")]
     bn_p, ln_p = cond[(arms[0], "psnr")], cond[(arms[1], "psnr")]
     paired = Condition("LayerNorm − BatchNorm, paired by seed (same weights and probes)", "SSIM difference",
                        [b - a for a, b in zip(bn_s.values, ln_s.values)])
     ln_wins = sum(b > a for a, b in zip(bn_s.values, ln_s.values))
-    c1 = Claim(
-        seed="003",
+    c1 = claim(
         direction=("Replacing BatchNorm by LayerNorm makes gradient inversion easier (paper, step 11 → 12 of the "
                    "ResNet-50 → ConvNeXt-T path on CIFAR-10: PSNR 30.57 → 36.86 dB, SSIM 0.9605 → 0.9927)"),
-        setting=gia_setting, commands=gia_cmds,
         conditions=[floor_s, bn_s, ln_s, paired, bn_p, ln_p],
         outcome=_outcome(separated(bn_s, ln_s), separated(ln_s, bn_s)),
         reading=(f"Rule: holds when the LayerNorm arm's SSIM interval lies wholly above the BatchNorm arm's; does "
@@ -168,8 +169,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                  f"In train mode with batch 1 the BatchNorm statistics depend on the private image itself. "
                  f"Plugin status per seed: {status_note}"
                  + (" (inconclusive = its positive control did not pass at this budget)." if "inconclusive"
-                    in status_note else ".")),
-        seeds=seeds)
+                    in status_note else ".")))
 
     # Claim 2: the ViT's linear patch stem + learnable position embedding gives the input in closed form.
     cf = Condition("ViT: closed form from the patch-embedding and position-embedding gradients", "PSNR (dB)",
@@ -177,37 +177,32 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
     fired = sum(1 for v in closed_form if v == v)
     vit_p = cond[("ViT", "psnr")]
     ok = fired == len(seeds) and cf.ci95[0] >= 40.0
-    c2 = Claim(
-        seed="003",
+    c2 = claim(
         direction=("A ViT's stem gradients give the input away almost perfectly (paper Table 6, ViT-B: 67.43 dB "
                    "PSNR from the 4 stem tensors, against 43.70 dB from all layers); the linear patch embedding "
                    "with a learnable position embedding admits an exact least-squares solution"),
-        setting=gia_setting, commands=[c for c in gia_cmds if "vit_init" in c],
+        commands=[c for c in gia_cmds if "vit_init" in c],
         conditions=[cf, vit_p] if ok else [vit_p],
         outcome=_outcome(ok, fired == 0),
         reading=(f"Rule: holds when the plugin raises gia.posemb-closed-form (PSNR ≥ 40 dB) in every seed and the "
                  f"interval of its PSNR stays above 40 dB. Raised in {fired}/{len(seeds)} seeds; PSNR is capped at "
                  f"100 dB (MSE 0). The iterative attack over all gradients reaches only {vit_p.mean:.2f} dB on the "
-                 f"same model: an optimisation-only audit would under-report this leak."),
-        seeds=seeds)
+                 f"same model: an optimisation-only audit would under-report this leak."))
 
     # Claim 3: the transformer leaks more than the CNN under gradient inversion.
     cnn_s, vit_s = cond[(arms[0], "ssim")], cond[("ViT", "ssim")]
     cnn_p = cond[(arms[0], "psnr")]
     vit_wins = sum(b > a for a, b in zip(cnn_s.values, vit_s.values))
-    c3 = Claim(
-        seed="003",
+    c3 = claim(
         direction=("A transformer leaks more than a CNN under gradient inversion (paper Table 5, CIFAR-10: Swin-T "
                    "36.24 dB / SSIM 0.9892 against ResNet-50 11.30 dB / 0.0946)"),
-        setting=gia_setting, commands=gia_cmds,
         conditions=[floor_s, cnn_s, vit_s, cnn_p, vit_p],
         outcome=_outcome(separated(cnn_s, vit_s), separated(vit_s, cnn_s)),
         reading=(f"Rule: holds when the ViT's IG SSIM interval lies wholly above the BatchNorm CNN's; does not hold "
                  f"when wholly below. ViT above CNN in {vit_wins}/{len(seeds)} seeds. SSIM {cnn_s.mean:.3f} (CNN) vs "
                  f"{vit_s.mean:.3f} (ViT); PSNR "
                  f"{cnn_p.mean:.2f} vs {vit_p.mean:.2f} dB. Iterative attack only (the ViT's closed form is the "
-                 f"previous row). Plugin status per seed: {status_note}."),
-        seeds=seeds)
+                 f"previous row). Plugin status per seed: {status_note}."))
 
     # Claim 4: membership inference, ViT vs CNN.
     mc = {(a, k): Condition(f"{a}: {label}", metric, mia[(a, k)]) for a in ("CNN", "ViT")
@@ -217,8 +212,7 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                                    ("gap", "train − test gap", "accuracy"))}
     c_auc, v_auc = mc[("CNN", "auc")], mc[("ViT", "auc")]
     gap_sep = separated(mc[("CNN", "gap")], mc[("ViT", "gap")])
-    c4 = Claim(
-        seed="003",
+    c4 = claim(
         direction=("A transformer is more exposed to membership inference than a CNN of similar size (paper, "
                    "CIFAR-10 LiRA AUC: Swin-T 0.7384 vs ResNet-50 0.6446; network attack accuracy 0.6904 vs "
                    "0.6385), beyond what its generalisation gap explains"),
@@ -240,6 +234,5 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
                  + ("; the ViT overfits more, so these runs cannot separate architecture from overfitting (the "
                     "paper's equal-gap argument, Fig. 4, is not reproduced)." if gap_sep else
                     "; the gaps' intervals overlap.")
-                 + f" Plugin status: CNN {', '.join(mia_status['CNN'])}; ViT {', '.join(mia_status['ViT'])}."),
-        seeds=seeds)
+                 + f" Plugin status: CNN {', '.join(mia_status['CNN'])}; ViT {', '.join(mia_status['ViT'])}."))
     return [c1, c2, c3, c4]

@@ -12,6 +12,7 @@ image), plus the same model with its noise held at 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -105,6 +106,8 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
 
     base = c("baseline ssim", "undefended CNN (before), plain IG")
     floor = c("baseline floor", "no-information floor (class-mean image)", "SSIM")
+    claim = functools.partial(Claim, seed="004", setting=setting, commands=commands, outcome="cannot tell",
+                              reading="", seeds=seeds)
     out = []
     for rewrite, label, paper in (
         ("cvb", "CVB after the first conv (P1)", "CNN on CIFAR-10: SSIM 0.87 undefended → 0.21 with CVB, "
@@ -112,40 +115,30 @@ def claims(seeds: list[int], quick: bool, work: Path) -> list[Claim]:
         ("precode", "PRECODE before the head", "PRECODE at its default place: ASR 0 % under plain IG"),
     ):
         plain = c(f"{rewrite} plain", f"{rewrite} (after), plain IG")
-        out.append(Claim(
-            seed="004",
+        out.append(claim(
             direction=f"{label} lowers plain Inverting-Gradients reconstruction quality (paper: {paper})",
-            setting=setting, commands=commands,
             conditions=[base, plain, c(f"{rewrite} noise0", f"{rewrite} (after), noise held at 0"), floor,
                         c("baseline accuracy", "undefended CNN", "held-out accuracy"),
-                        c(f"{rewrite} accuracy", f"{rewrite} + fine-tune (sampling at eval)", "held-out accuracy")],
-            outcome="cannot tell", reading="", seeds=seeds))
+                        c(f"{rewrite} accuracy", f"{rewrite} + fine-tune (sampling at eval)", "held-out accuracy")]))
     pre_plain, pre_ignore = c("precode plain", "precode, plain IG"), c("precode ignore", "precode, Ignore+IG")
-    out.append(Claim(
-        seed="004",
+    out.append(claim(
         direction="The Ignore attack (match only the gradients upstream of the sampling node) recovers much of "
                   "what PRECODE before the head hides (paper: ASR 0 % under IG → 85.94 % under Ignore)",
-        setting=setting, commands=commands, conditions=[pre_plain, pre_ignore, base, floor],
-        outcome="cannot tell", reading="", seeds=seeds))
+        conditions=[pre_plain, pre_ignore, base, floor]))
     cvb_plain, cvb_ignore = c("cvb plain", "cvb, plain IG"), c("cvb ignore", "cvb, Ignore+IG")
-    out.append(Claim(
-        seed="004",
+    out.append(claim(
         direction="CVB placed early (P1) still holds under the Ignore attack (paper: SSIM 0.21, ASR 0 % under "
                   "Ignore+IG on the CNN, against 0.87 undefended)",
-        setting=setting, commands=commands, conditions=[base, cvb_plain, cvb_ignore, floor],
-        outcome="cannot tell", reading="", seeds=seeds))
+        conditions=[base, cvb_plain, cvb_ignore, floor]))
     for rewrite in ("cvb", "precode"):
         best = Condition(f"{rewrite}, best of plain IG and Ignore", "IG mean SSIM (min-max scaled)",
                          [max(a, b) for a, b in zip(values[f"{rewrite} plain"], values[f"{rewrite} ignore"])])
         joint = c(f"{rewrite} joint", f"{rewrite}, joint-eps+IG")
-        out.append(Claim(
-            seed="004",
+        out.append(claim(
             direction=f"Joint-eps (optimising the bottleneck's noise with the image) recovers {rewrite.upper()} "
                       "beyond plain IG and Ignore (not in the paper: the seed note's pilot on CVB@P1, 12 images x "
                       "300 iterations, SSIM 0.52 / ASR 67 % vs Ignore 0.18 / 0 %)",
-            setting=setting, commands=commands,
-            conditions=[best, joint, c(f"{rewrite} noise0", f"{rewrite}, noise held at 0"), base, floor],
-            outcome="cannot tell", reading="", seeds=seeds))
+            conditions=[best, joint, c(f"{rewrite} noise0", f"{rewrite}, noise held at 0"), base, floor]))
     return [rejudge(c) for c in out]
 
 

@@ -15,7 +15,7 @@ control falls back to an unprotected patchify CNN of the same input size, and th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from torch import nn
 
 from auditor.plugin import ArchitectureProfile, PowerCheck, UnsplittableModel, split_model
 from auditor_gradient_inversion.attacks.ig import IGSettings
-from auditor_gradient_inversion.campaign import Campaign
+from auditor_gradient_inversion.campaign import Campaign, SafetyNet
 from auditor_gradient_inversion.groups import last_linear
 from auditor_gradient_inversion.metrics import SUCCESS_SSIM, image_measurements, leaks
 from auditor_gradient_inversion.oracle import AUX_ATTR, seeded_rng
@@ -180,20 +180,8 @@ def attack_control(camp: Campaign, profile: ArchitectureProfile, best: IGSetting
     ref = ctrl.model.to(camp.device)
     if ctrl.kind == "reference":
         ref.train()
-    ref_camp = Campaign(
-        model=ref,
-        images=camp.images,
-        labels=camp.labels,
-        mean=camp.mean,
-        std=camp.std,
-        seed=camp.seed,
-        noise_seed=camp.noise_seed,
-        head=last_linear(ref),
-        num_classes=camp.num_classes,
-        scaling=camp.scaling,
-        check_budget=camp.check_budget,
-        progress=camp.progress,
-    )
+    # the same probes, seeds and budget on the control model, with a safety net and step hook of its own (none)
+    ref_camp = replace(camp, model=ref, head=last_linear(ref), net=SafetyNet(), on_step=None)
     names = [name for name, _ in ref.named_parameters()]
     attempt = ref_camp.run_ig("control", "IG", names, 1, [best], known_labels=known)
     row = attempt.ig[0]

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+
+
+def save_tiny_gpt2(path: Path) -> Path:
+    """Save a seeded one-layer GPT-2 (vocabulary 64, width 16) at ``path`` with ``save_pretrained``; return it."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    transformers.GPT2LMHeadModel(config).eval().save_pretrained(path)
+    return path
 
 
 def small_model() -> torch.nn.Module:

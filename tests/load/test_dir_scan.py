@@ -21,6 +21,7 @@ from auditor.cli import run_cli
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
 from fixtures.hostile import Reduce, torch_save_bytes
+from tests.load._models import save_tiny_gpt2
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 torch.set_num_threads(1)
@@ -96,12 +97,8 @@ def test_text_files_are_not_collected(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean Trainer checkpoint directory: config, safetensors weights and plain-tensor sidecars."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
-    path = tmp_path_factory.mktemp("trainer") / "checkpoint-10"
-    model = transformers.GPT2LMHeadModel(config).eval()
-    model.save_pretrained(path)
+    pytest.importorskip("transformers")
+    path = save_tiny_gpt2(tmp_path_factory.mktemp("trainer") / "checkpoint-10")
     torch.save({"state": {0: {"exp_avg": torch.zeros(2)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
                path / "optimizer.pt")
     torch.save({"last_epoch": 3, "_last_lr": [0.1]}, path / "scheduler.pt")

@@ -36,6 +36,7 @@ from auditor.errors import LayoutError
 from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import check_statically
+from tests.load._models import save_tiny_gpt2
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -319,11 +320,7 @@ def test_an_fp16_shards_loss_scaler_is_admitted_by_import_deepspeed(tmp_path: Pa
 
 def test_a_trainer_checkpoint_with_a_deepspeed_tag_is_built_from_its_config(tmp_path: Path) -> None:
     """The HF Trainer under DeepSpeed writes both: the save_pretrained weights win, the ZeRO files are judged."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
-    root = tmp_path / "checkpoint-3"
-    model = transformers.GPT2LMHeadModel(config).eval()
-    model.save_pretrained(root)
+    root = save_tiny_gpt2(tmp_path / "checkpoint-3")
     deepspeed_checkpoint(root, _model())
     assert sniff(root).container is Container.HF_DIR
     check = check_statically(root)

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from auditor.load.formats import Container, sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.static_check import check_statically
 from fixtures import layouts
+from tests.load._models import save_tiny_gpt2
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)
@@ -28,11 +28,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 @pytest.fixture(scope="module")
 def hub_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    transformers: ModuleType = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
-    path = tmp_path_factory.mktemp("hub") / "tiny-gpt2"
-    transformers.GPT2LMHeadModel(config).eval().save_pretrained(path)
+    pytest.importorskip("transformers")
+    path = save_tiny_gpt2(tmp_path_factory.mktemp("hub") / "tiny-gpt2")
     layouts.hub_clone_extras(path)
     layouts.webdataset_shards(path / "data")
     return path

@@ -22,6 +22,7 @@ from auditor.errors import HFDirectoryError, TruncatedArchive
 from auditor.load.formats import sniff
 from auditor.load.loaders import load_checkpoint
 from auditor.load.pickle_scan import scan_checkpoint
+from tests.load._models import save_tiny_gpt2
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 torch.set_num_threads(1)
@@ -106,12 +107,8 @@ def test_state_dict_declaring_gigabytes_is_refused_under_the_load_limit(tmp_path
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
-    path = tmp_path_factory.mktemp("hf") / "gpt2"
-    transformers.GPT2LMHeadModel(config).save_pretrained(path)
-    return path
+    pytest.importorskip("transformers")
+    return save_tiny_gpt2(tmp_path_factory.mktemp("hf") / "gpt2")
 
 
 @pytest.mark.parametrize(("key", "value"), [("vocab_size", 100_000_000), ("n_embd", 40_000),

@@ -9,10 +9,8 @@ docs/gradient-inversion.md.
 from __future__ import annotations
 
 import pytest
-import torch
 
-from fixtures import models as M
-from fixtures.protocol import protocol_attack
+from fixtures.protocol import protocol_attack, protocol_runs
 
 
 def _mean(values: list[float]) -> float:
@@ -21,17 +19,10 @@ def _mean(values: list[float]) -> float:
 
 @pytest.fixture(scope="module")
 def ssim() -> dict[str, list[float]]:
-    """Run the seven protocol attacks once for the module (about 30 s of CPU on one thread)."""
+    """Run the six protocol attacks once for the module (about 30 s of CPU on one thread)."""
     out = {}
-    for name, build, attacks in (
-        ("baseline", M.baseline, ("plain",)),
-        ("precode3", lambda: M.precode(3), ("plain", "ignore")),
-        ("cvb1", M.cvb_p1, ("plain", "ignore", "joint")),
-    ):
-        torch.manual_seed(0)
-        model = build()
-        for attack in attacks:
-            out[f"{name}-{attack}"] = protocol_attack(model, attack)
+    for name, attack, model in protocol_runs():
+        out[f"{name}-{attack}"] = protocol_attack(model, attack)
     return out
 
 
@@ -42,17 +33,17 @@ def test_baseline_ig_reconstructs(ssim: dict[str, list[float]]) -> None:
 
 @pytest.mark.slow
 def test_late_precode_false_sense_of_security(ssim: dict[str, list[float]]) -> None:
-    plain, ignore = _mean(ssim["precode3-plain"]), _mean(ssim["precode3-ignore"])
+    plain, ignore = _mean(ssim["precode@P3-plain"]), _mean(ssim["precode@P3-ignore"])
     assert plain <= 0.15
     assert ignore >= plain + 0.25
 
 
 @pytest.mark.slow
 def test_cvb_holds_against_ignore(ssim: dict[str, list[float]]) -> None:
-    assert _mean(ssim["cvb1-ignore"]) <= 0.35
-    assert max(ssim["cvb1-ignore"]) < 0.5  # ASR = 0
+    assert _mean(ssim["cvb@P1-ignore"]) <= 0.35
+    assert max(ssim["cvb@P1-ignore"]) < 0.5  # ASR = 0
 
 
 @pytest.mark.slow
 def test_joint_eps_breaks_cvb(ssim: dict[str, list[float]]) -> None:
-    assert _mean(ssim["cvb1-joint"]) >= _mean(ssim["cvb1-ignore"]) + 0.15
+    assert _mean(ssim["cvb@P1-joint"]) >= _mean(ssim["cvb@P1-ignore"]) + 0.15

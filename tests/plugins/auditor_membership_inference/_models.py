@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torch import nn
+
+from fixtures.models import train_epochs
 
 
 def cnn() -> nn.Sequential:
@@ -53,17 +54,8 @@ def memorise(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int,
              lr: float = 2e-3) -> nn.Module:
     """Train ``model`` with Adam (batch 32, no regularisation) for ``epochs``; eval mode."""
     torch.manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x))
-        for s in range(0, len(x), 32):
-            b = order[s : s + 32]
-            loss = F.cross_entropy(model(x[b]), y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return model.eval()
+    return train_epochs(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), epochs=epochs).eval()
 
 
 def write_split(root: Path, split: str, imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:

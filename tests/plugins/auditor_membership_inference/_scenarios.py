@@ -3,15 +3,21 @@ user's command needs them (PNG folders + a pickled model); shared by the verdict
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import nn
 
+from auditor.cli import run_cli
+from fixtures import mia
 from fixtures.mia import write_folders
+from fixtures.models import train_epochs
 
 #: A seeded order of the 1,797 digits; members, non-members and other models' data are cut from it.
 ORDER = np.random.default_rng(5).permutation(1797)
@@ -51,47 +57,11 @@ def train_plain(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, epochs
     x, y = tensors(imgs, labels, idx)
     torch.manual_seed(seed)
     model = mlp()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(epochs):
-        order = torch.randperm(len(x))
-        for s in range(0, len(x), 32):
-            b = order[s : s + 32]
-            loss = F.cross_entropy(model(x[b]), y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return model.eval()
+    return train_epochs(model, x, y, torch.optim.Adam(model.parameters(), lr=lr), epochs=epochs).eval()
 
 
-def train_dp(imgs: np.ndarray, labels: np.ndarray, idx: np.ndarray, *, noise_multiplier: float, epochs: int,
-             batch: int = 50, lr: float = 0.5, momentum: float = 0.0, clip: float = 1.0,
-             seed: int = 0) -> tuple[nn.Module, float]:
-    """Train the MLP with opacus DP-SGD; return it (without opacus's hooks) and the epsilon spent at delta 1e-5."""
-    from opacus import PrivacyEngine
-
-    torch.manual_seed(seed)
-    model = mlp()
-    x, y = tensors(imgs, labels, idx)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=True,
-                                         generator=torch.Generator().manual_seed(seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
-                                             noise_multiplier=noise_multiplier, max_grad_norm=clip,
-                                             noise_generator=torch.Generator().manual_seed(seed))
-    model.train()
-    for _ in range(epochs):
-        for xb, yb in loader:
-            if len(xb) == 0:
-                continue
-            loss = F.cross_entropy(model(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    eps = engine.get_epsilon(1e-5) if noise_multiplier > 0 else float("inf")
-    plain = mlp()
-    plain.load_state_dict(model._module.state_dict())
-    return plain.eval(), eps
+#: :func:`fixtures.mia.train_dp` (opacus DP-SGD on the same MLP) at this suite's defaults.
+train_dp = functools.partial(mia.train_dp, batch=50, lr=0.5)
 
 
 def write(root: Path, imgs: np.ndarray, labels: np.ndarray, shifted: np.ndarray | None = None) -> Path:
@@ -132,3 +102,23 @@ def independent_lira(imgs: np.ndarray, labels: np.ndarray, target: nn.Module, *,
     member = np.arange(len(pool)) < len(MEMBERS)
     cut = np.quantile(score[~member], 0.99, method="higher")
     return float((score[member] > cut).mean())
+
+
+def scan(world: dict, model: torch.nn.Module, data: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
+         **config: object) -> tuple[int, dict]:
+    """Save ``model``, run the default scan on ``data`` with ``config`` in auditor.toml; return exit code and run
+    (with its findings' rule ids and messages)."""
+    root: Path = world["root"]
+    monkeypatch.setenv("HOME", str(root))  # the reference cache lives under ~/.cache
+    name = f"m{len(list(root.glob('*.pt')))}"
+    torch.save(model, root / f"{name}.pt")
+    toml = root / f"{name}.toml"
+    toml.write_text("[plugins.membership-inference]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    out = root / f"{name}.json"
+    code = run_cli(["scan", str(root / f"{name}.pt"), "--plugins", "membership-inference", "--data", str(root / data),
+                    "--json", str(out), "-q", "--input-shape", "1,8,8", "--config", str(toml), *extra])
+    report = json.loads(out.read_text())
+    run = next(p for p in report["plugins"] if p["name"] == "membership-inference")
+    return code, run | {"rule_ids": {f["rule_id"]: f["severity"] for f in report["findings"]
+                                       if f["source"] != "architecture-risk"},
+                        "messages": [f["message"] for f in report["findings"]]}

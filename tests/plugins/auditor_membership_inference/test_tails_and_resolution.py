@@ -5,14 +5,10 @@ below what the targets resolve says it is not testable (the same model's testabl
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-from auditor.cli import run_cli
 from tests.plugins.auditor_membership_inference import _models as M
 from tests.plugins.auditor_membership_inference import _scenarios as S
 
@@ -39,25 +35,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "imgs": imgs, "labels": labels, "wrong": wrong}
 
 
-def _scan(world: dict, model: torch.nn.Module, data: str, monkeypatch: pytest.MonkeyPatch, *extra: str,
-          **config: object) -> tuple[int, dict]:
-    """Save ``model``, run the default scan on ``data`` with ``config`` in auditor.toml; return exit code and run."""
-    root: Path = world["root"]
-    monkeypatch.setenv("HOME", str(root))  # the reference cache lives under ~/.cache
-    name = f"m{len(list(root.glob('*.pt')))}"
-    torch.save(model, root / f"{name}.pt")
-    toml = root / f"{name}.toml"
-    toml.write_text("[plugins.membership-inference]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    out = root / f"{name}.json"
-    code = run_cli(["scan", str(root / f"{name}.pt"), "--plugins", "membership-inference", "--data", str(root / data),
-                    "--json", str(out), "-q", "--input-shape", "1,8,8", "--config", str(toml), *extra])
-    report = json.loads(out.read_text())
-    run = next(p for p in report["plugins"] if p["name"] == "membership-inference")
-    return code, run | {"rule_ids": {f["rule_id"]: f["severity"] for f in report["findings"]
-                                       if f["source"] != "architecture-risk"},
-                        "messages": [f["message"] for f in report["findings"]]}
-
-
 ACCUSED = {"mia.dp-claim-violated", "mia.empirical-epsilon", "mia.low-fpr-leak"}
 
 
@@ -66,7 +43,7 @@ def test_a_model_that_saw_no_member_is_not_accused_on_a_dirty_test_set(world: di
     """10 % of test/ mislabelled: the model's own bound clears the claim; net of the tail guard (the same tests on
     no-signal scores, their upper bound subtracted) it does not, and the guard names the data problem."""
     null = S.train_plain(world["imgs"], world["labels"], S.OTHER, epochs=30)
-    code, run = _scan(world, null, "dirty", monkeypatch, claimed_epsilon=0.1)
+    code, run = S.scan(world, null, "dirty", monkeypatch, claimed_epsilon=0.1)
     m, tail = run["metrics"], run["metrics"]["tail_guard"]
     assert m["epsilon"]["epsilon_lower_bound"] > 0.1  # what used to convict: the dirty tail alone
     assert m["epsilon_net_of_tail"] <= 0.1 and m["dp_claim"]["epsilon_lower_bound"] <= 0.1  # what the verdict reads
@@ -78,10 +55,10 @@ def test_a_model_that_saw_no_member_is_not_accused_on_a_dirty_test_set(world: di
     assert len(set(tail["outliers"]) & world["wrong"]) >= 7, tail["outliers"]  # the named outliers are the bad labels
     assert "wrong labels" in run["reason"] and tail["outliers"][0] in run["reason"]
     for config in ({"references": 0, "claimed_epsilon": 0.5}, {"references": 0}):  # no references: no guard reads
-        code, run = _scan(world, null, "dirty", monkeypatch, **config)  # the non-members' tail, so it is not read
+        code, run = S.scan(world, null, "dirty", monkeypatch, **config)  # the non-members' tail, so it is not read
         assert code != 1 and not ACCUSED & set(run["rule_ids"]), (config, run["rule_ids"])
         assert run["metrics"]["epsilon"]["sides"] == ["members"] and run["metrics"]["epsilon"]["auc_test"] is None
-    code, run = _scan(world, null, "clean", monkeypatch)  # the clean twin: epsilon ~ 0, no guard tripped
+    code, run = S.scan(world, null, "clean", monkeypatch)  # the clean twin: epsilon ~ 0, no guard tripped
     assert code == 0 and not run["rule_ids"] and run["metrics"]["epsilon"]["epsilon_lower_bound"] < 0.1
     assert not run["metrics"]["tail_guard"]["tripped"] and run["metrics"]["epsilon_net_of_tail"] < 0.1
 
@@ -96,7 +73,7 @@ def test_a_memoriser_fails_at_defaults_whatever_its_architecture(world: dict, ar
     make = M.cnn if arch == "cnn" else M.TinyViT
     xm, ym = S.tensors(pixels, world["labels"], S.MEMBERS)
     extra = IMPORT if arch == "vit" else []
-    code, run = _scan(world, M.memorise(make(), xm, ym, epochs=epochs), data, monkeypatch, *extra)
+    code, run = S.scan(world, M.memorise(make(), xm, ym, epochs=epochs), data, monkeypatch, *extra)
     m = run["metrics"]
     assert m["train_accuracy"] >= 0.99 and m["test_accuracy"] < 0.85
     assert code == 1 and run["rule_ids"].get("mia.empirical-epsilon") == "high", run["rule_ids"]
@@ -104,7 +81,7 @@ def test_a_memoriser_fails_at_defaults_whatever_its_architecture(world: dict, ar
     assert m["epsilon"]["cross_fitted"] and m["epsilon"]["members"] == len(S.MEMBERS)  # every target counted
     if arch == "cnn":  # the control: same architecture and data, trained on other digits only
         xo, yo = S.tensors(pixels, world["labels"], S.OTHER)
-        code, run = _scan(world, M.memorise(make(), xo, yo, epochs=epochs), data, monkeypatch, *extra)
+        code, run = S.scan(world, M.memorise(make(), xo, yo, epochs=epochs), data, monkeypatch, *extra)
         assert code == 0 and not ACCUSED & set(run["rule_ids"]), run["rule_ids"]
 
 
@@ -112,7 +89,7 @@ def test_a_claim_below_what_the_targets_resolve_is_not_testable(world: dict, mon
     """A noise-off 'DP' model that leaks little: claim 0.1 is below the smallest detectable epsilon (INCONCLUSIVE,
     with how many targets would test it); claim 1 is testable and judged (PASS)."""
     model, _ = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=0.0, epochs=5)
-    code, run = _scan(world, model, "clean", monkeypatch, claimed_epsilon=0.1)
+    code, run = S.scan(world, model, "clean", monkeypatch, claimed_epsilon=0.1)
     m = run["metrics"]
     smallest = m["smallest_detectable_epsilon"]
     assert 0.1 < smallest < 1.0 and m["epsilon"]["epsilon_lower_bound"] <= 0.1
@@ -123,6 +100,6 @@ def test_a_claim_below_what_the_targets_resolve_is_not_testable(world: dict, mon
     assert f"could detect is {smallest:.2f}" in heads["epsilon_lower_bound"]["how"]
     assert run["headline"][0]["name"] == "epsilon_lower_bound"  # with a claim, the summary line is the DP verdict
     assert f"claim 0.1, NOT testable: smallest detectable here {smallest:.2f}" in run["headline"][0]["label"]
-    code, run = _scan(world, model, "clean", monkeypatch, claimed_epsilon=1.0)
+    code, run = S.scan(world, model, "clean", monkeypatch, claimed_epsilon=1.0)
     assert code == 0 and run["metrics"]["dp_claim"]["testable"] and not run["rule_ids"], run["rule_ids"]
     assert "claim 1, testable: smallest detectable here" in run["headline"][0]["label"]

@@ -4,14 +4,10 @@ caught, a DP-SGD model with useful accuracy PASSes, and a leak an independent 16
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-from auditor.cli import run_cli
 from tests.plugins.auditor_membership_inference import _scenarios as S
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off; torch hooks
@@ -29,24 +25,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "imgs": imgs, "labels": labels}
 
 
-def _scan(world: dict, model: torch.nn.Module, data: str, monkeypatch: pytest.MonkeyPatch,
-          **config: object) -> tuple[int, dict]:
-    """Save ``model``, run the default scan on ``data`` with ``config`` in auditor.toml; return exit code and run."""
-    root: Path = world["root"]
-    monkeypatch.setenv("HOME", str(root))  # the reference cache lives under ~/.cache
-    name = f"m{len(list(root.glob('*.pt')))}"
-    torch.save(model, root / f"{name}.pt")
-    toml = root / f"{name}.toml"
-    toml.write_text("[plugins.membership-inference]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    out = root / f"{name}.json"
-    code = run_cli(["scan", str(root / f"{name}.pt"), "--plugins", "membership-inference", "--data",
-                    str(root / data), "--json", str(out), "-q", "--input-shape", "1,8,8", "--config", str(toml)])
-    report = json.loads(out.read_text())
-    run = next(p for p in report["plugins"] if p["name"] == "membership-inference")
-    return code, run | {"rule_ids": {f["rule_id"]: f["severity"] for f in report["findings"]
-                                       if f["source"] != "architecture-risk"}}
-
-
 def _sigma(eps: float, epochs: int) -> float:
     from opacus.accountants.utils import get_noise_multiplier
 
@@ -61,7 +39,7 @@ def test_a_dp_sgd_model_is_not_accused_on_shifted_non_members(world: dict, shift
     model, eps = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=_sigma(1.0, 40), epochs=40)
     assert eps <= 1.0
     for references in (8, 0):  # the default, and the docs' DP example without references
-        code, run = _scan(world, model, shift, monkeypatch, claimed_epsilon=1.0, references=references)
+        code, run = S.scan(world, model, shift, monkeypatch, claimed_epsilon=1.0, references=references)
         blind = run["metrics"]["blind_baseline"]
         assert code == 3 and run["status"] == "inconclusive", (references, run["reason"])
         assert blind["shifted"] and blind["auc_ci95"][0] > 0.9
@@ -72,7 +50,7 @@ def test_a_dp_sgd_model_is_not_accused_on_shifted_non_members(world: dict, shift
 def test_a_model_that_saw_no_target_does_not_fail_on_shifted_non_members(world: dict,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     null = S.train_plain(world["imgs"], world["labels"], S.OTHER, epochs=30)
-    code, run = _scan(world, null, "crop", monkeypatch)
+    code, run = S.scan(world, null, "crop", monkeypatch)
     assert run["metrics"]["attacks"]["loss"]["auc"] > 0.6  # what used to be read as membership
     assert code == 3 and not {"mia.auc", "mia.low-fpr-leak"} & set(run["rule_ids"])
 
@@ -80,7 +58,7 @@ def test_a_model_that_saw_no_target_does_not_fail_on_shifted_non_members(world: 
 def test_the_noise_off_dp_pipeline_fails_its_claim(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     broken, _ = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=0.0, epochs=60, clip=10.0,
                            lr=1.0)
-    code, run = _scan(world, broken, "same", monkeypatch, claimed_epsilon=1.0)
+    code, run = S.scan(world, broken, "same", monkeypatch, claimed_epsilon=1.0)
     m = run["metrics"]
     assert not m["blind_baseline"]["shifted"] and run["power"][0]["passed"]
     assert code == 1 and run["rule_ids"].get("mia.dp-claim-violated") == "high"
@@ -92,7 +70,7 @@ def test_a_dp_sgd_model_with_useful_accuracy_passes(world: dict, monkeypatch: py
     """SGD lr 0.2 + momentum 0.9 (weights grow large): the control still plants its canaries; bound beside claim."""
     model, eps = S.train_dp(world["imgs"], world["labels"], S.MEMBERS, noise_multiplier=_sigma(8.0, 40), epochs=40,
                             lr=0.2, momentum=0.9)
-    code, run = _scan(world, model, "same", monkeypatch, claimed_epsilon=8.0)
+    code, run = S.scan(world, model, "same", monkeypatch, claimed_epsilon=8.0)
     m = run["metrics"]
     assert m["test_accuracy"] > 0.6, m["test_accuracy"]
     assert code == 0 and run["status"] == "ok" and not run["rule_ids"], run["reason"]
@@ -112,6 +90,6 @@ def test_a_leak_an_independent_lira_finds_fails_at_defaults(world: dict, monkeyp
     S.write(world["root"] / "noisy", imgs, labels)
     target = S.train_plain(imgs, labels, S.MEMBERS, epochs=20)
     assert S.independent_lira(imgs, labels, target, epochs=20) >= 0.10
-    code, run = _scan(world, target, "noisy", monkeypatch)
+    code, run = S.scan(world, target, "noisy", monkeypatch)
     assert code == 1 and run["rule_ids"].get("mia.auc") == "high" and run["power"][0]["passed"]
     assert run["metrics"]["recipe_fit"]["fitted"]

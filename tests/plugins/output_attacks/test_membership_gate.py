@@ -17,11 +17,9 @@ from auditor_membership_inference.config import MembershipInferenceConfig
 from auditor.cli import run_cli
 from auditor.data import load_data_dir
 from fixtures.digits import context
-from fixtures.mia import ORDER, noisy_digits, train, train_dp, write_folders
-from fixtures.models import NoisyMLP
+from fixtures.mia import MEMBERS, train_dp, write_gate, write_shifted_pair
 
 IMPORT = ["--import", "fixtures.models", "--input-shape", "1,8,8"]
-MEMBERS, NON_MEMBERS = ORDER[:300], ORDER[300:700]
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +27,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Noisy digits (300 members, 400 non-members), a memorising model and a null model, saved; HOME for the cache."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("mia-gate")
-    imgs, labels = noisy_digits(0.7)
-    write_folders(root / "data", {"train": MEMBERS, "test": NON_MEMBERS}, imgs, labels)
-    torch.manual_seed(0)
-    memorising = train(NoisyMLP(noise=0.3), imgs, labels, MEMBERS, epochs=150)
-    torch.save(memorising, root / "memorising.pt")
-    torch.manual_seed(1)
-    torch.save(NoisyMLP(noise=0.3).eval(), root / "null.pt")
+    imgs, labels = write_gate(root)
     return {"root": root, "imgs": imgs, "labels": labels}
 
 
@@ -92,12 +84,7 @@ def test_the_same_seed_gives_the_same_numbers_on_a_busy_machine(world: dict, mon
 def test_a_shifted_pair_is_inconclusive_not_a_leak(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Members and non-members from different distributions, and a model that saw neither: the blind baseline."""
     root = world["root"]
-    clean, labels = noisy_digits(0.5)
-    noisier, _ = noisy_digits(1.0, seed=1)
-    write_folders(root / "shifted", {"train": MEMBERS}, clean, labels)
-    write_folders(root / "shifted", {"test": NON_MEMBERS}, noisier, labels)
-    torch.manual_seed(2)
-    torch.save(train(NoisyMLP(), clean, labels, ORDER[700:1300], epochs=40), root / "neither.pt")
+    write_shifted_pair(root)
     code, run = _scan(root, "neither.pt", "shifted", monkeypatch)
     m = run["metrics"]
     assert m["attacks"]["loss"]["auc"] > 0.6  # what used to be read as membership
