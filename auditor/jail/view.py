@@ -79,23 +79,39 @@ def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
 
 
 def module_dirs(modules: Iterable[str]) -> list[str]:
-    """Each module's package folder (or a lone module's file), found without importing it."""
+    """Each module's package folder (or a lone module's file), found without importing it; for a dotted name,
+    also each enclosing package's ``__init__`` file (importing ``pkg.mod`` runs ``pkg/__init__.py`` first), never
+    the rest of those packages."""
     from importlib import util
 
     out: list[str] = []
     for name in sorted(set(modules)):
+        parts = name.split(".")
         try:
             spec = util.find_spec(name)
+            parents = [util.find_spec(".".join(parts[:i])) for i in range(1, len(parts))]
         except (ImportError, ValueError):  # a broken plugin or a missing --import is reported by its user
             continue
         if spec is None:
             continue
         if spec.submodule_search_locations:
             out += [os.path.realpath(p) for p in spec.submodule_search_locations]
-        elif spec.origin and os.path.isfile(spec.origin):
-            out.append(os.path.realpath(spec.origin))
-            if spec.origin.endswith(".py"):  # its compiled copy, when there is one
-                out.append(os.path.realpath(util.cache_from_source(spec.origin)))
+        else:
+            out += _source_files(spec.origin)
+        for parent in parents:  # a namespace package has no origin file: nothing of it is read
+            out += _source_files(parent.origin if parent is not None else None)
+    return out
+
+
+def _source_files(origin: str | None) -> list[str]:
+    """A module's file and, for a ``.py``, its compiled copy (resolved); none when it has no file."""
+    from importlib import util
+
+    if not origin or not os.path.isfile(origin):
+        return []
+    out = [os.path.realpath(origin)]
+    if origin.endswith(".py"):  # its compiled copy, when there is one
+        out.append(os.path.realpath(util.cache_from_source(origin)))
     return out
 
 
