@@ -7,8 +7,8 @@ independent LiRA's shadow models use (the target's own recipe and architecture):
 * ``dirty-s0`` .. ``dirty-s2``: an MLP trained on 300 other digits only (it saw no member: every claim is true),
   test/ with 10 % wrong labels (three seeded draws), claim 0.1;
 * ``dirty05-s0`` .. ``dirty05-s2``: the same models and test sets, claim 0.5 (above what the targets resolve);
-  ``dirty05-noref-s0``: draw 0 at claim 0.5 with ``references = 0``; ``clean05-s0``: draw 0's model on the clean
-  non-members (its clean twin), claim 0.5;
+  ``dirty05-noref-s0`` .. ``-s2``: the same at claim 0.5 with ``references = 0``; ``clean05-s0``: draw 0's model
+  on the clean non-members (its clean twin), claim 0.5;
 * ``mem-cnn-s0`` .. ``mem-cnn-s2``: a small CNN memorising (Adam 60 epochs) three random splits of digits with
   pixel noise 0.3 (train 1.00, test about 0.8), no claim;
 * ``mem-vit``: a tiny ViT (patch 2, one block of width 16; ``--import fixtures.models``) memorising
@@ -37,7 +37,8 @@ ROWS = {
     **{f"dirty-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.1" for s in range(3)},
     **{f"dirty05-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.5"
        for s in range(3)},
-    "dirty05-noref-s0": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.5; references = 0",
+    **{f"dirty05-noref-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.5; "
+       "references = 0" for s in range(3)},
     "clean05-s0": "the same MLP as dirty05-s0 (saw no member); clean test/ (its clean twin); claim 0.5",
     **{f"mem-cnn-s{s}": "small CNN, Adam 60 epochs on the members; pixel noise 0.3; no claim" for s in range(3)},
     "mem-vit": "tiny ViT, Adam 150 epochs on the members; pixel noise 0.2; no claim",
@@ -48,7 +49,7 @@ IMPORTS = {"mem-vit": ["--import", "fixtures.models"]}
 #: The rows whose model trained on other digits only (it saw no member, so every claim is true).
 NEVER_SAW_A_MEMBER = ("dirty", "clean")
 #: Settings a row gives beyond its claim (auditor.toml), else the defaults.
-SETTINGS = {"dirty05-noref-s0": "references = 0\n"}
+SETTINGS = {f"dirty05-noref-s{s}": "references = 0\n" for s in range(3)}
 
 
 def cnn() -> nn.Sequential:
