@@ -490,6 +490,11 @@ def _tail(p: dict) -> str:
     return f"{t['epsilon_lower_bound']:.2f} ({source}){' **tripped**' if t['tripped'] else ''}"
 
 
+def _rows(names: list[str]) -> str:
+    """``the row a`` or ``the rows a, b``."""
+    return f"the row{'s' * (len(names) > 1)} {', '.join(names)}"
+
+
 def mia_validity_41_r2() -> str:
     """Issue 41, round 2: the same rows with every target counted and the tail guard subtracted (the bound read)."""
     return mia_validity_41("issue41-r2")
@@ -507,9 +512,9 @@ def mia_validity_41(key: str = "issue41") -> str:
              *(_lira(r)[:2] if "lira" in r else ["—", "—"]), r.get("lira", {}).get("shadows", "—"),
              _held(r["plugin"]), _bound(r["plugin"]) + _net(r["plugin"]), _tail(r["plugin"]),
              _f(r["plugin"].get("smallest_detectable_epsilon"), ".2f"), *_mia_common(r)] for r in got["rows"]]
-    earlier = "".join(f"\n\nRows {', '.join(e['rows'])}: {run_facts(e['run'])}; {e['wall_s'] / 60:.0f} min wall, "
-                      f"{e['cpu_s'] / 60:.0f} min CPU for that run's rows." for e in got.get("earlier_runs", []))
-    these = f"the rows {', '.join(got['rows_requested'])}" if earlier else "the rows below"
+    earlier = "".join(f"\n\n{_rows(e['rows']).capitalize()}: {run_facts(e['run'])}; {e['wall_s'] / 60:.0f} min "
+                      f"wall, {e['cpu_s'] / 60:.0f} min CPU for that run's rows." for e in got.get("earlier_runs", []))
+    these = _rows(got["rows_requested"]) if earlier else "the rows below"
     return (f"{run_facts(run)}; seed {got['seed']}, {got['targets_per_side']} members and "
             f"{got['targets_per_side']} non-members per row; {got['wall_s'] / 60:.0f} min wall, "
             f"{got['cpu_s'] / 60:.0f} min CPU for {these}"
