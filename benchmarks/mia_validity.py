@@ -1,7 +1,7 @@
 """Membership and DP verdicts on issue 33's scenarios: the plugin's default scan beside an independent LiRA.
 
     PYTHONPATH=. python benchmarks/mia_validity.py [--quick] [--seed 0] [--rows NAME,...] [--work DIR]
-                                                   [--allow-missing-fields]
+                                                   [--allow-missing-fields] [--results-key KEY [--add-rows]]
 
 Every scenario of ``fixtures/mia_scenarios.py`` and the issue-41 rows of ``benchmarks/mia_validity_rows.py``
 (dirty test sets, memorising CNNs and a ViT, an untestable claim) is written to disk and scanned with the default
@@ -18,10 +18,11 @@ only holds ``claimed_epsilon``; every other setting is at its default, the refer
 The blind baseline and the side of the bound are the plugin's issue-33 fields (``blind_baseline``,
 ``epsilon.side``): read by name, and the run stops with an error when the plugin does not report them, unless
 ``--allow-missing-fields`` (then they are recorded as absent). Writes ``benchmarks/results/mia_validity.json``
-(``--results-key``), rendered into docs/output-attacks.md by ``benchmarks/render_docs.py``. Cost (measured, seed 0,
-on the shared 2-core box): 9 min of CPU and 16 min wall at load average 3.5 at 1b3658f (each scan in the jailed
-worker), 4 min CPU / 10 min wall before the jail, 29 min wall at load 9-11 with the plugin before issue 33; the
-longest row is the 300-epoch sweep target (16 shadows of 300 epochs).
+(``--results-key``; with ``--add-rows`` the rows already stored there and not re-run are kept, with the facts of
+the run that measured them), rendered into docs/output-attacks.md by ``benchmarks/render_docs.py``. Cost
+(measured, seed 0, on the shared 2-core box): 9 min of CPU and 16 min wall at load average 3.5 at 1b3658f
+(each scan in the jailed worker), 4 min CPU / 10 min wall before the jail, 29 min wall at load 9-11 with the
+plugin before issue 33; the longest row is the 300-epoch sweep target (16 shadows of 300 epochs).
 ``--quick`` (4 shadows, six scenarios) is a smoke run: about 5 min wall at load average 6-9.
 """
 
@@ -163,6 +164,25 @@ def measure(name: str, work: Path, seed: int, shadows: int, allow_missing: bool)
     return row
 
 
+def stored_rows(key: str, names: list[str], seed: int, shadows: int) -> tuple[list[dict[str, Any]],
+                                                                             list[dict[str, Any]]]:
+    """For ``--add-rows``: the rows stored under ``key`` that ``names`` does not re-measure, and the runs that
+    measured them (each run's facts, which of its rows are kept, its wall and CPU seconds)."""
+    entry = results.load("mia_validity").get(key)
+    if entry is None:
+        return [], []
+    got = entry["results"]
+    if (got["seed"], got["shadows"], got["quick"]) != (seed, shadows, False):
+        raise SystemExit(f"--add-rows: {key} was measured with seed {got['seed']}, {got['shadows']} shadows"
+                         f"{', quick' if got['quick'] else ''}; this run would not be comparable")
+    earlier = got.get("earlier_runs", [])
+    by_earlier = {n for e in earlier for n in e["rows"]}
+    latest = {"run": entry["run"], "rows": [r["scenario"] for r in got["rows"] if r["scenario"] not in by_earlier],
+              "wall_s": got["wall_s"], "cpu_s": got["cpu_s"]}
+    runs = [{**e, "rows": [n for n in e["rows"] if n not in names]} for e in [*earlier, latest]]
+    return [r for r in got["rows"] if r["scenario"] not in names], [e for e in runs if e["rows"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -172,6 +192,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a fresh temp dir)")
     parser.add_argument("--allow-missing-fields", action="store_true",
                         help="record the plugin's issue-33 fields as absent instead of stopping")
+    parser.add_argument("--add-rows", action="store_true",
+                        help="keep the rows already stored under --results-key that this run does not measure "
+                             "(each earlier run's facts kept beside the rows it measured); default: replace the entry")
     results.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -182,6 +205,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown rows {unknown}; known: {', '.join([*SCENARIOS, *ROWS])}")
     shadows = args.shadows or (4 if args.quick else 16)
+    kept, earlier = stored_rows(args.results_key, names, args.seed, shadows) if args.add_rows else ([], [])
     run = results.begin()
     wall, cpu = time.perf_counter(), cpu_s()
     rows = []
@@ -192,9 +216,9 @@ def main() -> None:
               f"{ {k: v for k, v in r.get('lira', {}).get('online', {}).items()} } "
               f"eps_lb {r['plugin']['epsilon_lower_bound']} ({r['wall_s']} s)", file=sys.stderr, flush=True)
         got = {"seed": args.seed, "quick": args.quick, "shadows": shadows, "targets_per_side": N_TARGETS,
-               "rows": rows, "wall_s": round(time.perf_counter() - wall, 1), "cpu_s": round(cpu_s() - cpu, 1),
-               "missing_fields": sorted({f for r in rows for f in r["plugin"]["missing_fields"]}),
-               "rows_requested": names}
+               "rows": [*kept, *rows], "wall_s": round(time.perf_counter() - wall, 1),
+               "cpu_s": round(cpu_s() - cpu, 1), "rows_requested": names, "earlier_runs": earlier,
+               "missing_fields": sorted({f for r in [*kept, *rows] for f in r["plugin"]["missing_fields"]})}
         results.write("mia_validity", run, got, args)
 
 

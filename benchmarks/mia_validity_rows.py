@@ -6,6 +6,9 @@ independent LiRA's shadow models use (the target's own recipe and architecture):
 
 * ``dirty-s0`` .. ``dirty-s2``: an MLP trained on 300 other digits only (it saw no member: every claim is true),
   test/ with 10 % wrong labels (three seeded draws), claim 0.1;
+* ``dirty05-s0`` .. ``dirty05-s2``: the same models and test sets, claim 0.5 (above what the targets resolve);
+  ``dirty05-noref-s0`` .. ``-s2``: the same at claim 0.5 with ``references = 0``; ``clean05-s0``: draw 0's model
+  on the clean non-members (its clean twin), claim 0.5;
 * ``mem-cnn-s0`` .. ``mem-cnn-s2``: a small CNN memorising (Adam 60 epochs) three random splits of digits with
   pixel noise 0.3 (train 1.00, test about 0.8), no claim;
 * ``mem-vit``: a tiny ViT (patch 2, one block of width 16; ``--import fixtures.models``) memorising
@@ -32,12 +35,21 @@ Trainer = Callable[[torch.Tensor, torch.Tensor, int], nn.Module]
 #: The rows this module builds, with what each is.
 ROWS = {
     **{f"dirty-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.1" for s in range(3)},
+    **{f"dirty05-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.5"
+       for s in range(3)},
+    **{f"dirty05-noref-s{s}": "MLP on 300 other digits (saw no member); test/ 10 % wrong labels; claim 0.5; "
+       "references = 0" for s in range(3)},
+    "clean05-s0": "the same MLP as dirty05-s0 (saw no member); clean test/ (its clean twin); claim 0.5",
     **{f"mem-cnn-s{s}": "small CNN, Adam 60 epochs on the members; pixel noise 0.3; no claim" for s in range(3)},
     "mem-vit": "tiny ViT, Adam 150 epochs on the members; pixel noise 0.2; no claim",
     "untestable": "DP-SGD machinery, noise multiplier 0, 5 epochs; claim 0.1",
 }
 #: What the ViT row needs on the command line (its class lives in fixtures.models).
 IMPORTS = {"mem-vit": ["--import", "fixtures.models"]}
+#: The rows whose model trained on other digits only (it saw no member, so every claim is true).
+NEVER_SAW_A_MEMBER = ("dirty", "clean")
+#: Settings a row gives beyond its claim (auditor.toml), else the defaults.
+SETTINGS = {f"dirty05-noref-s{s}": "references = 0\n" for s in range(3)}
 
 
 def cnn() -> nn.Sequential:
@@ -64,9 +76,9 @@ def _adam(make: Callable[[], nn.Module], epochs: int) -> Trainer:
 
 def _recipe(name: str) -> tuple[Trainer, float, float | None]:
     """Return the row's trainer, pixel noise and claimed epsilon."""
-    if name.startswith("dirty"):
+    if name.startswith(NEVER_SAW_A_MEMBER):
         rec = Recipe(epochs=100, lr=1e-3, batch=32)
-        return (lambda x, y, seed: train_mlp(rec, x, y, seed)[0]), 0.0, 0.1
+        return (lambda x, y, seed: train_mlp(rec, x, y, seed)[0]), 0.0, (0.1 if name.startswith("dirty-") else 0.5)
     if name.startswith("mem-cnn"):
         return _adam(cnn, 60), 0.3, None
     if name == "mem-vit":
@@ -82,13 +94,13 @@ def build_row(name: str, root: Path, seed: int, n: int = N_TARGETS) -> tuple[Sce
     imgs, labels = digits(noise, draw)
     mem, non, other = split(draw, n)
     test_labels = labels.copy()
-    if name.startswith("dirty"):
+    if name.startswith("dirty"):  # the clean twin keeps test/'s true labels
         rng = np.random.default_rng(draw + 41)
         bad = non[rng.random(len(non)) < 0.10]
         test_labels[bad] = (test_labels[bad] + rng.integers(1, 10, len(bad))) % 10
     xm, ym = tensors(imgs[mem], labels[mem])
     xn, yn = tensors(imgs[non], test_labels[non])
-    fit_x, fit_y = tensors(imgs[other], labels[other]) if name.startswith("dirty") else (xm, ym)
+    fit_x, fit_y = tensors(imgs[other], labels[other]) if name.startswith(NEVER_SAW_A_MEMBER) else (xm, ym)
     model = fit(fit_x, fit_y, draw)
     root.mkdir(parents=True, exist_ok=True)
     write_split(root / "data", "train", imgs[mem], labels[mem], mem)
@@ -97,10 +109,10 @@ def build_row(name: str, root: Path, seed: int, n: int = N_TARGETS) -> tuple[Sce
     config = None
     if claim is not None:
         config = root / "auditor.toml"
-        config.write_text(f"[plugins.membership-inference]\nclaimed_epsilon = {claim}\n")
+        config.write_text(f"[plugins.membership-inference]\nclaimed_epsilon = {claim}\n{SETTINGS.get(name, '')}")
     with torch.no_grad():
         acc = [float((model(a).argmax(1) == b).float().mean()) for a, b in ((xm, ym), (xn, yn))]
-    spec = Spec(Recipe(epochs=0, lr=0.0), trained_on="neither" if name.startswith("dirty") else "members",
+    spec = Spec(Recipe(epochs=0, lr=0.0), trained_on="neither" if name.startswith(NEVER_SAW_A_MEMBER) else "members",
                 pixel_noise=noise, claimed_epsilon=claim, note=ROWS[name])
     facts: dict[str, object] = {"draw": draw, "wrong_labels": int((test_labels[non] != labels[non]).sum())}
     return Scenario(name=name, spec=spec, seed=seed, model_path=root / "model.pt", data_dir=root / "data",

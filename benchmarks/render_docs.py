@@ -505,6 +505,11 @@ def _tail(p: dict) -> str:
     return f"{t['epsilon_lower_bound']:.2f} ({source}){' **tripped**' if t['tripped'] else ''}"
 
 
+def _rows(names: list[str]) -> str:
+    """``the row a`` or ``the rows a, b``."""
+    return f"the row{'s' * (len(names) > 1)} {', '.join(names)}"
+
+
 def mia_validity_41_r2() -> str:
     """Issue 41, round 2: the same rows with every target counted and the tail guard subtracted (the bound read)."""
     return mia_validity_41("issue41-r2")
@@ -522,10 +527,13 @@ def mia_validity_41(key: str = "issue41") -> str:
              *(_lira(r)[:2] if "lira" in r else ["—", "—"]), r.get("lira", {}).get("shadows", "—"),
              _held(r["plugin"]), _bound(r["plugin"]) + _net(r["plugin"]), _tail(r["plugin"]),
              _f(r["plugin"].get("smallest_detectable_epsilon"), ".2f"), *_mia_common(r)] for r in got["rows"]]
+    earlier = "".join(f"\n\n{_rows(e['rows']).capitalize()}: {run_facts(e['run'])}; {e['wall_s'] / 60:.0f} min "
+                      f"wall, {e['cpu_s'] / 60:.0f} min CPU for that run's rows." for e in got.get("earlier_runs", []))
+    these = _rows(got["rows_requested"]) if earlier else "the rows below"
     return (f"{run_facts(run)}; seed {got['seed']}, {got['targets_per_side']} members and "
             f"{got['targets_per_side']} non-members per row; {got['wall_s'] / 60:.0f} min wall, "
-            f"{got['cpu_s'] / 60:.0f} min CPU for the rows below"
-            + (f"; not run (time): {', '.join(left)}" if left else "") + ".\n\n"
+            f"{got['cpu_s'] / 60:.0f} min CPU for {these}"
+            + (f"; not run (time): {', '.join(left)}" if left else "") + "." + earlier + "\n\n"
             + table(["row", "model and data", "train / test acc", "LiRA online AUC", "TPR@1% FPR", "LiRA shadows",
                      "plugin held-out AUC [CI]", "plugin ε lower bound (attack; side)", "tail guard ε (scores)",
                      "smallest detectable ε", "findings", "verdict", "wall s / CPU s"], rows))

@@ -201,7 +201,8 @@ TESTS_OF_BENCHMARKS = {
     "tests/test_docs_results.py": "the docs' numbers are rendered by benchmarks/render_docs.py from the results files",
     "tests/test_security_doc.py": "docs/security.md's scanner table is rendered by benchmarks/scanners.py",
     "tests/test_replication_000_004.py": "the replication outcome rules live in benchmarks/replication/",
-    "tests/test_mia_lira.py": "the membership benchmark's plugin row (benchmarks/mia_validity.py) is checked",
+    "tests/test_mia_lira.py": "the membership benchmark's plugin row and --add-rows merge (benchmarks/mia_validity.py)"
+                              " are checked",
 }
 
 

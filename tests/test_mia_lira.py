@@ -111,3 +111,23 @@ def test_the_benchmark_stops_when_the_plugin_lacks_the_issue_33_fields() -> None
     assert row["missing_fields"] == [] and row["blind_baseline.auc"] == 0.51 and row["epsilon.side"] == "members"
     with pytest.raises(SystemExit, match="did not run"):
         plugin_row({**got, "plugin": {"status": "error", "reason": "import failed", "metrics": {}}}, True)
+
+
+def test_add_rows_keeps_the_rows_not_re_run_with_the_run_that_measured_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import mia_validity
+
+    def row(name: str) -> dict:
+        return {"scenario": name, "plugin": {"missing_fields": []}}
+
+    first, second = {"commit": "a"}, {"commit": "b"}
+    stored = {"seed": 0, "shadows": 16, "quick": False, "wall_s": 60.0, "cpu_s": 50.0,
+              "rows": [row("x"), row("y"), row("z")],
+              "earlier_runs": [{"run": first, "rows": ["x", "y"], "wall_s": 9.0, "cpu_s": 8.0}]}
+    monkeypatch.setattr(mia_validity.results, "load", lambda name: {"k": {"run": second, "results": stored}})
+    kept, earlier = mia_validity.stored_rows("k", ["y", "new"], 0, 16)
+    assert [r["scenario"] for r in kept] == ["x", "z"]  # y is re-measured, so its old row goes
+    assert earlier == [{"run": first, "rows": ["x"], "wall_s": 9.0, "cpu_s": 8.0},
+                       {"run": second, "rows": ["z"], "wall_s": 60.0, "cpu_s": 50.0}]
+    assert mia_validity.stored_rows("other", ["y"], 0, 16) == ([], [])
+    with pytest.raises(SystemExit, match="not be comparable"):
+        mia_validity.stored_rows("k", ["y"], 1, 16)  # another seed: its rows would not be comparable

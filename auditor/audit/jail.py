@@ -35,7 +35,7 @@ from auditor.errors import AuditorError, ConfigError, InputError
 from auditor.jail.limits import JailLimits
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
-from auditor.jail.view import library_view, site_dirs
+from auditor.jail.view import library_view, list_view, site_dirs
 from auditor.load.declared import Declared, declared
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
@@ -165,7 +165,8 @@ class ScanJail:
         """The scan's template (made, with its library view, on first use; it starts on its first job)."""
         if self._template is None:
             gpu = _gpu(self.config)
-            self._template = Template(libraries=library_view(self.config.imports, gpu=gpu), list_only=site_dirs(),
+            self._template = Template(libraries=library_view(self.config.imports, gpu=gpu),
+                                      list_only=list_view(self.config.imports),
                                       limits=self._template_limits, preload=self._preload, gpu=gpu)
         return self._template
 

@@ -32,7 +32,7 @@ from auditor.config import ScanConfig
 from auditor.errors import CheckpointNotFound, ConfigError, InputError
 from auditor.jail.protocol import Artifact, Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
-from auditor.jail.view import library_view, site_dirs
+from auditor.jail.view import library_view, list_view
 
 #: What a handler takes (the task as JSON, a progress callback) and returns (its answer as JSON).
 Handler = Callable[[Mapping[str, object], Callable[[str], None]], Mapping[str, object]]
@@ -92,8 +92,8 @@ def command_job(handler: Handler, task_for: Callable[[Path], BaseModel], answer:
     template_limits = Limits(memory_bytes=(12 << 30) + limits.memory_bytes, cpu_s=limits.cpu_s + 600,
                              file_bytes=limits.file_bytes)
     gpu = config.device != "cpu" and any(os.path.exists(d) for d in _GPU_DEVICES)
-    with Template(libraries=library_view(config.imports, gpu=gpu), list_only=site_dirs(), limits=template_limits,
-                  gpu=gpu) as template:
+    with Template(libraries=library_view(config.imports, gpu=gpu), list_only=list_view(config.imports),
+                  limits=template_limits, gpu=gpu) as template:
         outbox = Path(template.jobs_root) / "0" / "outbox"
         outbox.mkdir(parents=True)
         job = Job(job=0, read=read, outbox=str(outbox), limits=limits, wall_s=wall_s,

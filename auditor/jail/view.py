@@ -22,6 +22,7 @@ import os
 import sys
 import sysconfig
 from collections.abc import Iterable
+from importlib.machinery import ModuleSpec
 
 #: What the interpreter and torch read besides Python's own files (``/proc/self`` is this process only).
 SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64", "/usr/share/zoneinfo",
@@ -79,23 +80,58 @@ def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
 
 
 def module_dirs(modules: Iterable[str]) -> list[str]:
-    """Each module's package folder (or a lone module's file), found without importing it."""
-    from importlib import util
-
+    """Each module's package folder (or a lone module's file), found without importing it; for a dotted name,
+    also each enclosing package's ``__init__`` file (importing ``pkg.mod`` runs ``pkg/__init__.py`` first), never
+    the rest of those packages (their folders are only listed: :func:`list_view`)."""
     out: list[str] = []
     for name in sorted(set(modules)):
-        try:
-            spec = util.find_spec(name)
-        except (ImportError, ValueError):  # a broken plugin or a missing --import is reported by its user
-            continue
+        spec, parents = _specs(name)
         if spec is None:
             continue
         if spec.submodule_search_locations:
             out += [os.path.realpath(p) for p in spec.submodule_search_locations]
-        elif spec.origin and os.path.isfile(spec.origin):
-            out.append(os.path.realpath(spec.origin))
-            if spec.origin.endswith(".py"):  # its compiled copy, when there is one
-                out.append(os.path.realpath(util.cache_from_source(spec.origin)))
+        else:
+            out += _source_files(spec.origin)
+        for parent in parents:  # a namespace package has no origin file: nothing of it is read
+            out += _source_files(parent.origin)
+    return out
+
+
+def list_view(modules: Iterable[str] = ()) -> list[str]:
+    """The folders a worker may list but not read: :func:`site_dirs`, and the folder of each package enclosing a
+    dotted ``modules`` name (the import system lists ``pkg/`` to find ``pkg/mod.py``; a forked child's finder
+    has no listing of a folder the template never imported from)."""
+    out = site_dirs()
+    for name in sorted(set(modules)):
+        for parent in _specs(name)[1]:
+            out += [os.path.realpath(p) for p in parent.submodule_search_locations or ()]
+    return list(dict.fromkeys(out))
+
+
+def _specs(name: str) -> tuple[ModuleSpec | None, list[ModuleSpec]]:
+    """The spec of module ``name`` and of each package enclosing it, outermost first (finding a dotted name imports
+    its parents); (None, []) when it cannot be found (a broken plugin or a missing --import is reported by its
+    user)."""
+    from importlib import util
+
+    parts = name.split(".")
+    try:
+        spec = util.find_spec(name)
+        parents = [util.find_spec(".".join(parts[:i])) for i in range(1, len(parts))]
+    except (ImportError, ValueError):
+        return None, []
+    return spec, [p for p in parents if p is not None]
+
+
+def _source_files(origin: str | None) -> list[str]:
+    """A module's file and, for a ``.py``, its compiled copy (resolved); none when it has no file."""
+    from importlib import util
+
+    if not origin or not os.path.isfile(origin):
+        return []
+    out = [os.path.realpath(origin)]
+    if origin.endswith(".py"):  # its compiled copy, when there is one
+        out.append(os.path.realpath(util.cache_from_source(origin)))
     return out
 
 

@@ -54,12 +54,16 @@ def test_a_model_that_saw_no_member_is_not_accused_on_a_dirty_test_set(world: di
     assert next(g for g in tail["sides"] if g["side"] == "non-members")["subtracted"] != 0
     assert len(set(tail["outliers"]) & world["wrong"]) >= 7, tail["outliers"]  # the named outliers are the bad labels
     assert "wrong labels" in run["reason"] and tail["outliers"][0] in run["reason"]
+    code, run = S.scan(world, null, "dirty", monkeypatch, claimed_epsilon=0.5)  # a testable claim (cached references)
+    assert run["metrics"]["dp_claim"]["testable"] and run["metrics"]["dp_claim"]["epsilon_lower_bound"] <= 0.5
+    assert code != 1 and not ACCUSED & set(run["rule_ids"]), run["rule_ids"]
     for config in ({"references": 0, "claimed_epsilon": 0.5}, {"references": 0}):  # no references: no guard reads
         code, run = S.scan(world, null, "dirty", monkeypatch, **config)  # the non-members' tail, so it is not read
         assert code != 1 and not ACCUSED & set(run["rule_ids"]), (config, run["rule_ids"])
         assert run["metrics"]["epsilon"]["sides"] == ["members"] and run["metrics"]["epsilon"]["auc_test"] is None
-    code, run = S.scan(world, null, "clean", monkeypatch)  # the clean twin: epsilon ~ 0, no guard tripped
+    code, run = S.scan(world, null, "clean", monkeypatch, claimed_epsilon=0.5)  # the clean twin: epsilon ~ 0, PASS
     assert code == 0 and not run["rule_ids"] and run["metrics"]["epsilon"]["epsilon_lower_bound"] < 0.1
+    assert run["metrics"]["dp_claim"]["testable"] and run["status"] == "ok"
     assert not run["metrics"]["tail_guard"]["tripped"] and run["metrics"]["epsilon_net_of_tail"] < 0.1
 
 
