@@ -46,12 +46,12 @@ __all__ = ["JailEnvironmentError", "JailError", "JailLimits", "ScanJail", "audit
 _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 _STATIC_PLUGINS = frozenset({"architecture-risk"})
 _MIB = 1 << 20
-#: Imported once by the template, before any job (what each child would otherwise import on its own).
+#: Imported once by the template of several files, before their first audit (else each child imports them).
 _PRELOAD = ("torch", "torchvision", "torch.fx", "torch.utils.serialization", "multiprocessing.synchronize",
             "threadpoolctl", "auditor.audit.worker", "auditor.audit.batch", "auditor.audit.pipeline",
             "auditor.plugin.runner", "auditor.plugin.registry")
-#: A one-file scan's template imports only what every child needs before the static check (no torch).
-_PRELOAD_ONE = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
+#: What every template of a scan imports at its start: what each child needs before the static check (no torch).
+_PRELOAD_START = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
 #: What importing the torch stack maps, added to a child whose template did not import it.
 _IMPORT_ROOM = 4 << 30
 Work = Literal["static", "attacks"]
@@ -153,12 +153,13 @@ class ScanJail:
         top = max(jobs, key=lambda b: b.memory_bytes)
         template = Limits(memory_bytes=(12 << 30) + top.memory_bytes, cpu_s=max(b.cpu_s for b in jobs) + 600,
                           file_bytes=top.file_bytes)
-        # One file: nothing is shared, and a file the static check refuses never needs torch (as in-process).
+        # The template starts light: a collect job, or a scan the store answers, never imports torch. The first
+        # audit of several files has it import torch and the plugins (once, before that job's fork). One file:
+        # nothing is shared, and a file the static check refuses never needs torch (as in-process).
         many = len(targets) > 1 or any(t.is_dir() for t in targets)
-        wanted = (*_PRELOAD, *_plugin_modules(config)) if many else _PRELOAD_ONE
-        preload = [m for m in wanted if _findable(m)]
+        self._preload = [m for m in (*_PRELOAD, *_plugin_modules(config)) if _findable(m)] if many else []
         self._imports_room = 0 if many else _IMPORT_ROOM  # each child then imports torch itself
-        self._template_limits, self._preload = template, preload
+        self._template_limits = template
         self._template: Template | None = None  # made on the first job: a scan the store answers reads no view
         self._jobs = 0  # the template starts on the first job: a scan the store answers starts no worker
 
@@ -175,7 +176,7 @@ class ScanJail:
         if self._template is None:
             gpu = _gpu(self.config)
             self._template = Template(libraries=library_view(self.config.imports, gpu=gpu), list_only=site_dirs(),
-                                      limits=self._template_limits, preload=self._preload, gpu=gpu)
+                                      limits=self._template_limits, preload=list(_PRELOAD_START), gpu=gpu)
         return self._template
 
     def collect(self, paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
@@ -218,7 +219,8 @@ class ScanJail:
             with worker_exchange(path, config, job_dir) as exchange:
                 job = Job(job=self._jobs, read=job_reads(path, config), inbox=exchange.inbox, outbox=exchange.outbox,
                           limits=sized.limits, wall_s=sized.wall_s, handler="auditor.audit.worker:scan_task",
-                          task={"path": str(path), "config": exchange.config.model_dump(mode="json")})
+                          task={"path": str(path), "config": exchange.config.model_dump(mode="json")},
+                          preload=self._preload)
                 self._jobs += 1
                 out = self.template.run(job, progress)
                 exchange.keep = isinstance(out.final, Result) and out.stopped is None  # a clean report only
