@@ -60,15 +60,19 @@ class ReportDiff(BaseModel):
     changed: list[SeverityChange] = Field(default_factory=list)
     metrics: list[MetricMove] = Field(default_factory=list)
     risk_rose: bool
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list, description="Why the risk rose, then the new risk factors "
+                                                                 "that do not gate under the new report's policy.")
 
 
 def diff_reports(old: Report, new: Report) -> ReportDiff:
     """Compare ``old`` with ``new``.
 
     Risk rose when the verdict went from pass to fail, when a new finding above ``info`` counts
-    toward the gate (accepted ones do not), or when a finding's severity went up. Metric moves are
-    listed but do not decide it: whether a higher value is worse depends on the metric.
+    toward the gate (accepted ones do not), or when a finding's severity went up. Risk factors
+    (static rules) follow the new report's gate policy (``summary.architecture``): by default a new
+    one is listed, with a reason, and neither it nor a rise of its severity raises the risk; under
+    ``[gate] architecture = "fail"`` they do. Metric moves are listed but do not decide it: whether
+    a higher value is worse depends on the metric.
     """
     old_by = dict(zip(finding_keys(old.findings), old.findings))
     new_by = dict(zip(finding_keys(new.findings), new.findings))
@@ -77,18 +81,28 @@ def diff_reports(old: Report, new: Report) -> ReportDiff:
     changed = [SeverityChange(rule_id=f.rule_id, location=f.location, title=f.title, old=old_by[k].severity,
                               new=f.severity)
                for k, f in new_by.items() if k in old_by and old_by[k].severity != f.severity]
-    reasons: list[str] = []
+    rose: list[str] = []
     if old.summary.verdict == "pass" and new.summary.verdict == "fail":
-        reasons.append("the verdict went from pass to fail")
-    counted = [f for f in added if f.suppression is None and f.severity > Severity.INFO]
+        rose.append("the verdict went from pass to fail")
+    fresh = [f for f in added if f.suppression is None and f.severity > Severity.INFO]
+    counted = [f for f in fresh if not _listed_only(f, new)]
     if counted:
-        reasons.append(f"{len(counted)} new finding(s): {', '.join(sorted({f.rule_id for f in counted}))}")
-    worse = [c for c in changed if c.new > c.old]
+        rose.append(f"{len(counted)} new finding(s): {', '.join(sorted({f.rule_id for f in counted}))}")
+    worse = [f for k, f in new_by.items()
+             if k in old_by and f.severity > old_by[k].severity and not _listed_only(f, new)]
     if worse:
-        reasons.append(f"{len(worse)} finding(s) got more severe: {', '.join(c.rule_id for c in worse)}")
+        rose.append(f"{len(worse)} finding(s) got more severe: {', '.join(f.rule_id for f in worse)}")
+    factors = [f for f in fresh if _listed_only(f, new)]
+    notes = [f"{len(factors)} new risk factor(s), not gating ([gate] architecture = \"report\"): "
+             + ", ".join(sorted({f.rule_id for f in factors}))] if factors else []
     return ReportDiff(old_model=old.model.path, new_model=new.model.path, old_verdict=old.summary.verdict,
                       new_verdict=new.summary.verdict, new=added, fixed=fixed, changed=changed,
-                      metrics=_metric_moves(old, new), risk_rose=bool(reasons), reasons=reasons)
+                      metrics=_metric_moves(old, new), risk_rose=bool(rose), reasons=rose + notes)
+
+
+def _listed_only(finding: Finding, report: Report) -> bool:
+    """True for a risk factor that ``report``'s gate lists without counting (``[gate] architecture = "report"``)."""
+    return finding.kind == "risk-factor" and report.summary.architecture != "fail"
 
 
 def render_diff_markdown(d: ReportDiff) -> str:

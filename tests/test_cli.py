@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -296,14 +297,41 @@ def test_format_goes_to_stdout_or_to_o_file(repo: Path, capsys: pytest.CaptureFi
             json.loads(out)
 
 
-def test_quiet_prints_exactly_the_verdict_line(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q"]) == 1
+def test_quiet_prints_the_verdict_line_and_on_a_fail_how_to_accept_it(
+        repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["scan", "models/sub/skip.pt", "--input-shape", "3,16,16", "-q"]
+    monkeypatch.setattr("sys.argv", ["/venv/bin/auditor", *argv])  # the command as the user ran it
+    assert run_cli(argv) == 1
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["FAIL (exit 1): measured: none (static risk factors only); not run: "
-                                         "attribute inference, gradient "
-                                         "inversion, membership inference, model inversion, split inversion, "
-                                         "text membership; 1 finding(s) at or above --fail-on high"]
+    verdict, *accept = captured.out.splitlines()
+    assert verdict == ("FAIL (exit 1): measured: none (static risk factors only); not run: attribute inference, "
+                       "gradient inversion, membership inference, model inversion, split inversion, text membership; "
+                       "1 finding(s) at or above --fail-on high")
     assert captured.err == ""
+    baseline = "auditor scan models/sub/skip.pt --input-shape 3,16,16 --write-baseline .auditor-baseline.json"
+    assert accept[:2] == [
+        "to accept arch.last-stage-skip instead of fixing it (each way is reviewed in the repository):",
+        f"  record a baseline: {baseline}  (commit it; the gate then runs with --baseline .auditor-baseline.json)"]
+    assert accept[2].startswith('  or add an auditor.toml [[suppress]] block: rule = "arch.last-stage-skip", '
+                                'path = "models/sub/skip.pt", reason = "') and ", expires = 20" in accept[2]
+    assert accept[3:6] == ["  or set in auditor.toml:", "    [severity]", '    "arch.last-stage-skip" = "medium"']
+    assert len(accept) == 8 and accept[7].startswith('    architecture = "report"')  # [gate], the strict policy's
+    assert run_cli(shlex.split(baseline)[1:]) == 0  # the printed command works as pasted, and accepts the finding
+    assert run_cli([*argv, "--baseline", ".auditor-baseline.json"]) == 0
+    capsys.readouterr()
+    assert run_cli(["scan", "models/plain.pt", "--input-shape", "3,16,16", "-q"]) == 0
+    assert capsys.readouterr().out.splitlines() == [  # nothing extra on a PASS
+        "PASS (exit 0): measured: none (static risk factors only); not run: attribute inference, gradient inversion, "
+        "membership inference, model inversion, split inversion, text membership; no finding at or above --fail-on "
+        "high"]
+    argv = ["scan", "models", "--input-shape", "3,16,16", "-q"]
+    monkeypatch.setattr("sys.argv", ["/venv/bin/auditor", *argv])
+    assert run_cli(argv) == 1  # several models: one accept text
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("FAIL (exit 1): 2 model(s): 1 fail, 1 pass")
+    assert lines[2] == ("  record a baseline: auditor scan models --input-shape 3,16,16 --write-baseline "
+                        ".auditor-baseline.json  (commit it; the gate then runs with --baseline "
+                        ".auditor-baseline.json)")
 
 
 def test_two_outputs_on_stdout_is_a_usage_error(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,6 +52,26 @@ def test_only_fixes_or_accepted_or_info_findings_do_not_raise_risk() -> None:
     assert diff_reports(passed, old).reasons == ["the verdict went from pass to fail"]
 
 
+def test_a_new_risk_factor_raises_the_risk_only_under_the_strict_policy() -> None:
+    old = make_full_report()
+    factor = Finding(rule_id="arch.last-stage-skip", severity=Severity.HIGH, title="skip", kind="risk-factor",
+                     measured_by=["membership-inference"])
+    default = _with(old, [*old.findings, factor])
+    default = default.model_copy(update={"summary": default.summary.model_copy(update={"architecture": "report"})})
+    d = diff_reports(old, default)
+    assert [f.rule_id for f in d.new] == ["arch.last-stage-skip"] and not d.risk_rose
+    assert d.reasons == ['1 new risk factor(s), not gating ([gate] architecture = "report"): arch.last-stage-skip']
+    assert "No new risk" in render_diff_markdown(d) and "risk factor" in render_diff_markdown(d)
+    strict = default.model_copy(update={"summary": default.summary.model_copy(update={"architecture": "fail"})})
+    d = diff_reports(old, strict)
+    assert d.risk_rose and d.reasons == ["1 new finding(s): arch.last-stage-skip"]
+    evidence = _with(default, [*old.findings, factor.model_copy(update={"kind": "evidence"})])
+    assert diff_reports(old, evidence).risk_rose  # evidence counts under either policy
+    old_factor = _with(default, [*old.findings, factor.model_copy(update={"severity": Severity.LOW})])
+    assert diff_reports(old_factor, default).changed and not diff_reports(old_factor, default).risk_rose
+    assert diff_reports(old_factor, strict).reasons == ["1 finding(s) got more severe: arch.last-stage-skip"]
+
+
 def test_metrics_that_left_their_old_ci() -> None:
     old = _metrics(make_full_report(), {"auc": 0.60, "auc_ci95": [0.55, 0.65], "psnr": 18.0,
                                         "per_attack": {"lira": {"tpr": 0.1, "tpr_ci95": [0.05, 0.15]}}})
@@ -92,9 +112,16 @@ def test_cli_diff_of_reports_and_of_checkpoints(tmp_path: Path, capsys: pytest.C
     torch.save(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), BasicBlock(4, 4)), tmp_path / "b.pt")
     (tmp_path / "auditor.toml").write_text("[scan]\ninput_shape = [3, 16, 16]\n")
     args = ["--config", str(tmp_path / "auditor.toml")]
-    assert run_cli(["diff", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), *args]) == 1
-    assert "arch.last-stage-skip" in capsys.readouterr().out
-    assert run_cli(["diff", str(tmp_path / "b.pt"), str(tmp_path / "a.pt"), *args]) == 0
+    assert run_cli(["diff", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), *args]) == 0  # default gate: listed
+    out = capsys.readouterr().out
+    assert out.startswith("NO NEW RISK") and "new risk factor(s), not gating" in out
+    assert "arch.last-stage-skip" in out and "(risk factor)" in out
+    (tmp_path / "strict.toml").write_text('[scan]\ninput_shape = [3, 16, 16]\n\n[gate]\narchitecture = "fail"\n')
+    strict = ["--config", str(tmp_path / "strict.toml")]
+    assert run_cli(["diff", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), *strict]) == 1  # strict: it gates
+    out = capsys.readouterr().out
+    assert out.startswith("RISK ROSE") and "arch.last-stage-skip" in out and "not gating" not in out
+    assert run_cli(["diff", str(tmp_path / "b.pt"), str(tmp_path / "a.pt"), *strict]) == 0
     (tmp_path / "bad.json").write_text('{"not": "a report"}')
     assert run_cli(["diff", str(tmp_path / "bad.json"), str(tmp_path / "a.pt"), *args]) == 2
     assert "not an auditor JSON report" in capsys.readouterr().err

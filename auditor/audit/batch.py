@@ -175,6 +175,7 @@ def audit_many(
     executor: Executor | None = None,
     progress: Callable[[int, int, Path], Progress | None] | None = None,
     on_row: Callable[[ScanRow], None] | None = None,
+    jail: ScanJail | None = None,
 ) -> list[ScanRow]:
     """Audit every checkpoint under ``paths``; one row per checkpoint, in :func:`collect` order.
 
@@ -182,6 +183,7 @@ def audit_many(
         executor: maps the one-path function over the paths (default: a serial loop).
         progress: given (index, count, path), returns the progress callback of that checkpoint's scan.
         on_row: called with each row as the serial loop finishes it.
+        jail: the scan's jail (one that already collected the paths); else one is made for them when the jail is on.
     """
     targets = collect(paths, include, exclude)
     if executor is not None:
@@ -191,7 +193,8 @@ def audit_many(
 
     rows: list[ScanRow] = []
     with contextlib.ExitStack() as stack:
-        jail = stack.enter_context(ScanJail(targets, config)) if jail_enabled() and targets else None
+        if jail is None and jail_enabled() and targets:
+            jail = stack.enter_context(ScanJail(targets, config))
         for i, p in enumerate(targets):
             rows.append(audit_one(p, config, baseline=baseline, recording=recording, today=today,
                                   progress=progress(i, len(targets), p) if progress else None, jail=jail))

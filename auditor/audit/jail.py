@@ -36,7 +36,7 @@ from auditor.jail.limits import JailLimits
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
 from auditor.jail.view import library_view, list_view, site_dirs
-from auditor.load.declared import Declared, declared
+from auditor.load.declared import MAX_FOLDER_FILES, Declared, declared
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
@@ -46,12 +46,12 @@ __all__ = ["JailEnvironmentError", "JailError", "JailLimits", "ScanJail", "audit
 _GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 _STATIC_PLUGINS = frozenset({"architecture-risk"})
 _MIB = 1 << 20
-#: Imported once by the template, before any job (what each child would otherwise import on its own).
+#: Imported once by the template of several files, before their first audit (else each child imports them).
 _PRELOAD = ("torch", "torchvision", "torch.fx", "torch.utils.serialization", "multiprocessing.synchronize",
             "threadpoolctl", "auditor.audit.worker", "auditor.audit.batch", "auditor.audit.pipeline",
             "auditor.plugin.runner", "auditor.plugin.registry")
-#: A one-file scan's template imports only what every child needs before the static check (no torch).
-_PRELOAD_ONE = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
+#: What every template of a scan imports at its start: what each child needs before the static check (no torch).
+_PRELOAD_START = ("auditor.audit.worker", "auditor.audit.batch", "auditor.audit.refused")
 #: What importing the torch stack maps, added to a child whose template did not import it.
 _IMPORT_ROOM = 4 << 30
 Work = Literal["static", "attacks"]
@@ -134,22 +134,32 @@ def _gpu(config: ScanConfig) -> bool:
 
 
 class ScanJail:
-    """One jailed template for a scan's files; :meth:`audit` runs each file in a fresh child of it."""
+    """One jailed template for a scan; :meth:`collect` and :meth:`audit` run each job in a fresh child of it."""
 
     def __init__(self, targets: Sequence[Path], config: ScanConfig, limits: JailLimits | None = None) -> None:
+        """``targets``: the files and folders the scan audits, or the paths it collects them from.
+
+        The template's limits hold every job's: the files under ``targets`` that declare what their bytes can hold,
+        summed (any one target among them, a file or a folder of them, declares no more), and the collect job's.
+        """
         self.config = config
         self.override = limits if limits is not None else config.jail.over(JailLimits.from_env())
         self.work = work_of(config)
         for t in targets:
             job_reads(t, config)  # a --data covering home refuses the scan before any worker starts
-        sizes = [bounds(declared(t.resolve()), self.work, self.override).limits for t in targets]
-        top = max(sizes, default=bounds(0, self.work, self.override).limits, key=lambda b: (b.memory_bytes, b.cpu_s))
-        template = Limits(memory_bytes=(12 << 30) + top.memory_bytes, cpu_s=top.cpu_s + 600, file_bytes=top.file_bytes)
-        # One file: nothing is shared, and a file the static check refuses never needs torch (as in-process).
-        wanted = (*_PRELOAD, *_plugin_modules(config)) if len(targets) > 1 else _PRELOAD_ONE
-        preload = [m for m in wanted if _findable(m)]
-        self._imports_room = 0 if len(targets) > 1 else _IMPORT_ROOM  # each child then imports torch itself
-        self._template_limits, self._preload = template, preload
+        files = [declared(f) for t in targets for f in _files(t.resolve())]
+        jobs = [bounds(sum((d for d in files if not d.absurd), Declared(0)), self.work, self.override).limits,
+                _collect_job(0, targets, (), (), self.override).limits]
+        top = max(jobs, key=lambda b: b.memory_bytes)
+        template = Limits(memory_bytes=(12 << 30) + top.memory_bytes, cpu_s=max(b.cpu_s for b in jobs) + 600,
+                          file_bytes=top.file_bytes)
+        # The template starts light: a collect job, or a scan the store answers, never imports torch. The first
+        # audit of several files has it import torch and the plugins (once, before that job's fork). One file:
+        # nothing is shared, and a file the static check refuses never needs torch (as in-process).
+        many = len(targets) > 1 or any(t.is_dir() for t in targets)
+        self._preload = [m for m in (*_PRELOAD, *_plugin_modules(config)) if _findable(m)] if many else []
+        self._imports_room = 0 if many else _IMPORT_ROOM  # each child then imports torch itself
+        self._template_limits = template
         self._template: Template | None = None  # made on the first job: a scan the store answers reads no view
         self._jobs = 0  # the template starts on the first job: a scan the store answers starts no worker
 
@@ -167,8 +177,22 @@ class ScanJail:
             gpu = _gpu(self.config)
             self._template = Template(libraries=library_view(self.config.imports, gpu=gpu),
                                       list_only=list_view(self.config.imports),
-                                      limits=self._template_limits, preload=self._preload, gpu=gpu)
+                                      limits=self._template_limits, preload=list(_PRELOAD_START), gpu=gpu)
         return self._template
+
+    def collect(self, paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
+        """:func:`auditor.audit.batch.collect` in a fresh child of the scan's template (its view: ``paths``).
+
+        Raises:
+            InputError: the child broke a limit or died while sniffing (the reason names it); never retried here.
+        """
+        job = _collect_job(self._jobs, paths, include, exclude, self.override)
+        self._jobs += 1
+        try:
+            out = self.template.run(job)
+        except JailEnvironmentError as exc:
+            raise InputError(f"collecting the checkpoints in {', '.join(map(str, paths))}: {exc}") from None
+        return _collected(out, paths)
 
     def audit(self, path: Path, config: ScanConfig | None = None,
               progress: Callable[[str], None] | None = None) -> DraftReport:
@@ -196,7 +220,8 @@ class ScanJail:
             with worker_exchange(path, config, job_dir) as exchange:
                 job = Job(job=self._jobs, read=job_reads(path, config), inbox=exchange.inbox, outbox=exchange.outbox,
                           limits=sized.limits, wall_s=sized.wall_s, handler="auditor.audit.worker:scan_task",
-                          task={"path": str(path), "config": exchange.config.model_dump(mode="json")})
+                          task={"path": str(path), "config": exchange.config.model_dump(mode="json")},
+                          preload=self._preload)
                 self._jobs += 1
                 out = self.template.run(job, progress)
                 exchange.keep = isinstance(out.final, Result) and out.stopped is None  # a clean report only
@@ -267,34 +292,59 @@ def check_in_jail(path: Path, config: ScanConfig) -> None:
 
 def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude: Sequence[str] = (), *,
                     limits: JailLimits | None = None) -> list[Path]:
-    """:func:`auditor.audit.batch.collect` in a jailed child: sniffing a directory's files reads their bytes.
+    """:func:`auditor.audit.batch.collect` in a jailed child of a template of its own (no torch; Ray scans, whose
+    audits run elsewhere); a local scan collects in its :class:`ScanJail` (:meth:`ScanJail.collect`).
 
     Raises:
         InputError: the worker broke a limit or died while sniffing (the reason names it); never retried here.
     """
-    roots = [Path(os.path.abspath(p)) for p in paths]
-    reads = [str(p.resolve()) for p in paths]
-    sized = bounds(sum(declared(p.resolve()).file_bytes for p in paths), "static",  # sniffing reads bytes only
-                   limits or JailLimits.from_env())
-    top = Limits(memory_bytes=(4 << 30) + sized.limits.memory_bytes, cpu_s=sized.limits.cpu_s + 60,
-                 file_bytes=sized.limits.file_bytes)
-    job = Job(job=0, read=reads, limits=sized.limits, wall_s=sized.wall_s, handler="auditor.audit.worker:collect_task",
-              task={"paths": [str(p) for p in paths], "include": list(include), "exclude": list(exclude)})
+    job = _collect_job(0, paths, include, exclude, limits or JailLimits.from_env())
+    top = Limits(memory_bytes=(4 << 30) + job.limits.memory_bytes, cpu_s=job.limits.cpu_s + 60,
+                 file_bytes=job.limits.file_bytes)
     try:
         with Template(libraries=library_view(), list_only=site_dirs(), limits=top,
                       preload=["auditor.audit.worker", "auditor.audit.batch"]) as template:
             out = template.run(job)
     except JailEnvironmentError as exc:
         raise InputError(f"collecting the checkpoints in {', '.join(map(str, paths))}: {exc}") from None
+    return _collected(out, paths)
+
+
+def _collect_job(number: int, paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str],
+                 override: JailLimits) -> Job:
+    """The job that sniffs ``paths``: it reads them only, within a static scan's bounds for their bytes."""
+    sized = bounds(sum(declared(p.resolve()).file_bytes for p in paths), "static", override)  # it reads bytes only
+    return Job(job=number, read=[str(p.resolve()) for p in paths], limits=sized.limits, wall_s=sized.wall_s,
+               handler="auditor.audit.worker:collect_task",
+               task={"paths": [str(p) for p in paths], "include": list(include), "exclude": list(exclude)})
+
+
+def _collected(out: JobOutcome, paths: Sequence[Path]) -> list[Path]:
+    """The checkpoints a collect job found, each under one of ``paths``, or why there are none.
+
+    Raises:
+        InputError: the child failed (its reason), or named a path outside the scan (it is not believed).
+    """
     targets = out.final.value.get("targets") if isinstance(out.final, Result) else None
     if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
         why = out.environment() or (out.final.message if isinstance(out.final, Error) else out.refusal())
         raise InputError(f"collecting the checkpoints in {', '.join(map(str, paths))}: {why}")
+    roots = [Path(os.path.abspath(p)) for p in paths]
     found = [Path(t) for t in targets]
     outside = [t for t in found if not any(Path(os.path.abspath(t)).is_relative_to(r) for r in roots)]
     if outside:  # a worker that answers with paths it was not asked about is not believed
         raise InputError(f"collecting the checkpoints: the worker named a path outside the scan: {outside[0]}")
     return found
+
+
+def _files(target: Path) -> list[Path]:
+    """``target``, or the files under it (at most :data:`MAX_FOLDER_FILES`, as :func:`declared` reads a folder)."""
+    if not target.is_dir():
+        return [target]
+    try:
+        return [p for p in sorted(target.rglob("*")) if p.is_file()][:MAX_FOLDER_FILES]
+    except OSError:  # an unreadable folder: its job meets it (and is refused or errs) in the jail
+        return []
 
 
 def _refusal(path: Path, config: ScanConfig, reason: str, note: str) -> DraftReport:

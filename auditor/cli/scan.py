@@ -105,7 +105,8 @@ ChangedSinceOption = Annotated[str | None, typer.Option(
 WholeFoldersOption = Annotated[bool, typer.Option(
     "--whole-folders", help="A file of a Hugging Face save_pretrained folder (config.json beside it) is audited as "
                             "its folder: what the pre-commit hook passes.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line.")]
+QuietOption = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print only the verdict line and, on a FAIL, how to accept it.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")]
 
 
@@ -205,8 +206,8 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
     else:  # --changed-since: nothing collected changed
         human.print(f"[bold green]PASS[/] (exit {code}): no checkpoint changed since {safe(opts.changed_since)}; "
                     f"{len(unchanged)} unchanged, not audited")
+    print_accept(human, rows, short=quiet)  # a FAIL says how to accept it, -q too (a CI log's only text)
     if not quiet:
-        print_accept(human, rows)
         if opts.write_baseline is not None:
             human.print(f"baseline: {safe(opts.write_baseline)} ({outcome.baseline_written} finding(s) recorded)")
         if written:
@@ -214,17 +215,18 @@ def run_and_print(opts: ScanOptions, outputs: Outputs, *, quiet: bool) -> int:
     return code
 
 
-def print_accept(console: Console, rows: Sequence[ScanRow], most: int = 5) -> None:
+def print_accept(console: Console, rows: Sequence[ScanRow], most: int = 5, *, short: bool = False) -> None:
     """Print how to accept what failed: each failing model's baseline command, [[suppress]] and [severity] text.
 
     With several models the baseline command (the same scan) is printed once, the config blocks up to ``most``.
+    ``short`` (``-q``): each [[suppress]] block on one line. Nothing is printed when nothing failed.
     """
     accepts = [r.report.summary.accept for r in rows if r.report is not None and r.report.summary.accept]
     if not accepts:
         return
     if len(accepts) == 1:
-        for line in accepts[0].lines():
-            console.print(plain(line), markup=False)
+        for line in accepts[0].lines(short=short):
+            console.print(plain(line), markup=False, soft_wrap=True)
         return
     notes = list(dict.fromkeys(a.note for a in accepts if a.note))
     usable = [a for a in accepts if not a.note]
@@ -242,9 +244,10 @@ def print_accept(console: Console, rows: Sequence[ScanRow], most: int = 5) -> No
                     tables[table].append(line)
         merged = Acceptance(findings=rules, baseline=usable[0].baseline, suppress=blocks[:most],
                             severity=[x for table, lines in tables.items() for x in (table, *lines)])
-        for line in merged.lines():
-            console.print(plain(line), markup=False)
+        for line in merged.lines(short=short):
+            console.print(plain(line), markup=False, soft_wrap=True)
         if len(blocks) > most:
-            console.print(f"  … {len(blocks) - most} more [[suppress]] block(s): see each model's report", markup=False)
+            console.print(f"  … {len(blocks) - most} more [[suppress]] block(s): see each model's report",
+                          markup=False, soft_wrap=True)
     for note in notes:
-        console.print(plain(note), markup=False)
+        console.print(plain(note), markup=False, soft_wrap=True)

@@ -189,8 +189,9 @@ def diff(
             console.print(f"  {safe(reason)}")
         for label, findings in (("new", d.new), ("fixed", d.fixed)):
             for f in findings:
+                factor = "  (risk factor)" if f.kind == "risk-factor" else ""
                 console.print(f"{label:5} {f.severity.value:8} {safe(f.rule_id)}  {safe(f.title)}  "
-                              f"{safe(f.location or '')}")
+                              f"{safe(f.location or '')}{factor}")
         for c in d.changed:
             console.print(f"changed {safe(c.rule_id)} {safe(c.location or '')}: {c.old.value} -> {c.new.value}")
         for m in d.metrics:

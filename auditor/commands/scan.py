@@ -6,6 +6,7 @@ Each checkpoint goes through :func:`auditor.audit.pipeline.audit`, which hands O
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,9 @@ from auditor.gate import ExitCode
 
 if TYPE_CHECKING:
     from auditor.audit.batch import ScanRow
+    from auditor.audit.jail import ScanJail
     from auditor.baseline import Baseline
+    from auditor.commands.supply import Preflight
     from auditor.config import ScanConfig
 
 #: ``for_model(index, count, path)`` returns the progress callback of one model (or None).
@@ -70,9 +73,8 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         ConfigError: the flags contradict each other (``--html`` with several models, ``--workers``
             with ``--ray-address``).
     """
-    from auditor.audit.batch import audit_many, worst_exit_code
-    from auditor.baseline import Baseline, load_baseline, write_baseline
-    from auditor.commands.supply import check_paths, ignored, not_audited, with_signature_notes
+    from auditor.baseline import Baseline, load_baseline
+    from auditor.commands.supply import check_paths
 
     hooks = hooks or ScanHooks()
     config = opts.config
@@ -87,7 +89,20 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
         recording = load_baseline(opts.write_baseline) if opts.write_baseline.exists() else Baseline()
     preflight = check_paths(whole_folders(opts.paths) if opts.whole_folders else opts.paths,
                             config)  # before anything under a path is opened
-    targets, left_out = ignored(_collect(preflight.paths, opts.include, opts.exclude), config)
+    remote = opts.workers is not None or opts.ray_address is not None
+    with _scan_jail(preflight.paths, config, remote=remote) as jail:
+        return _run(opts, hooks, preflight, jail, accepted, recording)
+
+
+def _run(opts: ScanOptions, hooks: ScanHooks, preflight: Preflight, jail: ScanJail | None, accepted: Baseline | None,
+         recording: Baseline | None) -> ScanOutcome:
+    """Collect (in ``jail``, the scan's one template, when there is one), audit, gate: :func:`run_scan`'s work."""
+    from auditor.audit.batch import audit_many, worst_exit_code
+    from auditor.baseline import write_baseline
+    from auditor.commands.supply import ignored, not_audited, with_signature_notes
+
+    config = opts.config
+    targets, left_out = ignored(_collect(preflight.paths, opts.include, opts.exclude, jail), config)
     if not targets and not preflight.refused:
         why = f"; {len(left_out)} ignored by [[ignore]]" if left_out else ""
         raise InputError(f"no checkpoint found in {', '.join(str(p) for p in opts.paths)} (files are recognised by "
@@ -106,7 +121,7 @@ def run_scan(opts: ScanOptions, hooks: ScanHooks | None = None) -> ScanOutcome:
                              hooks=hooks)
     else:
         rows = audit_many(targets, config, baseline=accepted, recording=recording, progress=hooks.for_model,
-                          on_row=hooks.on_row)
+                          on_row=hooks.on_row, jail=jail)
     rows = preflight.refused + with_signature_notes(rows, preflight.notes)
     reasons = dict(left_out)
     others = not_audited(preflight.paths, [*targets, *unchanged], opts.include, opts.exclude) if opts.inventory else []
@@ -129,14 +144,25 @@ def whole_folders(paths: Sequence[Path]) -> list[Path]:
     return list(dict.fromkeys(p.parent if p.is_file() and (p.parent / "config.json").is_file() else p for p in paths))
 
 
-def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str]) -> list[Path]:
-    """The checkpoints under ``paths``; directories are sniffed in a jailed worker (their bytes are untrusted)."""
+def _scan_jail(paths: Sequence[Path], config: ScanConfig, *, remote: bool) -> contextlib.AbstractContextManager[
+        ScanJail | None]:
+    """The scan's one jail (collecting and auditing; its template starts on the first job), or None: the jail is
+    off, or the audits run as Ray tasks (each in a jail of its own)."""
+    from auditor.audit.jail import ScanJail, jail_enabled
+
+    return ScanJail(paths, config) if jail_enabled() and not remote and paths else contextlib.nullcontext()
+
+
+def _collect(paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str],
+             jail: ScanJail | None) -> list[Path]:
+    """The checkpoints under ``paths``; directories are sniffed in a jailed child (their bytes are untrusted): one
+    of the scan's template when it has one, else of a template of its own."""
     from auditor.audit.batch import collect
     from auditor.audit.jail import collect_in_jail, jail_enabled
 
-    if jail_enabled() and any(p.is_dir() for p in paths):
-        return collect_in_jail(paths, include, exclude)
-    return collect(paths, include, exclude)
+    if not jail_enabled() or not any(p.is_dir() for p in paths):
+        return collect(paths, include, exclude)
+    return jail.collect(paths, include, exclude) if jail is not None else collect_in_jail(paths, include, exclude)
 
 
 def _audit_on_ray(targets: Sequence[Path], config: ScanConfig, accepted: Baseline | None,

@@ -73,6 +73,9 @@ class Job(_Message):
     limits: Limits = Field(description="memory_bytes counts beyond what the template maps when it forks.")
     wall_s: float = Field(gt=0)
     handler: str = Field(description="module:function run in the child with (task, send).")
+    preload: list[str] = Field(default_factory=list, description="Modules the template imports (once, itself, "
+                               "before it forks this job's child) beyond its start's: what a job needs that an "
+                               "earlier one did not (a scan's audits need torch, its collect job does not).")
     task: dict[str, Any]
 
 

@@ -335,7 +335,8 @@ class Template:
             out.template_died = True
             self._kill()
             return out
-        self._follow(out, time.monotonic() + job.wall_s + GRACE_S, progress)
+        imports = START_S if job.preload else 0.0  # the template imports them before it forks the child
+        self._follow(out, time.monotonic() + job.wall_s + GRACE_S + imports, progress)
         out.stderr = self.stderr()
         return out
 

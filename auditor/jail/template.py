@@ -220,6 +220,7 @@ def _relay(job: Job, pid: int, fd: int, channel: IO[bytes]) -> Ended:
 
 
 def _run_job(start: Start, job: Job, done: Enforced, channel: IO[bytes]) -> None:
+    _warm([m for m in job.preload if m not in sys.modules])  # trusted imports in the template, before the fork
     scratch = tempfile.mkdtemp(prefix=f"job-{job.job}-", dir=start.scratch)
     read_end, write_end = os.pipe()
     mapped = _mapped_bytes()

@@ -62,11 +62,10 @@ def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
     stack), only what installed distributions put there: their top-level packages and modules (by
     ``importlib.metadata.packages_distributions``) and their ``*.dist-info``/``*.egg-info`` metadata, never
     anything else of it (``.git``, ``.env``, data)."""
-    from importlib import metadata
-
-    tops = set(metadata.packages_distributions())
+    entries = tuple(sys.path if path is None else path)
+    tops = _top_levels(tuple(sys.path))
     out: list[str] = []
-    for entry in sys.path if path is None else path:
+    for entry in entries:
         real = os.path.realpath(entry) if entry else ""
         if not real or os.path.basename(real) in _SITE_NAMES or not os.path.isdir(real):
             continue
@@ -77,6 +76,15 @@ def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
         except OSError:
             continue
     return out
+
+
+@functools.cache
+def _top_levels(search_path: tuple[str, ...]) -> frozenset[str]:
+    """The top-level names installed distributions provide, found on ``search_path`` (``sys.path`` when called):
+    ``importlib.metadata.packages_distributions`` reads every distribution's records, so once per process and path."""
+    from importlib import metadata
+
+    return frozenset(metadata.packages_distributions())
 
 
 def module_dirs(modules: Iterable[str]) -> list[str]:
@@ -160,13 +168,21 @@ def plugin_modules() -> list[str]:
 
 
 def library_view(modules: Iterable[str] = (), *, gpu: bool = False) -> list[str]:
-    """The read-only library part of a worker's view (resolved, de-duplicated, no home, root nor VCS folder)."""
+    """The read-only library part of a worker's view (resolved, de-duplicated, no home, root nor VCS folder).
+
+    Computed once per process for each set of ``modules`` (``--import``), ``gpu`` and import path (``sys.path``).
+    """
+    return list(_library_view(tuple(sorted(set(modules))), gpu, tuple(sys.path)))
+
+
+@functools.cache
+def _library_view(modules: tuple[str, ...], gpu: bool, search_path: tuple[str, ...]) -> tuple[str, ...]:
     paths = [*stdlib_dirs(), *SYSTEM_READ, *(GPU_READ if gpu else ())]
-    for folder in site_dirs():
+    for folder in site_dirs(search_path):
         paths += _site_entries(folder)
-    paths += distribution_entries()
+    paths += distribution_entries(search_path)
     paths += module_dirs([*plugin_modules(), *modules])
-    return clean(paths)
+    return tuple(clean(paths))
 
 
 def clean(paths: Iterable[str]) -> list[str]:

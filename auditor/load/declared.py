@@ -15,6 +15,7 @@ or a pickle that builds millions of objects. Such a file gets tight bounds, neve
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -82,7 +83,15 @@ def declared(target: Path) -> Declared:
 
 
 def _file(path: Path) -> Declared:
-    size = path.stat().st_size
+    st = path.stat()
+    return _file_version(str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_version(name: str, device: int, inode: int, size: int, mtime_ns: int) -> Declared:
+    """One version of a file (its device, inode, size and modification time) read once per process: a scan sizes
+    its template from every file, then each job from its own, without walking the pickles again."""
+    path = Path(name)
     with path.open("rb") as fh:
         head = fh.read(8)
         if head.startswith(b"PK"):

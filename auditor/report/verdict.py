@@ -44,14 +44,19 @@ class Acceptance(_Record):
                                                                   "([severity] per rule, [gate] architecture).")
     note: str = Field(default="", description="What cannot be accepted and why (a refused checkpoint).")
 
-    def lines(self) -> list[str]:
-        """Return the acceptance as plain lines to print or paste: the command, then the auditor.toml text."""
+    def lines(self, *, short: bool = False) -> list[str]:
+        """Return the acceptance as plain lines to print or paste: the command, then the auditor.toml text.
+
+        ``short`` (``scan -q``): each ``[[suppress]]`` block on one line, its keys joined by commas.
+        """
         if self.note:
             return [self.note]
         out = [f"to accept {', '.join(self.findings)} instead of fixing it (each way is reviewed in the repository):",
                f"  record a baseline: {self.baseline}"]
         for block in self.suppress:
-            out += ["  or add to auditor.toml:", *(f"    {line}" for line in block.splitlines())]
+            head, *keys = block.splitlines()
+            out += ([f"  or add an auditor.toml {head} block: {', '.join(keys)}"] if short else
+                    ["  or add to auditor.toml:", *(f"    {line}" for line in block.splitlines())])
         if self.severity:
             out += ["  or set in auditor.toml:", *(f"    {line}" for line in self.severity)]
         return out

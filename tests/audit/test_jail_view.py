@@ -1,5 +1,6 @@
-"""The jail's view of an ``--import``-ed module in a package: its file, each enclosing package's ``__init__``, the
-right to list those packages' folders (how the import system finds ``pkg/mod.py``), and nothing else of them."""
+"""The jail's view: an ``--import``-ed module in a package (its file, each enclosing package's ``__init__``, the
+right to list those packages' folders, nothing else of them), and the library view computed once per process for
+each --import set, GPU flag and import path."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
 
 from auditor.cli import run_cli
-from auditor.jail import runner
+from auditor.jail import runner, view
 from auditor.jail.view import list_view, module_dirs, site_dirs
 
 NET = "import torch\n\n\nclass Tiny(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
@@ -59,3 +61,33 @@ def test_a_model_whose_class_is_in_a_package_loads_in_the_jail(tree: Path, monke
                     "--json", str(tree / "r.json")])
     findings = [f["rule_id"] for f in json.loads((tree / "r.json").read_text())["findings"]]
     assert code == 0 and not [f for f in findings if f.startswith("load.")], findings
+
+
+def test_the_view_is_computed_once_and_stays_right_when_the_imports_or_the_path_differ(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = metadata.packages_distributions
+
+    def counted() -> object:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(metadata, "packages_distributions", counted)
+    view._top_levels.cache_clear()
+    view._library_view.cache_clear()
+    plain = view.library_view()
+    assert view.library_view() == plain and view.library_view(gpu=False) == plain
+    assert len(calls) == 1  # the distributions' records are read once for this import path
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = os.path.realpath(tmp_path / "mine")
+    with_import = view.library_view(["mine"])
+    assert mine in with_import and mine not in plain  # another --import: its own view
+    assert set(plain) <= set(with_import)
+    assert view.library_view(["mine", "mine"]) == with_import  # the same set, however it is given
+    assert len(calls) == 2  # a new sys.path entry is a new key, read once more
+    assert mine not in view.library_view()
+    assert set(view.library_view(gpu=True)) > set(view.library_view())  # a GPU's device files: another key
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    assert mine not in view.library_view(["mine"])  # off the path: not found, not in the view
