@@ -573,6 +573,20 @@ def _agree(verdict: dict, lira: dict) -> str:
     return "**plugin missed a leak LiRA shows**" if leak else "**plugin called a leak LiRA does not show**"
 
 
+def busy_suite() -> str:
+    """``make test`` beside busy loops (benchmarks/busy_suite.sh): each stored run, busy and idle."""
+    runs = results.load("busy_suite")
+    if not runs:
+        return _missing("benchmarks/busy_suite.sh 2")
+    rows = [[key, got["loops"], f"`{run['commit']}`", str(run["started"])[:16].replace("T", " "),
+             "–".join(f"{v[0]:.1f}" for v in (got["load_before_loops"], got["load_at_end"])), got["wall_s"],
+             got["test_cpu_s"], got["exit_code"], got["summary"] or "—"]
+            for key, entry in sorted(runs.items()) for run, got in [(entry["run"], entry["results"])]]
+    return ("`benchmarks/busy_suite.sh LOOPS` (the load before the loops is what else ran on the box):\n\n"
+            + table(["run", "busy loops", "commit", "started (UTC)", "load before loops–end", "wall s",
+                     "test CPU s", "exit", "pytest's summary"], rows))
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "ig-step": ig_step, "gia-vs-breaching": gia_vs_breaching, "gia-time-to-success": gia_time_to_success,
     "full-audit": full_audit, "full-audit-sides": full_audit_sides, "speed-ratio": speed_ratio,
@@ -582,11 +596,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "rewrites-000": lambda: per_seed("000"), "rewrites-004": lambda: per_seed("004"),
     "readme-rewrites": readme_rewrites, "mi-power": mi_power,
     "mia-validity": mia_validity, "mia-validity-41": mia_validity_41,
-    "mia-validity-41-r2": mia_validity_41_r2, "text-membership": text_membership,
+    "mia-validity-41-r2": mia_validity_41_r2, "text-membership": text_membership, "busy-suite": busy_suite,
 }
 #: The docs with generated regions.
 DOCS = ("docs/speed.md", "docs/ray.md", "docs/rewrites.md", "README.md", "docs/output-attacks.md", "docs/ci.md",
-        "docs/text-models.md")
+        "docs/text-models.md", "docs/contributing.md")
 
 
 def stale() -> dict[str, list[str]]:

@@ -99,3 +99,13 @@ def test_a_results_file_without_its_default_run_renders_as_not_measured(monkeypa
     for render in (render_docs.ig_step, render_docs.cli_startup, render_docs.text_membership):
         assert render().startswith("Not measured in this round: `"), render.__name__
     assert "benchmarks/cli_startup.py --repeat 3" in render_docs.cli_startup()
+
+
+def test_the_suite_was_checked_beside_two_busy_loops_and_passed() -> None:
+    """Issue 40's "the suite passes under two busy background loops" is this stored run of
+    ``benchmarks/busy_suite.sh 2`` (make test's ruff and ``pytest -n 2`` beside two CPU-bound loops), quoted in
+    docs/contributing.md's ``busy-suite`` region."""
+    busy = results.load("busy_suite")["busy"]["results"]
+    assert busy["loops"] >= 2 and busy["exit_code"] == 0
+    assert " passed" in busy["summary"] and " failed" not in busy["summary"] and " error" not in busy["summary"]
+    assert "busy-suite" in results.regions((ROOT / "docs/contributing.md").read_text())
