@@ -6,12 +6,15 @@
   exchange.
 - :func:`draft_for` / :func:`keep_draft`: the whole draft report of an unchanged file, reused by the parent
   before any worker starts (and before torch is imported), its plugin runs marked ``reused``.
+- :func:`declared_of`: what a file declares (the jail's bounds), read once per version of its bytes: a re-scan
+  of an unchanged file reads its declarations from the store instead of walking its pickle again.
 - :func:`worker_exchange`: what the jail runner wraps one worker in: the scope's verified entries staged
   into a read-only inbox, an outbox for the new ones, and the outbox validated and signed afterwards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,19 +23,34 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
 from auditor.audit.assemble import DraftReport
 from auditor.config import CacheIO, ScanConfig
+from auditor.load.declared import Declared, declared
 from auditor.report.model import CATEGORY_CUT_SHORT, CATEGORY_TIMEOUT
 from auditor.report.reuse import Reuse
-from auditor.store import EntryIO, ParentStore, ScopedIO, WorkerIO, activated, cache_disabled_by_env, entry_name
+from auditor.store import (
+    EntryIO,
+    ParentStore,
+    ScopedIO,
+    WorkerIO,
+    activated,
+    cache_disabled_by_env,
+    code_identity,
+    entry_name,
+    file_sha256,
+)
 from auditor.store import scope_of as _scope_of
 
 log = logging.getLogger(__name__)
 DRAFT_FORMAT = 1
+#: Bumped when what a declarations entry holds changes: older entries then simply miss.
+DECLARED_FORMAT = 1
+_DECLARED_TYPES = {"file_bytes": int, "tensor_bytes": int, "params": int, "objects": int, "complete": bool,
+                   "absurd": (str, type(None))}
 
 
 def parent_store(config: ScanConfig) -> ParentStore | None:
@@ -119,6 +137,45 @@ def draft_for(path: Path, config: ScanConfig) -> DraftReport | None:
     tool = draft.tool.model_copy(update={"command": list(sys.argv)})
     return draft.model_copy(update={"plugins": plugins, "notes": [*draft.notes, note], "tool": tool,
                                     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+
+
+def declared_of(path: Path, config: ScanConfig) -> Declared:
+    """Return what the file ``path`` declares (:func:`auditor.load.declared.declared`), reused from the store.
+
+    The entry's scope is the file's sha256 with the code's identity (auditor's sources and versions), so an
+    entry is read only for the same bytes read by the same code; the parent signs it, and a worker can never
+    hand one back. With the cache off, or for a folder, the declarations are read as before.
+    """
+    store = parent_store(config) if path.is_file() else None
+    if store is None:
+        return declared(path)
+    try:
+        digest = file_sha256(path)
+    except OSError:
+        return declared(path)
+    scope = hashlib.sha256(json.dumps({"declared": DECLARED_FORMAT, "code": code_identity(),
+                                       "sha256": digest}).encode()).hexdigest()
+    name = entry_name("declared")
+    data = store.read(scope, "bounds", name)
+    stored = _declared_entry(data) if data is not None else None
+    if stored is not None:
+        return stored
+    found = declared(path)
+    store.write(scope, "bounds", name, json.dumps(asdict(found)).encode())
+    return found
+
+
+def _declared_entry(data: bytes) -> Declared | None:
+    """The declarations a verified entry holds, or None when it is not one (then they are read again)."""
+    try:
+        entry = json.loads(data)
+    except ValueError:
+        return None
+    names = {f.name for f in fields(Declared)}
+    if not isinstance(entry, dict) or set(entry) != names or not all(
+            isinstance(entry[k], t) for k, t in _DECLARED_TYPES.items()):
+        return None
+    return Declared(**entry)
 
 
 def keepable(draft: DraftReport) -> bool:

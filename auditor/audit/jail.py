@@ -36,7 +36,7 @@ from auditor.jail.limits import JailLimits
 from auditor.jail.protocol import Error, Job, Limits, Result
 from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail_enabled
 from auditor.jail.view import library_view, list_view, site_dirs
-from auditor.load.declared import MAX_FOLDER_FILES, Declared, declared
+from auditor.load.declared import MAX_FOLDER_FILES, Declared
 from auditor.load.digest import sha256_file
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
@@ -147,7 +147,9 @@ class ScanJail:
         self.work = work_of(config)
         for t in targets:
             job_reads(t, config)  # a --data covering home refuses the scan before any worker starts
-        files = [declared(f) for t in targets for f in _files(t.resolve())]
+        from auditor.audit.cached import declared_of
+
+        files = [declared_of(f, config) for t in targets for f in _files(t.resolve())]
         jobs = [bounds(sum((d for d in files if not d.absurd), Declared(0)), self.work, self.override).limits,
                 _collect_job(0, targets, (), (), self.override).limits]
         top = max(jobs, key=lambda b: b.memory_bytes)
@@ -207,10 +209,10 @@ class ScanJail:
             JailError: the checkpoint or the flags cannot be used (the worker's error message).
             JailEnvironmentError: the worker failed before it read the file.
         """
-        from auditor.audit.cached import worker_exchange
+        from auditor.audit.cached import declared_of, worker_exchange
 
         config = config or self.config
-        sized = bounds(declared(path.resolve()), self.work, self.override)
+        sized = bounds(declared_of(path.resolve(), self.config), self.work, self.override)
         if self._imports_room and self.override.memory_mb is None:
             room = sized.limits.memory_bytes + self._imports_room
             sized = replace(sized, limits=sized.limits.model_copy(update={"memory_bytes": room}))
@@ -313,7 +315,7 @@ def collect_in_jail(paths: Sequence[Path], include: Sequence[str] = (), exclude:
 def _collect_job(number: int, paths: Sequence[Path], include: Sequence[str], exclude: Sequence[str],
                  override: JailLimits) -> Job:
     """The job that sniffs ``paths``: it reads them only, within a static scan's bounds for their bytes."""
-    sized = bounds(sum(declared(p.resolve()).file_bytes for p in paths), "static", override)  # it reads bytes only
+    sized = bounds(sum(_bytes(p.resolve()) for p in paths), "static", override)  # it reads bytes only
     return Job(job=number, read=[str(p.resolve()) for p in paths], limits=sized.limits, wall_s=sized.wall_s,
                handler="auditor.audit.worker:collect_task",
                task={"paths": [str(p) for p in paths], "include": list(include), "exclude": list(exclude)})
@@ -345,6 +347,14 @@ def _files(target: Path) -> list[Path]:
         return [p for p in sorted(target.rglob("*")) if p.is_file()][:MAX_FOLDER_FILES]
     except OSError:  # an unreadable folder: its job meets it (and is refused or errs) in the jail
         return []
+
+
+def _bytes(target: Path) -> int:
+    """The bytes of ``target``, or of the files under it (those :func:`_files` lists); 0 when unreadable."""
+    try:
+        return sum(f.stat().st_size for f in _files(target))
+    except OSError:
+        return 0
 
 
 def _refusal(path: Path, config: ScanConfig, reason: str, note: str) -> DraftReport:

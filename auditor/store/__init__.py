@@ -35,5 +35,6 @@ from auditor.store.parent import cache_disabled_by_env as cache_disabled_by_env
 from auditor.store.parent import entry_name as entry_name
 from auditor.store.parent import write_atomic as write_atomic
 from auditor.store.scope import code_identity as code_identity
+from auditor.store.scope import file_sha256 as file_sha256
 from auditor.store.scope import scope_of as scope_of
 from auditor.store.scope import source_hash as source_hash

@@ -30,7 +30,8 @@ _MAGIC = b"AUDITOR-STORE-1\n"
 _MAC_LEN = 32
 #: Each kind of entry: its file extension and its largest payload.
 KINDS: dict[str, tuple[str, int]] = {"runs": (".json", 64 << 20), "helpers": (".safetensors", 4 << 30),
-                                     "rows": (".json", 16 << 20), "drafts": (".json", 256 << 20)}
+                                     "rows": (".json", 16 << 20), "drafts": (".json", 256 << 20),
+                                     "bounds": (".json", 4096)}
 #: What a worker may hand back (drafts are the parent's own) and how much of it.
 WORKER_KINDS = ("runs", "helpers", "rows")
 MAX_OUTBOX_FILES = 4096

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from auditor._version import __version__
+from auditor.load.digest import sha256_file
 
 #: Bumped when the scope's recipe changes: older entries then simply miss.
 SCOPE_FORMAT = 1
@@ -37,6 +38,19 @@ def _hash_file(path: Path, h: Any) -> int:
     return size
 
 
+def file_sha256(path: Path) -> str:
+    """Return the hex sha256 of one file's bytes, hashed once per process for each version of it (its resolved
+    name, device, inode, size, modification and change times): the bounds' and the draft's lookups share it."""
+    st = os.stat(path)
+    return _file_version_sha256(str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_version_sha256(name: str, device: int, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    return sha256_file(Path(name))
+
+
 def _files(base: Path, recursive: bool) -> list[Path]:
     """The entries under ``base`` that are files or links, never descending into a linked folder."""
     if not recursive:
@@ -53,10 +67,9 @@ def _manifest(root: Path, siblings: bool = False) -> str | None:
     A link is hashed by its text, and by the bytes it points to only when those lie inside the folder
     or in a Hub cache's ``blobs`` (what the worker may read); the parent reads nothing else.
     """
-    h = hashlib.sha256()
     if root.is_file() and not siblings:
-        _hash_file(root, h)
-        return h.hexdigest()
+        return file_sha256(root)
+    h = hashlib.sha256()
     base = root.parent if siblings else root
     if not base.is_dir():
         return h.hexdigest()
