@@ -82,9 +82,10 @@ def test_a_worker_cannot_plant_a_result_a_later_scan_of_another_file_reads(bait,
     torch.save(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3)), victim)
     fresh = audit_one(victim, _config(tmp_path / "fresh"))
     assert fresh.report is not None and fresh.report.findings, fresh.error  # the victim has findings to hide
-    key = next((tmp_path / "fresh").rglob("runs/*.json")).stem  # the victim's run key (no secret)
+    run = next((tmp_path / "fresh").rglob("runs/*.json"))
+    key = run.stem  # the victim's run key (no secret)
     store = tmp_path / "store"
-    scope_dir = next((tmp_path / "fresh").glob("*/*"))  # <scope[:2]>/<scope>: the same for any store
+    scope_dir = run.parent.parent  # <scope[:2]>/<scope>: the same for any store (its bounds have a scope of their own)
     for mode in ("outbox", "store"):
         planted = tmp_path / f"planted-{mode}.pt"
         torch.save(bait.Forge(key, mode, str(store / scope_dir.relative_to(tmp_path / "fresh") / "runs")), planted)

@@ -90,3 +90,40 @@ def test_the_template_holds_every_job_and_a_file_is_read_once(folder: Path, monk
     dec.declared(folder / "a.pt")
     assert len(walks) == len(files) + 1
 
+
+
+def test_a_rescan_reads_each_unchanged_files_declarations_from_the_store(
+        folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cache on, the bounds of an unchanged file come from the parent's store (keyed by its sha256), no
+    pickle walk; a file whose bytes changed is walked again; an entry that does not verify is not believed."""
+    from auditor.audit.cached import declared_of
+    from auditor.store import KEY_ENV, NO_CACHE_ENV
+
+    monkeypatch.delenv(NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv(KEY_ENV, "a test secret of some length")
+    config = ScanConfig(cache_dir=tmp_path / "store")
+    walks: list[str] = []
+    real = dec._zip
+
+    def counted(path: Path, size: int) -> dec.Declared:
+        walks.append(path.name)
+        return real(path, size)
+
+    monkeypatch.setattr(dec, "_zip", counted)
+    dec._file_version.cache_clear()
+    first = jail.ScanJail([folder], config)._template_limits
+    assert sorted(walks) == ["a.pt", "b.pt"]
+    dec._file_version.cache_clear()  # a new process: nothing walked is remembered
+    scan = jail.ScanJail([folder], config)
+    assert scan._template_limits == first and sorted(walks) == ["a.pt", "b.pt"]
+    assert jail.bounds(dec.declared(folder / "a.pt"), scan.work) == jail.bounds(
+        declared_of(folder / "a.pt", config), scan.work)
+    (folder / "a.pt").write_bytes((folder / "a.pt").read_bytes() + b"\0")  # new bytes: walked again
+    dec._file_version.cache_clear()
+    jail.ScanJail([folder], config)
+    assert sorted(walks) == ["a.pt", "a.pt", "a.pt", "b.pt"]  # once by the check above, once for the new bytes
+    for entry in (tmp_path / "store").rglob("bounds/*.json"):  # not signed by this key: read again
+        entry.write_bytes(entry.read_bytes()[:-1] + b" ")
+    dec._file_version.cache_clear()
+    jail.ScanJail([folder], config)
+    assert sorted(walks) == ["a.pt", "a.pt", "a.pt", "a.pt", "b.pt", "b.pt"]
