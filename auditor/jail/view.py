@@ -17,12 +17,18 @@ A home directory, the root and any version-control folder are never in it, even 
 
 from __future__ import annotations
 
+import csv
 import functools
 import os
 import sys
 import sysconfig
 from collections.abc import Iterable
 from importlib.machinery import ModuleSpec
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.metadata import Distribution
 
 #: What the interpreter and torch read besides Python's own files (``/proc/self`` is this process only).
 SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64", "/usr/share/zoneinfo",
@@ -81,10 +87,33 @@ def distribution_entries(path: Iterable[str] | None = None) -> list[str]:
 @functools.cache
 def _top_levels(search_path: tuple[str, ...]) -> frozenset[str]:
     """The top-level names installed distributions provide, found on ``search_path`` (``sys.path`` when called):
-    ``importlib.metadata.packages_distributions`` reads every distribution's records, so once per process and path."""
+    the keys of ``importlib.metadata.packages_distributions`` (each distribution's ``top_level.txt``, else the
+    ``.py`` files its records list), without parsing every distribution's ``METADATA`` or making a path object of
+    every recorded file; it reads every distribution's records, so once per process and path."""
     from importlib import metadata
 
-    return frozenset(metadata.packages_distributions())
+    names: set[str] = set()
+    for dist in metadata.distributions():
+        names.update((dist.read_text("top_level.txt") or "").split() or _inferred(dist))
+    return frozenset(names)
+
+
+def _inferred(dist: Distribution) -> set[str]:
+    """``importlib.metadata._top_level_inferred``: the first part of each recorded ``.py`` file (a lone module's
+    stem), from ``RECORD``, else an egg-info's ``SOURCES.txt``."""
+    record = dist.read_text("RECORD")
+    lines: Iterable[str] | None = record.splitlines() if record else None
+    if not lines:
+        sources = dist.read_text("SOURCES.txt")
+        lines = [f'"{line}"' for line in sources.splitlines()] if sources is not None else None
+    out: set[str] = set()
+    for row in csv.reader(lines or ()):
+        if not row or not row[0].endswith(".py"):
+            continue
+        path = PurePosixPath(row[0])
+        if path.suffix == ".py":
+            out.add(path.parts[0] if len(path.parts) > 1 else path.with_suffix("").name)
+    return out
 
 
 def module_dirs(modules: Iterable[str]) -> list[str]:

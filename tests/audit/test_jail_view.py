@@ -65,19 +65,21 @@ def test_a_model_whose_class_is_in_a_package_loads_in_the_jail(tree: Path, monke
 
 def test_the_view_is_computed_once_and_stays_right_when_the_imports_or_the_path_differ(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = metadata.packages_distributions
+    reads: list[str] = []
+    real = metadata.PathDistribution.read_text
 
-    def counted() -> object:
-        calls.append(1)
-        return real()
+    def counted(self: metadata.PathDistribution, filename: str) -> str | None:
+        if filename == "top_level.txt":
+            reads.append(filename)
+        return real(self, filename)
 
-    monkeypatch.setattr(metadata, "packages_distributions", counted)
+    monkeypatch.setattr(metadata.PathDistribution, "read_text", counted)
     view._top_levels.cache_clear()
     view._library_view.cache_clear()
     plain = view.library_view()
     assert view.library_view() == plain and view.library_view(gpu=False) == plain
-    assert len(calls) == 1  # the distributions' records are read once for this import path
+    once = len(reads)
+    assert once > 0  # the distributions' records are read once for this import path
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -86,8 +88,14 @@ def test_the_view_is_computed_once_and_stays_right_when_the_imports_or_the_path_
     assert mine in with_import and mine not in plain  # another --import: its own view
     assert set(plain) <= set(with_import)
     assert view.library_view(["mine", "mine"]) == with_import  # the same set, however it is given
-    assert len(calls) == 2  # a new sys.path entry is a new key, read once more
+    assert len(reads) == 2 * once  # a new sys.path entry is a new key, read once more
     assert mine not in view.library_view()
     assert set(view.library_view(gpu=True)) > set(view.library_view())  # a GPU's device files: another key
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
     assert mine not in view.library_view(["mine"])  # off the path: not found, not in the view
+
+
+def test_the_top_level_names_are_those_packages_distributions_gives() -> None:
+    """The view's own read of the distributions' records names the same top levels as the standard library's."""
+    view._top_levels.cache_clear()
+    assert view._top_levels(tuple(sys.path)) == frozenset(metadata.packages_distributions())
