@@ -1,4 +1,5 @@
-"""The parent-owned store of every cache: run results, helper models, recipe rows and whole draft reports.
+"""The parent-owned store of every cache: run results, helper models, recipe rows, whole draft reports and each
+file's declarations (the jail's bounds, keyed by its sha256).
 
 Only the parent process (the one the user started) signs and trusts entries. Each entry is stored as
 ``MAGIC + HMAC-SHA256 + payload`` under ``<root>/<scope[:2]>/<scope>/<kind>/<name><ext>``; the key
