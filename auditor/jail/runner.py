@@ -58,30 +58,6 @@ START_S = 300.0
 GRACE_S = 15.0
 _STDERR_TAIL = 4000
 
-
-@dataclass(frozen=True)
-class ToolRun:
-    """How a trusted tool ended: its exit code and what it wrote."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_tool(argv: Sequence[str], cwd: str | os.PathLike[str], timeout_s: float,
-             env: Mapping[str, str] | None = None) -> ToolRun:
-    """Run a trusted tool (``git``) that reads no untrusted checkpoint byte, unconfined, and wait for it.
-
-    Raises:
-        FileNotFoundError: the program is not on ``PATH``.
-        TimeoutError: it ran past ``timeout_s`` (it is killed).
-    """
-    try:
-        proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, **(env or {})}, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(f"{argv[0]} took over {timeout_s:g} s") from exc
-    return ToolRun(proc.returncode, proc.stdout, proc.stderr)
 #: What a child's death by a signal means; each names the limit, its value and the flag that raises it (the same
 #: limits are also set by ``[jail] max_*`` in the user's config and by ``AUDITOR_JAIL_*``).
 SIGNALS = {
@@ -406,3 +382,28 @@ def namespaces_available() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """How a trusted tool ended: its exit code and what it wrote."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_tool(argv: Sequence[str], cwd: str | os.PathLike[str], timeout_s: float,
+             env: Mapping[str, str] | None = None) -> ToolRun:
+    """Run a trusted tool (``git``) that reads no untrusted checkpoint byte, unconfined, and wait for it.
+
+    Raises:
+        FileNotFoundError: the program is not on ``PATH``.
+        TimeoutError: it ran past ``timeout_s`` (it is killed).
+    """
+    try:
+        proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **(env or {})}, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"{argv[0]} took over {timeout_s:g} s") from exc
+    return ToolRun(proc.returncode, proc.stdout, proc.stderr)
