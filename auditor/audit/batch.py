@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 #: How bad an exit code is when several models are combined: error > fail > any other code > pass.
 _EXIT_RANK = {int(ExitCode.PASS): 0, int(ExitCode.FAIL): 2, int(ExitCode.ERROR): 3}
-_SKIP_DIRS = ("__pycache__", "node_modules", ".git", ".hg", ".svn")
 
 Progress = Callable[[str], None]
 Executor = Callable[[Callable[[Path], "ScanRow"], Sequence[Path]], list["ScanRow"]]
@@ -63,7 +62,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
     out of the folder is kept unread (its own audit has a view of what it links to). Globs match the POSIX
     path and the file name.
     """
-    from auditor.load.formats import is_checkpoint_dir, sniff
+    from auditor.load.formats import SKIP_DIRS, is_checkpoint_dir, sniff
 
     found: list[Path] = []
     for root in paths:
@@ -73,7 +72,7 @@ def collect(paths: Iterable[Path], include: Sequence[str] = (), exclude: Sequenc
         real_root = root.resolve()
         for folder, dirs, files in os.walk(root):
             here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             for d in list(dirs):
                 if is_checkpoint_dir(here / d):
                     found.append(here / d)

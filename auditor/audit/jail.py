@@ -38,6 +38,7 @@ from auditor.jail.runner import JailEnvironmentError, JobOutcome, Template, jail
 from auditor.jail.view import library_view, list_view, site_dirs
 from auditor.load.declared import MAX_FOLDER_FILES, Declared
 from auditor.load.digest import sha256_file
+from auditor.load.formats import SKIP_DIRS
 from auditor.report.model import LoadIssue, LoadSafety, ModelInfo
 
 __all__ = ["JailEnvironmentError", "JailError", "JailLimits", "ScanJail", "audit_in_jail", "bounds",
@@ -340,13 +341,18 @@ def _collected(out: JobOutcome, paths: Sequence[Path]) -> list[Path]:
 
 
 def _files(target: Path) -> list[Path]:
-    """``target``, or the files under it (at most :data:`MAX_FOLDER_FILES`, as :func:`declared` reads a folder)."""
+    """``target``, or the files under it that a scan may audit (at most :data:`MAX_FOLDER_FILES`, as
+    :func:`declared` reads a folder; never under :data:`SKIP_DIRS`, which :func:`~auditor.audit.batch.collect`
+    skips: no version-control object is walked, nor stored, to size the template)."""
     if not target.is_dir():
         return [target]
-    try:
-        return [p for p in sorted(target.rglob("*")) if p.is_file()][:MAX_FOLDER_FILES]
-    except OSError:  # an unreadable folder: its job meets it (and is refused or errs) in the jail
-        return []
+    found: list[Path] = []
+    for folder, dirs, names in os.walk(target):  # an unreadable folder: its job meets it in the jail
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        found += [p for p in (Path(folder) / n for n in sorted(names)) if p.is_file()]
+        if len(found) >= MAX_FOLDER_FILES:
+            break
+    return found[:MAX_FOLDER_FILES]
 
 
 def _bytes(target: Path) -> int:

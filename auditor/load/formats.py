@@ -33,6 +33,8 @@ ZIP_MAGIC = b"PK\x03\x04"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 PICKLE_PROTOCOLS = range(2, 6)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+#: Folders a scan never looks into for checkpoints (caches, dependencies, version control).
+SKIP_DIRS = ("__pycache__", "node_modules", ".git", ".hg", ".svn")
 #: ``ModelProto`` field numbers and their wire types (0 varint, 2 length-delimited), onnx.proto.
 ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 

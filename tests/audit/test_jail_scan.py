@@ -127,3 +127,15 @@ def test_a_rescan_reads_each_unchanged_files_declarations_from_the_store(
     dec._file_version.cache_clear()
     jail.ScanJail([folder], config)
     assert sorted(walks) == ["a.pt", "a.pt", "a.pt", "a.pt", "b.pt", "b.pt"]
+
+
+def test_the_template_is_sized_from_the_files_a_scan_may_audit_never_a_vcs_folder(tmp_path: Path) -> None:
+    """What :func:`collect` skips (``.git``, ``__pycache__``...) is neither walked nor stored to size the template."""
+    (tmp_path / ".git" / "objects").mkdir(parents=True)
+    (tmp_path / ".git" / "objects" / "ab").write_bytes(b"x" * 100)
+    (tmp_path / "sub").mkdir()
+    torch.save({"w": torch.zeros(4)}, tmp_path / "sub" / "m.pt")
+    (tmp_path / "README.md").write_text("notes\n")
+    assert jail._files(tmp_path) == [tmp_path / "README.md", tmp_path / "sub" / "m.pt"]
+    assert jail._bytes(tmp_path) == sum(p.stat().st_size for p in (tmp_path / "README.md", tmp_path / "sub" / "m.pt"))
+    assert collect([tmp_path]) == [tmp_path / "sub" / "m.pt"]
